@@ -1,0 +1,222 @@
+package core
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+
+	"github.com/sandboxd/sandbox"
+)
+
+// validateSpec checks what the schema cannot say of a spec, for callers that skip the HTTP layer.
+func validateSpec(spec sandbox.Spec) error {
+	if spec.ClientRequestID == "" {
+		return fmt.Errorf("spec needs a clientRequestId: %w", sandbox.ErrInvalidRequest)
+	}
+	if spec.Image != "" && spec.Template != "" {
+		return fmt.Errorf("spec names both an image and a template: %w", sandbox.ErrInvalidRequest)
+	}
+	return nil
+}
+
+// checkCapabilities refuses a spec the provider cannot honour at all (ErrUnsupportedCapability).
+func (r *Runtime) checkCapabilities(spec sandbox.Spec) error {
+	caps := append([]sandbox.Capability(nil), spec.RequiredCapabilities...)
+	if spec.Image != "" {
+		caps = append(caps, sandbox.CapImageReference)
+	}
+	if spec.Template != "" {
+		caps = append(caps, sandbox.CapTemplateReference)
+	}
+	return r.require(caps...)
+}
+
+// Create records a new sandbox for spec and hands its allocation to the provider. Repeating a create with
+// the same clientRequestId and spec returns the same sandbox as it is now, without a second allocation.
+//
+// Errors: ErrInvalidRequest, ErrUnsupportedCapability (nothing recorded), ErrIdempotencyConflict; and
+// ErrProviderUnavailable or ErrProviderProtocol when allocation fails, in which case the sandbox is
+// recorded as failed with the reason.
+func (r *Runtime) Create(ctx context.Context, spec sandbox.Spec) (*sandbox.Sandbox, error) {
+	if err := validateSpec(spec); err != nil {
+		return nil, err
+	}
+	if err := r.checkCapabilities(spec); err != nil {
+		return nil, err
+	}
+	canon, err := spec.CanonicalJSON()
+	if err != nil {
+		return nil, fmt.Errorf("canonical spec: %v: %w", err, sandbox.ErrInvalidRequest)
+	}
+	now := r.now().UTC()
+	sb := &sandbox.Sandbox{
+		ID:         sandbox.NewID(),
+		Generation: 1,
+		State:      sandbox.StateRequested,
+		Spec:       spec,
+		Provider:   r.cachedManifest().Name,
+		CreatedAt:  now,
+		UpdatedAt:  now,
+	}
+	intent := sandbox.Intent{Key: spec.ClientRequestID, SandboxID: sb.ID, Generation: 1, Spec: canon}
+	created := sandbox.NewEvent(sandbox.EventCreated, sb.Ref(), now, sandbox.CreatedData{ClientRequestID: spec.ClientRequestID, Spec: spec})
+	got, isNew, err := r.store.Create(ctx, sb, intent, []sandbox.Event{created})
+	if err != nil {
+		return nil, err
+	}
+	if !isNew {
+		return got, nil
+	}
+	r.notify()
+	r.log.Info("sandbox created", "sandbox", got.ID, "generation", got.Generation)
+	return r.allocate(ctx, got.Ref(), got.Spec)
+}
+
+// Recreate makes a new generation of a terminated sandbox from spec.
+//
+// Errors: ErrNotFound, ErrInvalidRequest, ErrUnsupportedCapability, ErrGenerationConflict, ErrInvalidState
+// (not terminated), ErrIdempotencyConflict (the spec's clientRequestId is taken), and the provider's errors
+// as for Create.
+func (r *Runtime) Recreate(ctx context.Context, id sandbox.ID, gen sandbox.Generation, spec sandbox.Spec) (*sandbox.Sandbox, error) {
+	if _, err := r.store.Get(ctx, id); err != nil {
+		return nil, err
+	}
+	if err := validateSpec(spec); err != nil {
+		return nil, err
+	}
+	if err := r.checkCapabilities(spec); err != nil {
+		return nil, err
+	}
+	canon, err := spec.CanonicalJSON()
+	if err != nil {
+		return nil, fmt.Errorf("canonical spec: %v: %w", err, sandbox.ErrInvalidRequest)
+	}
+	sb, _, err := r.store.Update(ctx, id, func(sb *sandbox.Sandbox) (sandbox.Change, error) {
+		var ch sandbox.Change
+		if err := checkGeneration(sb, "recreate", gen); err != nil {
+			return ch, err
+		}
+		if _, err := sandbox.Next(sb.State, sandbox.ActionRecreate); err != nil {
+			return ch, fmt.Errorf("sandbox %s: %w", sb.ID, err)
+		}
+		from := sb.State
+		now := r.now().UTC()
+		sb.Generation++
+		sb.State = sandbox.StateRequested
+		sb.Spec = spec
+		sb.Provider = r.cachedManifest().Name
+		sb.Failure, sb.Endpoint, sb.ProviderExtensions = nil, nil, nil
+		sb.UpdatedAt = now
+		ch.Intent = &sandbox.Intent{Key: spec.ClientRequestID, SandboxID: sb.ID, Generation: sb.Generation, Spec: canon}
+		ch.Events = []sandbox.Event{
+			sandbox.NewEvent(sandbox.EventCreated, sb.Ref(), now, sandbox.CreatedData{ClientRequestID: spec.ClientRequestID, Spec: spec}),
+			sandbox.NewEvent(sandbox.EventStateChanged, sb.Ref(), now, sandbox.StateChangedData{From: from, To: sandbox.StateRequested, Reason: "recreate"}),
+		}
+		return ch, nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	r.notify()
+	r.log.Info("sandbox recreated", "sandbox", sb.ID, "generation", sb.Generation)
+	return r.allocate(ctx, sb.Ref(), sb.Spec)
+}
+
+// allocate hands ref to the provider and records what it observed. A sandbox the provider reports as still
+// starting is watched in the background until it is ready, fails, or passes the ready timeout.
+func (r *Runtime) allocate(ctx context.Context, ref sandbox.Ref, spec sandbox.Spec) (*sandbox.Sandbox, error) {
+	done := r.markBusy(ref)
+	defer done()
+	var obs sandbox.Observation
+	err := r.call(ctx, "allocate", func(ctx context.Context) (err error) {
+		obs, err = r.prov.Allocate(ctx, ref, spec)
+		return err
+	})
+	if err == nil {
+		err = obs.Validate(ref)
+		if err == nil && obs.State == sandbox.ObservedAbsent {
+			err = fmt.Errorf("allocate of %s reported no resource: %w", ref, sandbox.ErrProviderProtocol)
+		}
+	}
+	if err != nil {
+		r.log.Warn("allocation failed", "sandbox", ref.ID, "generation", ref.Generation, "err", err)
+		r.failWith(ctx, ref, err)
+		return nil, err
+	}
+	sb, err := r.apply(ctx, ref, obs)
+	if err != nil {
+		return nil, err
+	}
+	if sb.Generation == ref.Generation && sb.State == sandbox.StateStarting {
+		r.watchReady(ref)
+	}
+	return sb, nil
+}
+
+// apply records an observation of ref: allocation, readiness, failure or loss. It changes nothing when ref
+// is no longer the current generation, and it never moves a sandbox where the table does not allow.
+func (r *Runtime) apply(ctx context.Context, ref sandbox.Ref, obs sandbox.Observation) (*sandbox.Sandbox, error) {
+	sb, evs, err := r.store.Update(ctx, ref.ID, func(sb *sandbox.Sandbox) (sandbox.Change, error) {
+		var ch sandbox.Change
+		if sb.Generation != ref.Generation {
+			return ch, nil
+		}
+		step := func(a sandbox.Action, reason string, f *sandbox.Failure) {
+			if evs, _, err := r.move(sb, a, reason, f); err == nil {
+				ch.Events = append(ch.Events, evs...)
+			}
+		}
+		switch obs.State {
+		case sandbox.ObservedStarting:
+			step(sandbox.ActionAllocated, "allocated", nil)
+		case sandbox.ObservedReady:
+			step(sandbox.ActionAllocated, "allocated", nil)
+			step(sandbox.ActionReady, "ready", nil)
+		case sandbox.ObservedPaused:
+			step(sandbox.ActionPaused, "paused", nil)
+		case sandbox.ObservedFailed:
+			step(sandbox.ActionFail, obs.Reason, &sandbox.Failure{Code: obs.Reason, Message: obs.Message})
+		case sandbox.ObservedAbsent:
+			switch sb.State {
+			case sandbox.StateTerminating:
+				step(sandbox.ActionTerminated, "released", nil)
+			case sandbox.StateStarting, sandbox.StateReady, sandbox.StatePausing, sandbox.StatePaused, sandbox.StateResuming:
+				step(sandbox.ActionFail, "resource_lost", &sandbox.Failure{
+					Code:    "resource_lost",
+					Message: fmt.Sprintf("the provider holds no resource for %s", ref),
+				})
+			}
+		}
+		if obs.State != sandbox.ObservedAbsent && obs.State != sandbox.ObservedFailed {
+			if !sameEndpoint(sb.Endpoint, obs.Endpoint) || !sameExtensions(sb.ProviderExtensions, obs.Extensions) {
+				sb.Endpoint, sb.ProviderExtensions = obs.Endpoint, obs.Extensions
+				sb.UpdatedAt = r.now().UTC()
+			}
+		}
+		return ch, nil
+	})
+	if len(evs) > 0 {
+		r.notify()
+	}
+	return sb, err
+}
+
+func sameEndpoint(a, b *sandbox.Endpoint) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return *a == *b
+}
+
+func sameExtensions(a, b map[string]json.RawMessage) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if w, ok := b[k]; !ok || !bytes.Equal(v, w) {
+			return false
+		}
+	}
+	return true
+}

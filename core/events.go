@@ -1,0 +1,44 @@
+package core
+
+import (
+	"context"
+
+	"github.com/sandboxd/sandbox"
+)
+
+// Events returns a page of the event log after q.After (at most sandbox.MaxEventPage).
+//
+// Errors: ErrEventHistoryUnavailable when q.After is older than the retained history.
+func (r *Runtime) Events(ctx context.Context, q sandbox.EventQuery) ([]sandbox.Event, error) {
+	if q.Limit <= 0 || q.Limit > sandbox.MaxEventPage {
+		q.Limit = sandbox.MaxEventPage
+	}
+	return r.store.Events(ctx, q)
+}
+
+// Watch returns a channel that receives after events are appended, and a function to stop watching. The
+// channel holds one signal: a watcher that has not drained it misses nothing (it reads the log from its
+// cursor), and a slow watcher never blocks a writer.
+func (r *Runtime) Watch() (<-chan struct{}, func()) {
+	ch := make(chan struct{}, 1)
+	r.watchMu.Lock()
+	r.watchers[ch] = struct{}{}
+	r.watchMu.Unlock()
+	return ch, func() {
+		r.watchMu.Lock()
+		delete(r.watchers, ch)
+		r.watchMu.Unlock()
+	}
+}
+
+// notify wakes every watcher without blocking.
+func (r *Runtime) notify() {
+	r.watchMu.Lock()
+	defer r.watchMu.Unlock()
+	for ch := range r.watchers {
+		select {
+		case ch <- struct{}{}:
+		default:
+		}
+	}
+}

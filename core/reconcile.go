@@ -1,0 +1,158 @@
+package core
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/sandboxd/sandbox"
+)
+
+// Reconcile asks the provider for a fresh observation of the sandbox's current generation and applies it,
+// finishing whatever transition was interrupted (an allocation never made, a pause, resume or release
+// never confirmed). It changes no desired state.
+//
+// Errors: ErrNotFound, ErrProviderUnavailable, ErrProviderProtocol.
+func (r *Runtime) Reconcile(ctx context.Context, id sandbox.ID) (*sandbox.Sandbox, error) {
+	sb, err := r.store.Get(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	return r.reconcile(ctx, sb)
+}
+
+func (r *Runtime) reconcile(ctx context.Context, sb *sandbox.Sandbox) (*sandbox.Sandbox, error) {
+	ref := sb.Ref()
+	if sb.State == sandbox.StateTerminated || sb.State == sandbox.StateFailed {
+		return sb, nil
+	}
+	if sb.State.Transitional() && r.isBusy(ref) {
+		return sb, nil // an operation on it is under way and will record its outcome
+	}
+	var obs sandbox.Observation
+	err := r.call(ctx, "observe", func(ctx context.Context) (err error) {
+		obs, err = r.prov.Observe(ctx, ref)
+		return err
+	})
+	if err == nil {
+		err = obs.Validate(ref)
+	}
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case sb.State == sandbox.StateRequested && obs.State == sandbox.ObservedAbsent:
+		return r.allocate(ctx, ref, sb.Spec)
+	case sb.State == sandbox.StateTerminating && obs.State != sandbox.ObservedAbsent:
+		if err := r.release(ctx, ref); err != nil {
+			return nil, err
+		}
+		return r.advance(ctx, ref, "released", nil, sandbox.ActionTerminated)
+	case sb.State == sandbox.StatePausing && obs.State == sandbox.ObservedReady:
+		return r.finishPauseResume(ctx, ref, pauseOp)
+	case sb.State == sandbox.StateResuming && obs.State == sandbox.ObservedPaused:
+		return r.finishPauseResume(ctx, ref, resumeOp)
+	case sb.State == sandbox.StateResuming && obs.State == sandbox.ObservedReady:
+		return r.advance(ctx, ref, "resumed", nil, sandbox.ActionResumed)
+	}
+	got, err := r.apply(ctx, ref, obs)
+	if err == nil && got.Generation == ref.Generation && got.State == sandbox.StateStarting {
+		r.watchReady(ref)
+	}
+	return got, err
+}
+
+// ReconcileAll reconciles every live sandbox, then releases every provider resource that belongs to no live
+// sandbox generation. It returns the first error met, after trying everything.
+func (r *Runtime) ReconcileAll(ctx context.Context) error {
+	all, err := r.store.List(ctx)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	live := make(map[sandbox.Ref]bool, len(all))
+	for _, sb := range all {
+		if sb.State != sandbox.StateTerminated {
+			live[sb.Ref()] = true
+		}
+		if _, err := r.reconcile(ctx, sb); err != nil {
+			errs = append(errs, fmt.Errorf("reconcile %s: %w", sb.ID, err))
+		}
+	}
+	var held []sandbox.Ref
+	err = r.call(ctx, "resources", func(ctx context.Context) (err error) {
+		held, err = r.prov.Resources(ctx)
+		return err
+	})
+	if err != nil {
+		return errors.Join(append(errs, err)...)
+	}
+	for _, ref := range held {
+		if live[ref] || r.isBusy(ref) {
+			continue
+		}
+		// A resource made after the listing above belongs to a sandbox created meanwhile: look again.
+		if sb, err := r.store.Get(ctx, ref.ID); err == nil && sb.Generation == ref.Generation && sb.State != sandbox.StateTerminated {
+			continue
+		}
+		r.log.Info("releasing an orphaned resource", "resource", ref.Name())
+		if err := r.call(ctx, "release", func(ctx context.Context) error { return r.prov.Release(ctx, ref) }); err != nil {
+			errs = append(errs, fmt.Errorf("release orphan %s: %w", ref, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// watchReady polls the provider in the background until ref is ready or failed, and fails it past
+// ReadyTimeout. Only one watch runs per generation.
+func (r *Runtime) watchReady(ref sandbox.Ref) {
+	r.busyMu.Lock()
+	if r.watching[ref] {
+		r.busyMu.Unlock()
+		return
+	}
+	r.watching[ref] = true
+	r.busy[ref]++
+	r.busyMu.Unlock()
+	r.goBackground(func(ctx context.Context) {
+		defer func() {
+			r.busyMu.Lock()
+			delete(r.watching, ref)
+			if r.busy[ref]--; r.busy[ref] <= 0 {
+				delete(r.busy, ref)
+			}
+			r.busyMu.Unlock()
+		}()
+		deadline := time.Now().Add(r.cfg.ReadyTimeout)
+		delay := time.Millisecond
+		for {
+			var obs sandbox.Observation
+			err := r.call(ctx, "observe", func(ctx context.Context) (err error) {
+				obs, err = r.prov.Observe(ctx, ref)
+				return err
+			})
+			if err == nil {
+				err = obs.Validate(ref)
+			}
+			if err == nil && obs.State != sandbox.ObservedStarting {
+				_, _ = r.apply(ctx, ref, obs)
+				return
+			}
+			if time.Now().After(deadline) {
+				f := &sandbox.Failure{Code: "ready_timeout", Message: fmt.Sprintf("not ready after %v", r.cfg.ReadyTimeout)}
+				if err != nil {
+					f.Message += ": " + err.Error()
+				}
+				_, _ = r.advance(ctx, ref, "ready_timeout", f, sandbox.ActionFail)
+				return
+			}
+			select {
+			case <-ctx.Done():
+				return // start-up reconcile of the next run takes over
+			case <-time.After(delay):
+			}
+			delay = min(delay*2, 250*time.Millisecond)
+		}
+	})
+}
