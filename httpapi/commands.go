@@ -1,0 +1,67 @@
+package httpapi
+
+import (
+	"fmt"
+	"math"
+	"net/http"
+	"time"
+
+	"github.com/sandboxd/sandbox"
+)
+
+// CommandRequest is the body of POST /v1/sandboxes/{sandboxId}/commands.
+type CommandRequest struct {
+	ExpectedGeneration sandbox.Generation `json:"expectedGeneration"`
+	Argv               []string           `json:"argv"`
+	Cwd                string             `json:"cwd,omitempty"`
+	Env                map[string]string  `json:"env,omitempty"`
+	TimeoutSeconds     *float64           `json:"timeoutSeconds,omitempty"`
+	MaxOutputBytes     *int               `json:"maxOutputBytes,omitempty"`
+}
+
+// Command maps the wire request to the domain command, with the contract's defaults.
+func (req CommandRequest) Command() (sandbox.Command, error) {
+	cmd := sandbox.Command{
+		Argv:           req.Argv,
+		Cwd:            req.Cwd,
+		Env:            req.Env,
+		Timeout:        sandbox.DefaultCommandTimeout,
+		MaxOutputBytes: sandbox.DefaultMaxOutputBytes,
+	}
+	if t := req.TimeoutSeconds; t != nil {
+		// The contract bounds it to (0, 3600]; check again so that no caller of this method can get past it.
+		if math.IsNaN(*t) || *t <= 0 || *t > sandbox.MaxCommandTimeout.Seconds() {
+			return sandbox.Command{}, fmt.Errorf("timeoutSeconds %v out of (0, %v]: %w",
+				*t, sandbox.MaxCommandTimeout.Seconds(), sandbox.ErrInvalidRequest)
+		}
+		// A positive timeout below a nanosecond still means "time out at once", never "no timeout".
+		cmd.Timeout = max(time.Duration(*t*float64(time.Second)), time.Nanosecond)
+	}
+	if m := req.MaxOutputBytes; m != nil {
+		if *m < 1 || *m > sandbox.MaxMaxOutputBytes {
+			return sandbox.Command{}, fmt.Errorf("maxOutputBytes %d out of [1, %d]: %w",
+				*m, sandbox.MaxMaxOutputBytes, sandbox.ErrInvalidRequest)
+		}
+		cmd.MaxOutputBytes = *m
+	}
+	return cmd, nil
+}
+
+// executeCommand: POST /v1/sandboxes/{sandboxId}/commands. It runs under the request's context: a client
+// that goes away cancels the command.
+func (s *Server) executeCommand(w http.ResponseWriter, r *http.Request, body []byte) error {
+	var req CommandRequest
+	if err := decodeStrict(body, &req); err != nil {
+		return err
+	}
+	cmd, err := req.Command()
+	if err != nil {
+		return err
+	}
+	res, err := s.rt.Exec(r.Context(), sandboxID(r), req.ExpectedGeneration, cmd)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, res)
+	return nil
+}

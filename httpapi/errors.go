@@ -1,0 +1,49 @@
+package httpapi
+
+import (
+	"encoding/json"
+	"net/http"
+
+	"github.com/sandboxd/sandbox"
+)
+
+// ErrorResponse is the body of every error response.
+type ErrorResponse struct {
+	Error ErrorBody `json:"error"`
+}
+
+// ErrorBody is the error of an ErrorResponse.
+type ErrorBody struct {
+	Code    sandbox.ErrorCode `json:"code"`
+	Message string            `json:"message"`
+}
+
+// writeError is the one place an error becomes a response: its class (sandbox.ClassOf, the one table)
+// gives the status and code. An unclassified error is a 500 "internal" whose detail is logged, not shown.
+func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
+	class := sandbox.ClassOf(err)
+	msg := err.Error()
+	if class.Err == nil {
+		s.log.Error("internal error", "method", r.Method, "path", r.URL.Path, "err", err)
+		msg = "internal error"
+	} else if class.Status >= 500 {
+		s.log.Warn("provider error", "method", r.Method, "path", r.URL.Path, "code", class.Code, "err", err)
+	}
+	writeJSON(w, class.Status, ErrorResponse{Error: ErrorBody{Code: class.Code, Message: msg}})
+}
+
+// writeJSON writes v as the JSON body of a response with the given status.
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	body, err := json.Marshal(v)
+	if err != nil {
+		// Every value written here is a plain domain type; this is a programming error.
+		body = []byte(`{"error":{"code":"internal","message":"internal error"}}`)
+		status = http.StatusInternalServerError
+	}
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("Cache-Control", "no-store")
+	h.Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(status)
+	_, _ = w.Write(append(body, '\n'))
+}

@@ -1,0 +1,162 @@
+package httpapi
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/sandboxd/sandbox"
+)
+
+// EventList is the body of GET /v1/events.
+type EventList struct {
+	Events []sandbox.Event `json:"events"`
+}
+
+// eventQuery reads the cursor and filter of an events request. For the stream, a Last-Event-ID header
+// resumes like after and wins when both are sent, as a reconnecting EventSource sends both.
+func eventQuery(r *http.Request, stream bool) (sandbox.EventQuery, error) {
+	after, err := queryInt(r, "after", 0)
+	if err != nil {
+		return sandbox.EventQuery{}, err
+	}
+	if stream {
+		if vs, ok := r.Header["Last-Event-Id"]; ok && len(vs) > 0 {
+			v := strings.TrimSpace(vs[0])
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil || n < 0 {
+				return sandbox.EventQuery{}, fmt.Errorf("Last-Event-ID %q is not a cursor (an integer >= 0): %w", v, sandbox.ErrInvalidRequest)
+			}
+			after = n
+		}
+	}
+	if after < 0 {
+		return sandbox.EventQuery{}, fmt.Errorf("after %d: a cursor is an integer >= 0: %w", after, sandbox.ErrInvalidRequest)
+	}
+	return sandbox.EventQuery{After: after, SandboxID: sandbox.ID(r.URL.Query().Get("sandboxId")), Limit: sandbox.MaxEventPage}, nil
+}
+
+// listEvents: GET /v1/events?after=N&sandboxId=X. One page, oldest first; a client pages by passing the
+// last cursor it got. 410 when after is older than the retained history.
+func (s *Server) listEvents(w http.ResponseWriter, r *http.Request, _ []byte) error {
+	q, err := eventQuery(r, false)
+	if err != nil {
+		return err
+	}
+	events, err := s.rt.Events(r.Context(), q)
+	if err != nil {
+		return err
+	}
+	if events == nil {
+		events = []sandbox.Event{}
+	}
+	writeJSON(w, http.StatusOK, EventList{Events: events})
+	return nil
+}
+
+// streamEvents: GET /v1/events/stream, Server-Sent Events. First the backlog after the cursor, then live
+// events, each as "id: <cursor>", "event: <type>", "data: <SandboxEvent JSON>"; a ": heartbeat" comment
+// when idle. Errors before the first byte (400, 410) are ErrorResponses; after it, the stream just ends:
+// when the client does not read within the write timeout, when it falls behind the retained history, when
+// the runtime fails, or when the server is closed. The client resumes with Last-Event-ID.
+//
+// A stream filtered by sandboxId only advances its cursor on that sandbox's events, so a long-idle
+// filtered stream can fall behind a short history and end; it then reconnects and gets 410.
+func (s *Server) streamEvents(w http.ResponseWriter, r *http.Request, _ []byte) error {
+	q, err := eventQuery(r, true)
+	if err != nil {
+		return err
+	}
+	ctx := r.Context()
+	// Watch before the first read, so an append between the read and the wait is not missed.
+	wake, stop := s.rt.Watch()
+	defer stop()
+	page, err := s.rt.Events(ctx, q)
+	if err != nil {
+		return err
+	}
+
+	h := w.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-store")
+	h.Set("X-Accel-Buffering", "no")
+	w.WriteHeader(http.StatusOK)
+	rc := http.NewResponseController(w)
+	send := func(b []byte) bool {
+		if err := rc.SetWriteDeadline(time.Now().Add(s.writeTimeout)); err != nil && !errors.Is(err, http.ErrNotSupported) {
+			return false
+		}
+		if _, err := w.Write(b); err != nil {
+			return false
+		}
+		return rc.Flush() == nil
+	}
+	if !send([]byte(": stream\n\n")) {
+		return nil
+	}
+
+	ticker := time.NewTicker(s.heartbeat)
+	defer ticker.Stop()
+	var buf bytes.Buffer
+	for {
+		if len(page) > 0 {
+			buf.Reset()
+			for _, ev := range page {
+				if err := writeEvent(&buf, ev); err != nil {
+					s.log.Error("event stream: encoding an event", "cursor", ev.Cursor, "err", err)
+					return nil
+				}
+			}
+			if !send(buf.Bytes()) {
+				return nil
+			}
+			q.After = page[len(page)-1].Cursor
+		}
+		if len(page) < q.Limit {
+			if !s.waitEvents(w, r, wake, ticker.C, send) {
+				return nil
+			}
+		}
+		page, err = s.rt.Events(ctx, q)
+		if err != nil {
+			if ctx.Err() == nil {
+				s.log.Info("event stream ended", "after", q.After, "err", err)
+			}
+			return nil
+		}
+	}
+}
+
+// waitEvents waits until events may have been appended, sending heartbeats meanwhile. It reports false
+// when the stream must end.
+func (s *Server) waitEvents(w http.ResponseWriter, r *http.Request, wake <-chan struct{}, tick <-chan time.Time, send func([]byte) bool) bool {
+	for {
+		select {
+		case <-wake:
+			return true
+		case <-tick:
+			if !send([]byte(": heartbeat\n\n")) {
+				return false
+			}
+		case <-r.Context().Done():
+			return false
+		case <-s.done:
+			return false
+		}
+	}
+}
+
+// writeEvent writes one SSE message. The JSON of an event holds no newline, so one data line carries it.
+func writeEvent(buf *bytes.Buffer, ev sandbox.Event) error {
+	data, err := json.Marshal(ev)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(buf, "id: %d\nevent: %s\ndata: %s\n\n", ev.Cursor, ev.Type, data)
+	return nil
+}

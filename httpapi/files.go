@@ -1,0 +1,85 @@
+package httpapi
+
+import (
+	"encoding/base64"
+	"fmt"
+	"net/http"
+
+	"github.com/sandboxd/sandbox"
+)
+
+// FileWriteRequest is the body of PUT /v1/sandboxes/{sandboxId}/files/content.
+type FileWriteRequest struct {
+	ExpectedGeneration sandbox.Generation `json:"expectedGeneration"`
+	Path               string             `json:"path"`
+	ContentBase64      string             `json:"contentBase64"`
+}
+
+// FileContent is the body of a file read, and of a write with an empty contentBase64 (the content is not
+// echoed back).
+type FileContent struct {
+	Path          string `json:"path"`
+	ContentBase64 string `json:"contentBase64"`
+	Size          int64  `json:"size"`
+}
+
+// FileList is the body of GET /v1/sandboxes/{sandboxId}/files/entries.
+type FileList struct {
+	Entries []sandbox.FileEntry `json:"entries"`
+}
+
+// readFile: GET /v1/sandboxes/{sandboxId}/files/content?path=&expectedGeneration=.
+func (s *Server) readFile(w http.ResponseWriter, r *http.Request, _ []byte) error {
+	gen, err := expectedGeneration(r)
+	if err != nil {
+		return err
+	}
+	path := r.URL.Query().Get("path")
+	data, err := s.rt.ReadFile(r.Context(), sandboxID(r), gen, path)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, FileContent{Path: path, ContentBase64: base64.StdEncoding.EncodeToString(data), Size: int64(len(data))})
+	return nil
+}
+
+// writeFile: PUT /v1/sandboxes/{sandboxId}/files/content. contentBase64 is standard, padded base64.
+func (s *Server) writeFile(w http.ResponseWriter, r *http.Request, body []byte) error {
+	var req FileWriteRequest
+	if err := decodeStrict(body, &req); err != nil {
+		return err
+	}
+	data, err := base64.StdEncoding.Strict().DecodeString(req.ContentBase64)
+	if err != nil {
+		return fmt.Errorf("contentBase64 is not standard base64: %v: %w", err, sandbox.ErrInvalidRequest)
+	}
+	if len(data) > sandbox.MaxFileBytes {
+		return fmt.Errorf("file of %d bytes is over the limit of %d: %w", len(data), sandbox.MaxFileBytes, sandbox.ErrRequestTooLarge)
+	}
+	if err := s.rt.WriteFile(r.Context(), sandboxID(r), req.ExpectedGeneration, req.Path, data); err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, FileContent{Path: req.Path, ContentBase64: "", Size: int64(len(data))})
+	return nil
+}
+
+// listFiles: GET /v1/sandboxes/{sandboxId}/files/entries?path=&expectedGeneration=. path defaults to ".".
+func (s *Server) listFiles(w http.ResponseWriter, r *http.Request, _ []byte) error {
+	gen, err := expectedGeneration(r)
+	if err != nil {
+		return err
+	}
+	path := "."
+	if q := r.URL.Query(); q.Has("path") {
+		path = q.Get("path")
+	}
+	entries, err := s.rt.ListFiles(r.Context(), sandboxID(r), gen, path)
+	if err != nil {
+		return err
+	}
+	if entries == nil {
+		entries = []sandbox.FileEntry{}
+	}
+	writeJSON(w, http.StatusOK, FileList{Entries: entries})
+	return nil
+}

@@ -1,0 +1,222 @@
+// Package httpapi serves the sandbox runtime's HTTP contract (api.OpenAPI) over a core.Runtime.
+//
+// Every request goes through the same steps, in this order: route and method (unknown route 404, known path
+// with another method 405 with an Allow header), the body limit (413), validation against the embedded
+// OpenAPI document (400), strict decoding into domain types (400), then the runtime. Every error, whatever
+// its origin, is written by one function (writeError) from the one class table, sandbox.ClassOf; an
+// unclassified error is a 500 "internal" whose detail is logged and never shown. A handler panic is a
+// logged 500 too, never a dropped connection.
+//
+// Request bodies are limited to Config.MaxBodyBytes, DefaultMaxBodyBytes (32 MiB) unless set: enough for a
+// file of sandbox.MaxFileBytes (24 MiB) once base64 grows it by a third. A larger body is refused with 413
+// request_too_large, before it is read when Content-Length says so.
+//
+// The main invariant: every response that is not a Server-Sent Events stream is a JSON document that
+// matches the contract's schema for its operation and status, and every error is an ErrorResponse.
+package httpapi
+
+import (
+	"fmt"
+	"log/slog"
+	"net/http"
+	"runtime/debug"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/getkin/kin-openapi/openapi3"
+
+	"github.com/sandboxd/sandbox"
+	"github.com/sandboxd/sandbox/core"
+)
+
+// DefaultMaxBodyBytes is the request body limit when Config.MaxBodyBytes is zero: room for a file of
+// sandbox.MaxFileBytes in base64 plus the JSON around it.
+const DefaultMaxBodyBytes int64 = 32 << 20
+
+// DefaultHeartbeatInterval is how often an idle event stream gets a comment line when
+// Config.HeartbeatInterval is zero.
+const DefaultHeartbeatInterval = 15 * time.Second
+
+// DefaultStreamWriteTimeout bounds one write to an event stream: a client that does not read for this long
+// is dropped, so it never holds anything up.
+const DefaultStreamWriteTimeout = 10 * time.Second
+
+// Config configures a Server.
+type Config struct {
+	Runtime           *core.Runtime
+	Logger            *slog.Logger  // slog.Default() if nil
+	MaxBodyBytes      int64         // DefaultMaxBodyBytes if zero
+	HeartbeatInterval time.Duration // DefaultHeartbeatInterval if zero
+}
+
+// Server is the HTTP handler of the API. It is safe for concurrent use.
+type Server struct {
+	rt           *core.Runtime
+	log          *slog.Logger
+	maxBody      int64
+	heartbeat    time.Duration
+	writeTimeout time.Duration
+	contract     *openapi3.T
+	mux          *http.ServeMux
+	handler      http.Handler
+
+	// done is closed by Close and ends every event stream.
+	done      chan struct{}
+	closeOnce sync.Once
+}
+
+// handlerFunc is one operation. body is the request body, already limited and validated against the
+// contract; nil for operations without one. A returned error is written by writeError.
+type handlerFunc func(w http.ResponseWriter, r *http.Request, body []byte) error
+
+// route is one operation of the contract.
+type route struct {
+	method string
+	path   string // as in the contract, with {sandboxId}
+	h      handlerFunc
+}
+
+// New returns a server for cfg. It panics when the embedded contract does not load: that is a build
+// defect, caught by every test, never a runtime condition.
+func New(cfg Config) *Server {
+	s := &Server{
+		rt:           cfg.Runtime,
+		log:          cfg.Logger,
+		maxBody:      cfg.MaxBodyBytes,
+		heartbeat:    cfg.HeartbeatInterval,
+		writeTimeout: DefaultStreamWriteTimeout,
+		mux:          http.NewServeMux(),
+		done:         make(chan struct{}),
+	}
+	if s.log == nil {
+		s.log = slog.Default()
+	}
+	if s.maxBody <= 0 {
+		s.maxBody = DefaultMaxBodyBytes
+	}
+	if s.heartbeat <= 0 {
+		s.heartbeat = DefaultHeartbeatInterval
+	}
+	doc, err := loadContract()
+	if err != nil {
+		panic(fmt.Sprintf("httpapi: embedded contract: %v", err))
+	}
+	s.contract = doc
+	s.routes()
+	s.handler = s.recoverer(s.mux)
+	return s
+}
+
+func (s *Server) routes() {
+	const sb = "/v1/sandboxes/{sandboxId}"
+	routes := []route{
+		{http.MethodGet, "/healthz", s.getHealth},
+		{http.MethodGet, "/v1/runtime", s.getRuntimeInfo},
+		{http.MethodGet, "/v1/sandboxes", s.listSandboxes},
+		{http.MethodPost, "/v1/sandboxes", s.createSandbox},
+		{http.MethodGet, sb, s.getSandbox},
+		{http.MethodPost, sb + "/actions/reconcile", s.reconcileSandbox},
+		{http.MethodPost, sb + "/actions/pause", s.pauseSandbox},
+		{http.MethodPost, sb + "/actions/resume", s.resumeSandbox},
+		{http.MethodPost, sb + "/actions/terminate", s.terminateSandbox},
+		{http.MethodPost, sb + "/actions/recreate", s.recreateSandbox},
+		{http.MethodPost, sb + "/commands", s.executeCommand},
+		{http.MethodGet, sb + "/files/content", s.readFile},
+		{http.MethodPut, sb + "/files/content", s.writeFile},
+		{http.MethodGet, sb + "/files/entries", s.listFiles},
+		{http.MethodGet, "/v1/events", s.listEvents},
+		{http.MethodGet, "/v1/events/stream", s.streamEvents},
+	}
+	allowed := map[string][]string{}
+	var paths []string
+	for _, rt := range routes {
+		op := s.operation(rt.method, rt.path)
+		s.mux.Handle(rt.method+" "+rt.path, s.endpoint(op, rt.h))
+		if _, ok := allowed[rt.path]; !ok {
+			paths = append(paths, rt.path)
+		}
+		allowed[rt.path] = append(allowed[rt.path], rt.method)
+	}
+	// A pattern without a method matches only when no method pattern of the same path does: that is the
+	// 405 case, answered here as an ErrorResponse instead of the mux's plain text.
+	for _, p := range paths {
+		allow := allowed[p]
+		if contains(allow, http.MethodGet) {
+			allow = append(allow, http.MethodHead)
+		}
+		header := strings.Join(allow, ", ")
+		s.mux.HandleFunc(p, func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Allow", header)
+			s.writeError(w, r, fmt.Errorf("%s %s: allowed methods are %s: %w",
+				r.Method, r.URL.Path, header, sandbox.ErrMethodNotAllowed))
+		})
+	}
+	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		s.writeError(w, r, fmt.Errorf("no route %s: %w", r.URL.Path, sandbox.ErrNotFound))
+	})
+}
+
+func contains(list []string, v string) bool {
+	for _, x := range list {
+		if x == v {
+			return true
+		}
+	}
+	return false
+}
+
+// ServeHTTP serves one request.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.handler.ServeHTTP(w, r) }
+
+// Close ends every open event stream, so that an http.Server's Shutdown does not wait on them. Other
+// requests are not affected. It is safe to call more than once.
+func (s *Server) Close() error {
+	s.closeOnce.Do(func() { close(s.done) })
+	return nil
+}
+
+// recoverer turns a handler panic into a logged 500 ErrorResponse. http.ErrAbortHandler is let through:
+// it is the standard way to abort a response on purpose.
+func (s *Server) recoverer(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		tw := &trackingWriter{ResponseWriter: w}
+		defer func() {
+			v := recover()
+			if v == nil {
+				return
+			}
+			if v == http.ErrAbortHandler {
+				panic(v)
+			}
+			s.log.Error("handler panic", "method", r.Method, "path", r.URL.Path, "panic", v,
+				"stack", string(debug.Stack()))
+			if tw.wrote {
+				// The status is on the wire: the only honest thing left is to cut the response.
+				panic(http.ErrAbortHandler)
+			}
+			s.writeError(tw, r, fmt.Errorf("panic: %v", v))
+		}()
+		next.ServeHTTP(tw, r)
+	})
+}
+
+// trackingWriter remembers whether the header was written, so the recoverer knows whether it can still
+// send an ErrorResponse.
+type trackingWriter struct {
+	http.ResponseWriter
+	wrote bool
+}
+
+func (w *trackingWriter) WriteHeader(code int) {
+	w.wrote = true
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *trackingWriter) Write(b []byte) (int, error) {
+	w.wrote = true
+	return w.ResponseWriter.Write(b)
+}
+
+// Unwrap lets http.ResponseController reach the connection's flusher and deadlines.
+func (w *trackingWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
