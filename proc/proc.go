@@ -1,0 +1,373 @@
+// Package proc runs one command at a time per call, directly (never through a shell), in its own
+// process group, with a timeout, cancellation, and capped output.
+//
+// Main invariant: when Run returns, the command's whole process group is dead. The group is killed with
+// SIGKILL on timeout, on cancellation, and also when the command's leader exits by itself, so nothing a
+// command started in its group (a background "&" job, say) outlives it. A process that leaves the group
+// with setsid escapes this; its open pipes are then cut after Runner.PipeGrace.
+//
+// Reaping: by default proc waits for each leader itself, with wait4 on its pid. A PID-1 agent, whose
+// own wait4(-1) loop would otherwise steal those exit statuses, sets Runner.Waiter to a Reaper (or its
+// own Waiter): then only the reaper calls wait4, and proc registers each pid with it under the
+// reaper's lock around the fork.
+package proc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+	"unicode/utf8"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/sandboxd/sandbox"
+)
+
+// ExitCannotStart is the exit code of a command whose program could not be started.
+const ExitCannotStart = 127
+
+// DefaultPipeGrace is how long Run waits for output after the process group is dead, for pipes held
+// open by a process that left the group.
+const DefaultPipeGrace = time.Second
+
+// Waiter owns waiting for started processes. Start calls start, which forks the child and returns its
+// pid, and returns a channel that receives the child's wait status once it has exited and been reaped.
+type Waiter interface {
+	Start(start func() (pid int, err error)) (pid int, exited <-chan unix.WaitStatus, err error)
+}
+
+// Runner runs commands and keeps track of the process groups of those still running, so they can be
+// stopped, continued or killed together. The zero value is ready to use. A Runner is safe for
+// concurrent use.
+type Runner struct {
+	Env       []string      // the base environment, "KEY=value"; a command's Env is added on top
+	Waiter    Waiter        // nil: proc waits for its children itself
+	PipeGrace time.Duration // zero: DefaultPipeGrace
+
+	mu      sync.Mutex
+	running map[int]context.CancelCauseFunc // pgid -> cancel of the Run that owns it
+	stopped bool
+	closed  bool
+	wg      sync.WaitGroup
+}
+
+var (
+	errClosed    = errors.New("runner closed")
+)
+
+// Run runs cmd with dir as its working directory and waits for it. It returns ErrInvalidRequest for a
+// malformed command and ErrInvalidState when the runner is stopped or closed. Everything else, a
+// program that cannot start included, is a result: exit code 127 with the reason on stderr, 128+n for a
+// command killed by signal n, no exit code and TimedOut or Cancelled when Run killed it.
+func (r *Runner) Run(ctx context.Context, dir string, cmd sandbox.Command) (sandbox.CommandResult, error) {
+	if err := validate(cmd); err != nil {
+		return sandbox.CommandResult{}, err
+	}
+	timeout, max := cmd.Timeout, cmd.MaxOutputBytes
+	if timeout == 0 {
+		timeout = sandbox.DefaultCommandTimeout
+	}
+	if max == 0 {
+		max = sandbox.DefaultMaxOutputBytes
+	}
+	env := mergeEnv(r.Env, cmd.Env)
+	started := time.Now()
+	res := sandbox.CommandResult{StartedAt: started}
+
+	path, err := lookPath(cmd.Argv[0], dir, env)
+	if err != nil {
+		return cannotStart(res, cmd.Argv[0], err, max), nil
+	}
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		return res, fmt.Errorf("run %q: %w", cmd.Argv[0], err)
+	}
+	errR, errW, err := os.Pipe()
+	if err != nil {
+		outR.Close()
+		outW.Close()
+		return res, fmt.Errorf("run %q: %w", cmd.Argv[0], err)
+	}
+	null, err := os.Open(os.DevNull)
+	if err != nil {
+		outR.Close()
+		outW.Close()
+		errR.Close()
+		errW.Close()
+		return res, fmt.Errorf("run %q: %w", cmd.Argv[0], err)
+	}
+	attr := &syscall.ProcAttr{
+		Dir:   dir,
+		Env:   env,
+		Files: []uintptr{null.Fd(), outW.Fd(), errW.Fd()},
+		Sys:   &syscall.SysProcAttr{Setpgid: true},
+	}
+
+	runCtx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	r.mu.Lock()
+	if r.closed || r.stopped {
+		r.mu.Unlock()
+		for _, f := range []*os.File{outR, outW, errR, errW, null} {
+			f.Close()
+		}
+		state := "paused"
+		if r.closed {
+			state = "closed"
+		}
+		return res, fmt.Errorf("run %q: the sandbox is %s: %w", cmd.Argv[0], state, sandbox.ErrInvalidState)
+	}
+	waiter := r.Waiter
+	if waiter == nil {
+		waiter = directWaiter{}
+	}
+	// Fork under the lock, so that Stop cannot miss a group that is being born.
+	pgid, exited, startErr := waiter.Start(func() (int, error) { return syscall.ForkExec(path, cmd.Argv, attr) })
+	if startErr == nil {
+		if r.running == nil {
+			r.running = make(map[int]context.CancelCauseFunc)
+		}
+		r.running[pgid] = cancel
+		r.wg.Add(1)
+	}
+	r.mu.Unlock()
+	outW.Close()
+	errW.Close()
+	null.Close()
+	if startErr != nil {
+		outR.Close()
+		errR.Close()
+		return cannotStart(res, cmd.Argv[0], startErr, max), nil
+	}
+	defer r.wg.Done()
+
+	outc, errc := make(chan captured, 1), make(chan captured, 1)
+	go func() { outc <- capture(outR, max) }()
+	go func() { errc <- capture(errR, max) }()
+
+	timer := time.NewTimer(timeout)
+	defer timer.Stop()
+	var ws unix.WaitStatus
+	select {
+	case ws = <-exited:
+	case <-timer.C:
+		res.TimedOut = true
+		_ = unix.Kill(-pgid, unix.SIGKILL)
+		ws = <-exited
+	case <-runCtx.Done():
+		res.Cancelled = true
+		_ = unix.Kill(-pgid, unix.SIGKILL)
+		ws = <-exited
+	}
+	// The leader is gone: kill whatever is left of its group, then unregister it.
+	_ = unix.Kill(-pgid, unix.SIGKILL)
+	r.mu.Lock()
+	delete(r.running, pgid)
+	r.mu.Unlock()
+
+	grace := r.PipeGrace
+	if grace == 0 {
+		grace = DefaultPipeGrace
+	}
+	cut := time.AfterFunc(grace, func() {
+		_ = outR.SetReadDeadline(time.Now())
+		_ = errR.SetReadDeadline(time.Now())
+	})
+	out, errOut := <-outc, <-errc
+	cut.Stop()
+	outR.Close()
+	errR.Close()
+
+	res.Stdout, res.Stderr = string(out.data), string(errOut.data)
+	res.Truncated = out.truncated || errOut.truncated
+	if !res.TimedOut && !res.Cancelled {
+		code := exitCode(ws)
+		res.ExitCode = &code
+	}
+	res.FinishedAt = time.Now()
+	return res, nil
+}
+
+// Stop sends SIGSTOP to every running command's process group and refuses new commands until Continue.
+func (r *Runner) Stop() { r.signalAll(true, unix.SIGSTOP) }
+
+// Continue sends SIGCONT to every running command's process group and accepts new commands again.
+func (r *Runner) Continue() { r.signalAll(false, unix.SIGCONT) }
+
+// Stopped reports whether the runner is stopped.
+func (r *Runner) Stopped() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.stopped
+}
+
+func (r *Runner) signalAll(stopped bool, sig unix.Signal) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.stopped = stopped
+	for pgid := range r.running {
+		_ = unix.Kill(-pgid, sig)
+	}
+}
+
+// Close refuses new commands, cancels the running ones (they end as Cancelled, their groups killed)
+// and waits for them to return, or for ctx.
+func (r *Runner) Close(ctx context.Context) error {
+	r.mu.Lock()
+	r.closed = true
+	for _, cancel := range r.running {
+		cancel(errClosed)
+	}
+	r.mu.Unlock()
+	done := make(chan struct{})
+	go func() { r.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("close runner: %w", ctx.Err())
+	}
+}
+
+func validate(cmd sandbox.Command) error {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("command: "+format+": %w", append(args, sandbox.ErrInvalidRequest)...)
+	}
+	if len(cmd.Argv) == 0 || cmd.Argv[0] == "" {
+		return bad("empty argv")
+	}
+	for _, a := range cmd.Argv {
+		if strings.IndexByte(a, 0) >= 0 {
+			return bad("NUL byte in argv")
+		}
+	}
+	for k, v := range cmd.Env {
+		if k == "" || strings.ContainsAny(k, "=\x00") || strings.IndexByte(v, 0) >= 0 {
+			return bad("bad environment variable %q", k)
+		}
+	}
+	if cmd.Timeout < 0 || cmd.MaxOutputBytes < 0 {
+		return bad("negative timeout or output cap")
+	}
+	return nil
+}
+
+// mergeEnv returns base with extra added on top, in a stable order.
+func mergeEnv(base []string, extra map[string]string) []string {
+	env := make([]string, 0, len(base)+len(extra))
+	for _, kv := range base {
+		k, _, _ := strings.Cut(kv, "=")
+		if _, over := extra[k]; !over {
+			env = append(env, kv)
+		}
+	}
+	keys := make([]string, 0, len(extra))
+	for k := range extra {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		env = append(env, k+"="+extra[k])
+	}
+	return env
+}
+
+// lookPath finds name the way execvp would, in the PATH of the command's own environment.
+func lookPath(name, dir string, env []string) (string, error) {
+	if strings.Contains(name, "/") {
+		return name, nil // relative names resolve against dir, after the child's chdir
+	}
+	pathEnv := ""
+	for _, kv := range env {
+		if v, ok := strings.CutPrefix(kv, "PATH="); ok {
+			pathEnv = v
+		}
+	}
+	for _, d := range filepath.SplitList(pathEnv) {
+		if d == "" {
+			d = "."
+		}
+		if !filepath.IsAbs(d) {
+			d = filepath.Join(dir, d)
+		}
+		p := filepath.Join(d, name)
+		if fi, err := os.Stat(p); err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0 {
+			return p, nil
+		}
+	}
+	return "", fmt.Errorf("executable file not found in $PATH")
+}
+
+func cannotStart(res sandbox.CommandResult, name string, err error, max int) sandbox.CommandResult {
+	code := ExitCannotStart
+	msg := []byte(fmt.Sprintf("cannot start %q: %v\n", name, err))
+	res.ExitCode = &code
+	res.Stderr = string(sandbox.TruncateUTF8(msg, max))
+	res.Truncated = len(res.Stderr) < len(msg)
+	res.FinishedAt = time.Now()
+	return res
+}
+
+func exitCode(ws unix.WaitStatus) int {
+	if ws.Signaled() {
+		return 128 + int(ws.Signal())
+	}
+	return ws.ExitStatus()
+}
+
+type captured struct {
+	data      []byte
+	truncated bool
+}
+
+// capture reads f to its end (or until its read deadline), keeping at most max bytes cut on a UTF-8
+// boundary and dropping the rest, so the writer never blocks on a full pipe.
+func capture(f *os.File, max int) captured {
+	keep := max + utf8.UTFMax // enough to see whether the cut at max splits a sequence
+	buf := make([]byte, 0, min(keep, 64<<10))
+	chunk := make([]byte, 32<<10)
+	over := false
+	for {
+		n, err := f.Read(chunk)
+		if room := keep - len(buf); n > room {
+			buf, over = append(buf, chunk[:room]...), true
+		} else {
+			buf = append(buf, chunk[:n]...)
+		}
+		if err != nil {
+			break
+		}
+	}
+	if len(buf) > max {
+		return captured{data: sandbox.TruncateUTF8(buf, max), truncated: true}
+	}
+	return captured{data: buf, truncated: over}
+}
+
+// directWaiter waits for each child with wait4 on its pid.
+type directWaiter struct{}
+
+func (directWaiter) Start(start func() (int, error)) (int, <-chan unix.WaitStatus, error) {
+	pid, err := start()
+	if err != nil {
+		return 0, nil, err
+	}
+	ch := make(chan unix.WaitStatus, 1)
+	go func() {
+		var ws unix.WaitStatus
+		for {
+			if _, err := unix.Wait4(pid, &ws, 0, nil); err != unix.EINTR {
+				break
+			}
+		}
+		ch <- ws
+	}()
+	return pid, ch, nil
+}

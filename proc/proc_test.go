@@ -1,0 +1,322 @@
+package proc
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+	"unicode/utf8"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/sandboxd/sandbox"
+)
+
+var baseEnv = []string{"PATH=/usr/local/bin:/usr/bin:/bin", "BASE=base", "OVER=base"}
+
+func run(t *testing.T, r *Runner, dir string, cmd sandbox.Command) sandbox.CommandResult {
+	t.Helper()
+	res, err := r.Run(context.Background(), dir, cmd)
+	if err != nil {
+		t.Fatalf("run %q: %v", cmd.Argv, err)
+	}
+	if err := res.Validate(withDefaults(cmd)); err != nil {
+		t.Fatalf("run %q: %v", cmd.Argv, err)
+	}
+	return res
+}
+
+func withDefaults(cmd sandbox.Command) sandbox.Command {
+	if cmd.MaxOutputBytes == 0 {
+		cmd.MaxOutputBytes = sandbox.DefaultMaxOutputBytes
+	}
+	return cmd
+}
+
+func sh(script string) sandbox.Command { return sandbox.Command{Argv: []string{"sh", "-c", script}} }
+
+func wantExit(t *testing.T, res sandbox.CommandResult, code int) {
+	t.Helper()
+	if res.ExitCode == nil || *res.ExitCode != code {
+		t.Fatalf("exit code %v, want %d (stderr %q)", res.ExitCode, code, res.Stderr)
+	}
+}
+
+// dead reports whether pid is gone or a zombie.
+func dead(pid int) bool {
+	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return true
+	}
+	s := string(data)
+	fields := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+	return fields[0] == "Z" || fields[0] == "X"
+}
+
+// waitFor polls cond until it holds; the test's own deadline bounds it.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for !cond() {
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func readPid(t *testing.T, file string) int {
+	t.Helper()
+	var pid int
+	waitFor(t, "pid file", func() bool {
+		data, err := os.ReadFile(file)
+		if err != nil || !strings.HasSuffix(string(data), "\n") {
+			return false
+		}
+		pid, err = strconv.Atoi(strings.TrimSpace(string(data)))
+		return err == nil
+	})
+	return pid
+}
+
+func TestOutputAndExitCodes(t *testing.T) {
+	r := &Runner{Env: baseEnv}
+	dir := t.TempDir()
+	res := run(t, r, dir, sh("echo out; echo err >&2; exit 3"))
+	wantExit(t, res, 3)
+	if res.Stdout != "out\n" || res.Stderr != "err\n" || res.Truncated || res.TimedOut || res.Cancelled {
+		t.Fatalf("result %+v", res)
+	}
+	wantExit(t, run(t, r, dir, sandbox.Command{Argv: []string{"true"}}), 0)
+	// Killed by a signal: 128 + n.
+	wantExit(t, run(t, r, dir, sh("kill -TERM $$")), 128+int(unix.SIGTERM))
+	// argv goes to the program as is, never through a shell.
+	res = run(t, r, dir, sandbox.Command{Argv: []string{"echo", "$HOME", "a;b", "`x`"}})
+	if res.Stdout != "$HOME a;b `x`\n" {
+		t.Fatalf("argv was interpreted: %q", res.Stdout)
+	}
+}
+
+func TestCannotStart(t *testing.T) {
+	r := &Runner{Env: baseEnv}
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "noexec"), []byte("#!/bin/sh\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, argv0 := range []string{"no-such-program-xyz", "/no/such/path", "./noexec", filepath.Join(dir, "noexec")} {
+		res := run(t, r, dir, sandbox.Command{Argv: []string{argv0}})
+		wantExit(t, res, ExitCannotStart)
+		if !strings.Contains(res.Stderr, argv0) {
+			t.Errorf("%s: stderr %q does not give the reason", argv0, res.Stderr)
+		}
+	}
+	// A working directory that does not exist cannot be entered.
+	wantExit(t, run(t, r, filepath.Join(dir, "missing"), sandbox.Command{Argv: []string{"true"}}), ExitCannotStart)
+}
+
+func TestEnvAndCwd(t *testing.T) {
+	r := &Runner{Env: baseEnv}
+	dir := t.TempDir()
+	res := run(t, r, dir, sandbox.Command{
+		Argv: []string{"sh", "-c", `echo "$BASE $OVER $NEW"; pwd`},
+		Env:  map[string]string{"OVER": "request", "NEW": "new value"},
+	})
+	wantExit(t, res, 0)
+	if want := "base request new value\n" + dir + "\n"; res.Stdout != want {
+		t.Fatalf("stdout %q, want %q", res.Stdout, want)
+	}
+	// The runner's own environment does not leak in.
+	t.Setenv("PROC_TEST_LEAK", "leak")
+	res = run(t, r, dir, sh(`echo "[$PROC_TEST_LEAK]"`))
+	if res.Stdout != "[]\n" {
+		t.Fatalf("the parent's environment leaked: %q", res.Stdout)
+	}
+}
+
+func TestInvalid(t *testing.T) {
+	r := &Runner{Env: baseEnv}
+	for _, cmd := range []sandbox.Command{
+		{},
+		{Argv: []string{""}},
+		{Argv: []string{"echo", "a\x00b"}},
+		{Argv: []string{"true"}, Env: map[string]string{"A=B": "x"}},
+		{Argv: []string{"true"}, Timeout: -1},
+	} {
+		if _, err := r.Run(context.Background(), t.TempDir(), cmd); !errors.Is(err, sandbox.ErrInvalidRequest) {
+			t.Errorf("%+v: %v, want invalid request", cmd, err)
+		}
+	}
+}
+
+// TestTimeoutKillsGroup runs a command whose grandchild keeps stdout open: the timeout must still end
+// the run, and the grandchild must be dead.
+func TestTimeoutKillsGroup(t *testing.T) {
+	r := &Runner{Env: baseEnv}
+	dir := t.TempDir()
+	pidFile := filepath.Join(dir, "pid")
+	cmd := sh("sleep 300 & echo $! > " + pidFile + "; echo started; sleep 300")
+	cmd.Timeout = 300 * time.Millisecond
+	res := run(t, r, dir, cmd)
+	if !res.TimedOut || res.ExitCode != nil || res.Cancelled {
+		t.Fatalf("result %+v, want timed out without exit code", res)
+	}
+	if res.Stdout != "started\n" {
+		t.Fatalf("output before the timeout was lost: %q", res.Stdout)
+	}
+	grandchild := readPid(t, pidFile)
+	waitFor(t, "grandchild death", func() bool { return dead(grandchild) })
+}
+
+// TestLeaderExitKillsGroup: a background job does not outlive its command, nor hold its pipe.
+func TestLeaderExitKillsGroup(t *testing.T) {
+	r := &Runner{Env: baseEnv}
+	dir := t.TempDir()
+	res := run(t, r, dir, sh("sleep 300 & echo $!"))
+	wantExit(t, res, 0)
+	pid, err := strconv.Atoi(strings.TrimSpace(res.Stdout))
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "background job death", func() bool { return dead(pid) })
+}
+
+// TestEscapedPipeIsCut: a process that leaves the group keeps the pipe open; Run still returns.
+func TestEscapedPipeIsCut(t *testing.T) {
+	r := &Runner{Env: baseEnv, PipeGrace: 100 * time.Millisecond}
+	dir := t.TempDir()
+	pidFile := filepath.Join(dir, "pid")
+	res := run(t, r, dir, sandbox.Command{Argv: []string{"setsid", "-f", "sh", "-c", "echo $$ > " + pidFile + "; exec sleep 300"}})
+	wantExit(t, res, 0)
+	pid := readPid(t, pidFile)
+	_ = unix.Kill(pid, unix.SIGKILL)
+}
+
+func TestCancel(t *testing.T) {
+	r := &Runner{Env: baseEnv}
+	ctx, cancel := context.WithCancel(context.Background())
+	time.AfterFunc(200*time.Millisecond, cancel)
+	res, err := r.Run(ctx, t.TempDir(), sh("sleep 300"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !res.Cancelled || res.ExitCode != nil || res.TimedOut {
+		t.Fatalf("result %+v, want cancelled without exit code", res)
+	}
+}
+
+func TestTruncation(t *testing.T) {
+	r := &Runner{Env: baseEnv}
+	dir := t.TempDir()
+	// 2-byte runes and an odd cap: the cut must not split one.
+	cmd := sh(`i=0; while [ $i -lt 100 ]; do printf 'é'; i=$((i+1)); done; echo small >&2`)
+	cmd.MaxOutputBytes = 11
+	res := run(t, r, dir, cmd)
+	wantExit(t, res, 0)
+	if !res.Truncated || res.Stdout != strings.Repeat("é", 5) || !utf8.ValidString(res.Stdout) {
+		t.Fatalf("stdout %q truncated=%v", res.Stdout, res.Truncated)
+	}
+	if res.Stderr != "small\n" {
+		t.Fatalf("stderr is capped on its own: %q", res.Stderr)
+	}
+	// A flood far past the cap is drained: the command runs to its end.
+	cmd = sh("head -c 20000000 /dev/zero; head -c 3000 /dev/zero >&2; echo end >&2")
+	cmd.MaxOutputBytes = 4096
+	res = run(t, r, dir, cmd)
+	wantExit(t, res, 0)
+	if len(res.Stdout) != 4096 || len(res.Stderr) != 3004 || !res.Truncated {
+		t.Fatalf("stdout %d bytes, stderr %d bytes, truncated=%v", len(res.Stdout), len(res.Stderr), res.Truncated)
+	}
+}
+
+func TestStopContinue(t *testing.T) {
+	r := &Runner{Env: baseEnv}
+	dir := t.TempDir()
+	pidFile, goFile := filepath.Join(dir, "pid"), filepath.Join(dir, "go")
+	var res sandbox.CommandResult
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		res, _ = r.Run(context.Background(), dir, sh("echo $$ > "+pidFile+"; while [ ! -e "+goFile+" ]; do sleep 0.02; done; echo finished"))
+	}()
+	pid := readPid(t, pidFile)
+	r.Stop()
+	if !r.Stopped() {
+		t.Fatal("not stopped after Stop")
+	}
+	waitFor(t, "stopped state", func() bool { return procState(pid) == "T" })
+	if _, err := r.Run(context.Background(), dir, sandbox.Command{Argv: []string{"true"}}); !errors.Is(err, sandbox.ErrInvalidState) {
+		t.Fatalf("run while stopped: %v", err)
+	}
+	if err := os.WriteFile(goFile, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r.Continue()
+	wg.Wait()
+	wantExit(t, res, 0)
+	if res.Stdout != "finished\n" {
+		t.Fatalf("stdout %q", res.Stdout)
+	}
+	wantExit(t, run(t, r, dir, sandbox.Command{Argv: []string{"true"}}), 0)
+}
+
+func procState(pid int) string {
+	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return ""
+	}
+	s := string(data)
+	return strings.Fields(s[strings.LastIndexByte(s, ')')+1:])[0]
+}
+
+func TestClose(t *testing.T) {
+	r := &Runner{Env: baseEnv}
+	dir := t.TempDir()
+	pidFile := filepath.Join(dir, "pid")
+	var res sandbox.CommandResult
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		res, _ = r.Run(context.Background(), dir, sh("echo $$ > "+pidFile+"; sleep 300"))
+	}()
+	pid := readPid(t, pidFile)
+	// A stopped group is killed too.
+	r.Stop()
+	if err := r.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+	if !res.Cancelled || res.ExitCode != nil {
+		t.Fatalf("result %+v, want cancelled", res)
+	}
+	waitFor(t, "leader death", func() bool { return dead(pid) })
+	if _, err := r.Run(context.Background(), dir, sandbox.Command{Argv: []string{"true"}}); !errors.Is(err, sandbox.ErrInvalidState) {
+		t.Fatalf("run after close: %v", err)
+	}
+}
+
+func TestReaper(t *testing.T) {
+	reaper := NewReaper()
+	defer reaper.Stop()
+	r := &Runner{Env: baseEnv, Waiter: reaper}
+	dir := t.TempDir()
+	var wg sync.WaitGroup
+	for i := 0; i < 20; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			res, err := r.Run(context.Background(), dir, sh("exit "+strconv.Itoa(i)))
+			if err != nil || res.ExitCode == nil || *res.ExitCode != i {
+				t.Errorf("command %d: %+v, %v", i, res, err)
+			}
+		}()
+	}
+	wg.Wait()
+	cmd := sh("sleep 300")
+	cmd.Timeout = 100 * time.Millisecond
+	if res := run(t, r, dir, cmd); !res.TimedOut {
+		t.Fatalf("timeout under the reaper: %+v", res)
+	}
+}
