@@ -59,7 +59,7 @@ type Runner struct {
 }
 
 var (
-	errClosed    = errors.New("runner closed")
+	errClosed = errors.New("runner closed")
 )
 
 // Run runs cmd with dir as its working directory and waits for it. It returns ErrInvalidRequest for a
