@@ -1,0 +1,294 @@
+// Package agent is the process that runs inside a sandbox as PID 1 (`sandboxd agent`): it reaps
+// orphans, runs commands in their own process groups with a timeout and per-stream output caps, and
+// reads, writes and lists files confined to the sandbox's root, over HTTP/1.1 on a unix socket.
+//
+// Main invariant: the agent never starts work for a request whose deadline has passed, and only its
+// reaper ever waits for a child, so no exit status is stolen and no zombie is left behind.
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"runtime"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/sandboxd/sandbox"
+	"github.com/sandboxd/sandbox/fsroot"
+)
+
+// Version is what the agent reports on its health check.
+const Version = "sandbox-agent/0.1"
+
+// Agent serves one sandbox. Build it with Main.
+type Agent struct {
+	root    *fsroot.Root
+	workdir string
+	env     []string
+	devNull *os.File
+	reaper  *reaper
+	log     *slog.Logger
+
+	mu   sync.Mutex
+	runs map[string]chan struct{} // run id -> closed to cancel
+}
+
+// Main runs the agent until ctx ends or it gets SIGTERM or SIGINT. args are the flags after the
+// subcommand: -socket (required), -root (default "/"), -workdir (default "/workspace").
+func Main(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("agent", flag.ContinueOnError)
+	socket := fs.String("socket", "", "unix socket to listen on")
+	root := fs.String("root", "/", "directory file operations are confined to")
+	workdir := fs.String("workdir", "/workspace", "working directory inside the root")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *socket == "" || fs.NArg() != 0 {
+		return errors.New("agent: usage: agent -socket PATH [-root DIR] [-workdir DIR]")
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, nil)).With("component", "agent")
+
+	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	if os.Getpid() != 1 {
+		// Not PID 1 (tests, or a host run): adopt the orphans of our commands all the same.
+		if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
+			return fmt.Errorf("agent: become a subreaper: %w", err)
+		}
+	}
+	warmThreads(8)
+
+	r, err := fsroot.Open(*root, *workdir)
+	if err != nil {
+		return fmt.Errorf("agent: %w", err)
+	}
+	defer r.Close()
+	devNull, err := os.Open(os.DevNull)
+	if err != nil {
+		return fmt.Errorf("agent: %w", err)
+	}
+	defer devNull.Close()
+	a := &Agent{
+		root:    r,
+		workdir: *workdir,
+		env:     os.Environ(),
+		devNull: devNull,
+		reaper:  newReaper(),
+		log:     log,
+		runs:    make(map[string]chan struct{}),
+	}
+	defer a.reaper.stop()
+
+	_ = os.Remove(*socket) // a stale socket of an earlier run
+	ln, err := net.Listen("unix", *socket)
+	if err != nil {
+		return fmt.Errorf("agent: listen: %w", err)
+	}
+	if err := os.Chmod(*socket, 0o600); err != nil {
+		ln.Close()
+		return fmt.Errorf("agent: %w", err)
+	}
+	srv := &http.Server{Handler: a.Handler(), ReadHeaderTimeout: 30 * time.Second}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	log.Info("agent listening", "socket", *socket, "pid", os.Getpid())
+	select {
+	case <-ctx.Done():
+		srv.Close() // cancels every running command through its request context
+		return nil
+	case err := <-served:
+		return fmt.Errorf("agent: serve: %w", err)
+	}
+}
+
+// warmThreads makes the Go runtime create n OS threads now and keep them idle. Threads count against
+// the sandbox's pids limit: a fork bomb that exhausts it must not leave the agent unable to make the
+// thread it needs, which would crash it.
+func warmThreads(n int) {
+	var wg sync.WaitGroup
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			runtime.LockOSThread()
+			defer runtime.UnlockOSThread()
+			ts := unix.NsecToTimespec(int64(5 * time.Millisecond))
+			_ = unix.Nanosleep(&ts, nil)
+		}()
+	}
+	wg.Wait()
+}
+
+// Handler returns the agent's HTTP handler.
+func (a *Agent) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET "+PathHealth, a.health)
+	mux.HandleFunc("POST "+PathExec, a.exec)
+	mux.HandleFunc("POST "+PathCancel, a.cancel)
+	mux.HandleFunc("GET "+PathFile, a.readFile)
+	mux.HandleFunc("PUT "+PathFile, a.writeFile)
+	mux.HandleFunc("GET "+PathList, a.list)
+	return mux
+}
+
+func (a *Agent) health(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, Health{OK: true, Version: Version, PID: os.Getpid()})
+}
+
+func (a *Agent) exec(w http.ResponseWriter, r *http.Request) {
+	var req ExecRequest
+	if err := decode(r, &req); err != nil {
+		writeErr(w, err)
+		return
+	}
+	switch {
+	case len(req.Argv) == 0:
+		writeErr(w, fmt.Errorf("argv is empty: %w", sandbox.ErrInvalidRequest))
+		return
+	case req.TimeoutMs <= 0 || req.TimeoutMs > sandbox.MaxCommandTimeout.Milliseconds():
+		writeErr(w, fmt.Errorf("timeoutMs %d out of range: %w", req.TimeoutMs, sandbox.ErrInvalidRequest))
+		return
+	case req.MaxOutputBytes <= 0 || req.MaxOutputBytes > sandbox.MaxMaxOutputBytes:
+		writeErr(w, fmt.Errorf("maxOutputBytes %d out of range: %w", req.MaxOutputBytes, sandbox.ErrInvalidRequest))
+		return
+	}
+	cancel := make(chan struct{})
+	if req.ID != "" {
+		a.mu.Lock()
+		_, dup := a.runs[req.ID]
+		if !dup {
+			a.runs[req.ID] = cancel
+		}
+		a.mu.Unlock()
+		if dup {
+			writeErr(w, fmt.Errorf("run %q already exists: %w", req.ID, sandbox.ErrInvalidRequest))
+			return
+		}
+		defer func() {
+			a.mu.Lock()
+			delete(a.runs, req.ID)
+			a.mu.Unlock()
+		}()
+	}
+	// Checked last, right before the fork: the queue before this point is where a pause leaves requests.
+	if !checkDeadline(w, r) {
+		return
+	}
+	writeJSON(w, http.StatusOK, a.run(r.Context(), req, cancel))
+}
+
+func (a *Agent) cancel(w http.ResponseWriter, r *http.Request) {
+	var req CancelRequest
+	if err := decode(r, &req); err != nil {
+		writeErr(w, err)
+		return
+	}
+	a.mu.Lock()
+	if ch, ok := a.runs[req.ID]; ok {
+		close(ch)
+		delete(a.runs, req.ID)
+	}
+	a.mu.Unlock()
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (a *Agent) readFile(w http.ResponseWriter, r *http.Request) {
+	if !checkDeadline(w, r) {
+		return
+	}
+	data, err := a.root.ReadFile(r.URL.Query().Get("path"), sandbox.MaxFileBytes)
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	w.Header().Set("Content-Type", "application/octet-stream")
+	w.Header().Set("Content-Length", strconv.Itoa(len(data)))
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write(data)
+}
+
+func (a *Agent) writeFile(w http.ResponseWriter, r *http.Request) {
+	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, sandbox.MaxFileBytes))
+	if err != nil {
+		writeErr(w, fmt.Errorf("body: %v: %w", err, sandbox.ErrRequestTooLarge))
+		return
+	}
+	if !checkDeadline(w, r) {
+		return
+	}
+	if err := a.root.WriteFile(r.URL.Query().Get("path"), data); err != nil {
+		writeErr(w, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (a *Agent) list(w http.ResponseWriter, r *http.Request) {
+	if !checkDeadline(w, r) {
+		return
+	}
+	entries, err := a.root.List(r.URL.Query().Get("path"))
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	if entries == nil {
+		entries = []sandbox.FileEntry{}
+	}
+	writeJSON(w, http.StatusOK, entries)
+}
+
+// checkDeadline answers 504 with CodeDeadline and returns false when the request's deadline is missing,
+// malformed or past.
+func checkDeadline(w http.ResponseWriter, r *http.Request) bool {
+	ns, err := strconv.ParseInt(r.Header.Get(HeaderDeadline), 10, 64)
+	if err != nil {
+		writeJSON(w, http.StatusBadRequest, Error{Code: string(sandbox.CodeInvalidRequest), Message: "missing or malformed " + HeaderDeadline})
+		return false
+	}
+	if late := time.Since(time.Unix(0, ns)); late > 0 {
+		writeJSON(w, http.StatusGatewayTimeout, Error{Code: CodeDeadline, Message: fmt.Sprintf("request arrived %v past its deadline", late)})
+		return false
+	}
+	return true
+}
+
+func decode(r *http.Request, v any) error {
+	dec := json.NewDecoder(io.LimitReader(r.Body, MaxExecRequestBytes))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return fmt.Errorf("request body: %v: %w", err, sandbox.ErrInvalidRequest)
+	}
+	return nil
+}
+
+func writeErr(w http.ResponseWriter, err error) {
+	c := sandbox.ClassOf(err)
+	status := c.Status
+	writeJSON(w, status, Error{Code: string(c.Code), Message: err.Error()})
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	body, err := json.Marshal(v)
+	if err != nil {
+		status = http.StatusInternalServerError
+		body = []byte(`{"code":"internal","message":"encoding the answer failed"}`)
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Content-Length", strconv.Itoa(len(body)))
+	w.WriteHeader(status)
+	_, _ = w.Write(body)
+}

@@ -1,0 +1,260 @@
+package agent
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"time"
+
+	"github.com/sandboxd/sandbox"
+)
+
+// Client talks to one agent. It trusts nothing the agent says: every answer is size-limited and
+// validated, every call is bounded by its context's deadline (a paused sandbox accepts connections and
+// never answers). A transport failure or a timeout is sandbox.ErrProviderUnavailable; a malformed answer
+// is sandbox.ErrProviderProtocol; the agent's own not_found and invalid_request keep their class.
+type Client struct {
+	tr *http.Transport
+	hc *http.Client
+}
+
+// Size limits of the agent's answers.
+const (
+	maxErrorBytes  = 64 << 10
+	maxListBytes   = 16 << 20
+	maxHealthBytes = 4 << 10
+	// Two streams at the largest cap, base64, plus the rest of the result.
+	maxExecBytes = 2*(sandbox.MaxMaxOutputBytes/3+1)*4 + 64<<10
+)
+
+// defaultCallTimeout bounds a call whose context has no deadline.
+const defaultCallTimeout = 30 * time.Second
+
+// NewClient returns a client whose connections come from dial, kept alive between calls.
+func NewClient(dial func(ctx context.Context) (net.Conn, error)) *Client {
+	tr := &http.Transport{
+		DialContext:         func(ctx context.Context, _, _ string) (net.Conn, error) { return dial(ctx) },
+		MaxIdleConnsPerHost: 16,
+		IdleConnTimeout:     60 * time.Second,
+		DisableCompression:  true,
+	}
+	return &Client{tr: tr, hc: &http.Client{Transport: tr}}
+}
+
+// NewUnixClient returns a client of the agent listening on the unix socket at path.
+func NewUnixClient(path string) *Client {
+	var d net.Dialer
+	return NewClient(func(ctx context.Context) (net.Conn, error) { return d.DialContext(ctx, "unix", path) })
+}
+
+// Close drops the idle connections.
+func (c *Client) Close() { c.tr.CloseIdleConnections() }
+
+// Health asks the agent whether it answers.
+func (c *Client) Health(ctx context.Context) (Health, error) {
+	var h Health
+	if err := c.callJSON(ctx, http.MethodGet, PathHealth, nil, nil, maxHealthBytes, &h); err != nil {
+		return Health{}, err
+	}
+	if !h.OK {
+		return Health{}, fmt.Errorf("agent health: not ok: %w", sandbox.ErrProviderProtocol)
+	}
+	return h, nil
+}
+
+// Exec runs req and validates the result against it.
+func (c *Client) Exec(ctx context.Context, req ExecRequest) (ExecResult, error) {
+	body, err := json.Marshal(req)
+	if err != nil {
+		return ExecResult{}, fmt.Errorf("agent exec: %w", err)
+	}
+	var res ExecResult
+	if err := c.callJSON(ctx, http.MethodPost, PathExec, nil, body, maxExecBytes, &res); err != nil {
+		return ExecResult{}, err
+	}
+	if err := res.validate(req); err != nil {
+		return ExecResult{}, err
+	}
+	return res, nil
+}
+
+func (r ExecResult) validate(req ExecRequest) error {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("agent exec result: "+format+": %w", append(args, sandbox.ErrProviderProtocol)...)
+	}
+	switch {
+	case (r.TimedOut || r.Cancelled) && r.ExitCode != nil:
+		return bad("exit code on a command that did not end by itself")
+	case !r.TimedOut && !r.Cancelled && r.ExitCode == nil:
+		return bad("no exit code")
+	case r.ExitCode != nil && (*r.ExitCode < 0 || *r.ExitCode > 255):
+		return bad("exit code %d out of range", *r.ExitCode)
+	case len(r.Stdout) > req.MaxOutputBytes || len(r.Stderr) > req.MaxOutputBytes:
+		return bad("output past the cap of %d", req.MaxOutputBytes)
+	case r.StartedAt.IsZero() || r.FinishedAt.Before(r.StartedAt):
+		return bad("times %v to %v", r.StartedAt, r.FinishedAt)
+	}
+	return nil
+}
+
+// Cancel stops the run named id, if it is still running.
+func (c *Client) Cancel(ctx context.Context, id string) error {
+	body, _ := json.Marshal(CancelRequest{ID: id})
+	return c.callJSON(ctx, http.MethodPost, PathCancel, nil, body, maxErrorBytes, nil)
+}
+
+// ReadFile reads the file at path inside the sandbox.
+func (c *Client) ReadFile(ctx context.Context, path string) ([]byte, error) {
+	ctx, cancel := bounded(ctx)
+	defer cancel()
+	resp, err := c.do(ctx, http.MethodGet, PathFile, url.Values{"path": {path}}, nil)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	data, err := readLimited(resp.Body, sandbox.MaxFileBytes)
+	if err != nil {
+		return nil, fmt.Errorf("agent read %q: %w", path, err)
+	}
+	if resp.ContentLength >= 0 && int64(len(data)) != resp.ContentLength {
+		return nil, fmt.Errorf("agent read %q: %d bytes of %d: %w", path, len(data), resp.ContentLength, sandbox.ErrProviderProtocol)
+	}
+	return data, nil
+}
+
+// WriteFile replaces the file at path inside the sandbox with data.
+func (c *Client) WriteFile(ctx context.Context, path string, data []byte) error {
+	if len(data) > sandbox.MaxFileBytes {
+		return fmt.Errorf("write %q: %d bytes past %d: %w", path, len(data), sandbox.MaxFileBytes, sandbox.ErrRequestTooLarge)
+	}
+	ctx, cancel := bounded(ctx)
+	defer cancel()
+	resp, err := c.do(ctx, http.MethodPut, PathFile, url.Values{"path": {path}}, data)
+	if err != nil {
+		return err
+	}
+	io.Copy(io.Discard, io.LimitReader(resp.Body, maxErrorBytes))
+	resp.Body.Close()
+	return nil
+}
+
+// List lists the directory at path inside the sandbox.
+func (c *Client) List(ctx context.Context, path string) ([]sandbox.FileEntry, error) {
+	var entries []sandbox.FileEntry
+	if err := c.callJSON(ctx, http.MethodGet, PathList, url.Values{"path": {path}}, nil, maxListBytes, &entries); err != nil {
+		return nil, err
+	}
+	for _, e := range entries {
+		if e.Path == "" || e.Size < 0 || (e.Kind != sandbox.KindFile && e.Kind != sandbox.KindDirectory) {
+			return nil, fmt.Errorf("agent list %q: bad entry %+v: %w", path, e, sandbox.ErrProviderProtocol)
+		}
+	}
+	if entries == nil {
+		return nil, fmt.Errorf("agent list %q: no entries array: %w", path, sandbox.ErrProviderProtocol)
+	}
+	return entries, nil
+}
+
+func (c *Client) callJSON(ctx context.Context, method, path string, q url.Values, body []byte, max int64, out any) error {
+	ctx, cancel := bounded(ctx)
+	defer cancel()
+	resp, err := c.do(ctx, method, path, q, body)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	raw, err := readLimited(resp.Body, max)
+	if err != nil {
+		return fmt.Errorf("agent %s: %w", path, err)
+	}
+	if out == nil {
+		return nil
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(out); err != nil {
+		return fmt.Errorf("agent %s: answer: %v: %w", path, err, sandbox.ErrProviderProtocol)
+	}
+	if dec.More() {
+		return fmt.Errorf("agent %s: answer has trailing data: %w", path, sandbox.ErrProviderProtocol)
+	}
+	return nil
+}
+
+// do sends one request with the context's deadline in HeaderDeadline and turns a non-2xx answer into
+// an error of the right class. The caller closes the body of a 2xx answer.
+func (c *Client) do(ctx context.Context, method, path string, q url.Values, body []byte) (*http.Response, error) {
+	deadline, ok := ctx.Deadline()
+	if !ok {
+		return nil, fmt.Errorf("agent %s: call without a deadline", path)
+	}
+	u := "http://agent" + path
+	if len(q) > 0 {
+		u += "?" + q.Encode()
+	}
+	var rd io.Reader
+	if body != nil {
+		rd = bytes.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, u, rd)
+	if err != nil {
+		return nil, fmt.Errorf("agent %s: %w", path, err)
+	}
+	req.Header.Set(HeaderDeadline, strconv.FormatInt(deadline.UnixNano(), 10))
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("agent %s: %v: %w", path, err, sandbox.ErrProviderUnavailable)
+	}
+	if resp.StatusCode/100 == 2 {
+		return resp, nil
+	}
+	defer resp.Body.Close()
+	raw, err := readLimited(resp.Body, maxErrorBytes)
+	if err != nil {
+		return nil, fmt.Errorf("agent %s: status %d: %w", path, resp.StatusCode, err)
+	}
+	var e Error
+	if err := json.Unmarshal(raw, &e); err != nil || e.Code == "" {
+		return nil, fmt.Errorf("agent %s: status %d with a malformed error: %w", path, resp.StatusCode, sandbox.ErrProviderProtocol)
+	}
+	msg := e.Message
+	if len(msg) > 512 {
+		msg = string(sandbox.TruncateUTF8([]byte(msg), 512))
+	}
+	switch e.Code {
+	case string(sandbox.CodeNotFound), string(sandbox.CodeInvalidRequest), string(sandbox.CodeRequestTooLarge):
+		return nil, fmt.Errorf("agent %s: %s: %w", path, msg, sandbox.ErrorForCode(sandbox.ErrorCode(e.Code)))
+	case CodeDeadline, string(sandbox.CodeInternal), string(sandbox.CodeProviderUnavailable):
+		return nil, fmt.Errorf("agent %s: %s: %w", path, msg, sandbox.ErrProviderUnavailable)
+	}
+	return nil, fmt.Errorf("agent %s: unexpected error code %q: %w", path, e.Code, sandbox.ErrProviderProtocol)
+}
+
+// bounded gives ctx the default timeout when it has no deadline of its own.
+func bounded(ctx context.Context) (context.Context, context.CancelFunc) {
+	if _, ok := ctx.Deadline(); ok {
+		return ctx, func() {}
+	}
+	return context.WithTimeout(ctx, defaultCallTimeout)
+}
+
+var errTooLarge = errors.New("answer too large")
+
+// readLimited reads at most max bytes; more is a protocol error, a broken stream is unavailability.
+func readLimited(r io.Reader, max int64) ([]byte, error) {
+	data, err := io.ReadAll(io.LimitReader(r, max+1))
+	if err != nil {
+		return nil, fmt.Errorf("reading the answer: %v: %w", err, sandbox.ErrProviderUnavailable)
+	}
+	if int64(len(data)) > max {
+		return nil, fmt.Errorf("%w past %d bytes: %w", errTooLarge, max, sandbox.ErrProviderProtocol)
+	}
+	return data, nil
+}

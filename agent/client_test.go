@@ -1,0 +1,84 @@
+package agent_test
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sandboxd/sandbox"
+	"github.com/sandboxd/sandbox/agent"
+)
+
+// fake serves h on a unix socket and returns a client of it.
+func fake(t *testing.T, h http.HandlerFunc) *agent.Client {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "fk")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sock := filepath.Join(dir, "s")
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: h}
+	go srv.Serve(ln)
+	c := agent.NewUnixClient(sock)
+	t.Cleanup(func() { c.Close(); srv.Close(); os.RemoveAll(dir) })
+	return c
+}
+
+func TestClientDistrustsTheAgent(t *testing.T) {
+	req := agent.ExecRequest{Argv: []string{"true"}, TimeoutMs: 1000, MaxOutputBytes: 4}
+	for _, tc := range []struct {
+		name   string
+		status int
+		body   string
+		want   error
+	}{
+		{"not json", 200, "<html>", sandbox.ErrProviderProtocol},
+		{"unknown field", 200, `{"exitCode":0,"startedAt":"2024-01-01T00:00:00Z","finishedAt":"2024-01-01T00:00:01Z","extra":1}`, sandbox.ErrProviderProtocol},
+		{"no exit code", 200, `{"startedAt":"2024-01-01T00:00:00Z","finishedAt":"2024-01-01T00:00:01Z"}`, sandbox.ErrProviderProtocol},
+		{"exit code out of range", 200, `{"exitCode":300,"startedAt":"2024-01-01T00:00:00Z","finishedAt":"2024-01-01T00:00:01Z"}`, sandbox.ErrProviderProtocol},
+		{"output past the cap", 200, `{"exitCode":0,"stdout":"aGVsbG8gd29ybGQ=","startedAt":"2024-01-01T00:00:00Z","finishedAt":"2024-01-01T00:00:01Z"}`, sandbox.ErrProviderProtocol},
+		{"time runs backwards", 200, `{"exitCode":0,"startedAt":"2024-01-01T00:00:02Z","finishedAt":"2024-01-01T00:00:01Z"}`, sandbox.ErrProviderProtocol},
+		{"trailing data", 200, `{"exitCode":0,"startedAt":"2024-01-01T00:00:00Z","finishedAt":"2024-01-01T00:00:01Z"} {}`, sandbox.ErrProviderProtocol},
+		{"huge answer", 200, `{"stdout":"` + strings.Repeat("A", 30<<20) + `"}`, sandbox.ErrProviderProtocol},
+		{"malformed error", 500, "boom", sandbox.ErrProviderProtocol},
+		{"unknown error code", 409, `{"code":"generation_conflict","message":"x"}`, sandbox.ErrProviderProtocol},
+		{"not found keeps its class", 404, `{"code":"not_found","message":"x"}`, sandbox.ErrNotFound},
+		{"past the deadline", 504, `{"code":"deadline_exceeded","message":"x"}`, sandbox.ErrProviderUnavailable},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := fake(t, func(w http.ResponseWriter, r *http.Request) {
+				w.WriteHeader(tc.status)
+				w.Write([]byte(tc.body))
+			})
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			if _, err := c.Exec(ctx, req); !errors.Is(err, tc.want) {
+				t.Fatalf("got %v, want %v", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestClientTimesOutOnSilence(t *testing.T) {
+	release := make(chan struct{})
+	c := fake(t, func(w http.ResponseWriter, r *http.Request) { <-release })
+	defer close(release)
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	if _, err := c.Health(ctx); !errors.Is(err, sandbox.ErrProviderUnavailable) {
+		t.Fatalf("silent agent: %v", err)
+	}
+	if _, err := agent.NewUnixClient("/nonexistent/sock").Health(context.Background()); !errors.Is(err, sandbox.ErrProviderUnavailable) {
+		t.Fatalf("no agent: %v", err)
+	}
+}

@@ -1,0 +1,66 @@
+package agent
+
+import (
+	"time"
+)
+
+// The agent's HTTP routes. Every request carries an absolute deadline in HeaderDeadline (Unix
+// nanoseconds): the agent refuses to start work past it, so a request that sat in the socket's queue
+// while the sandbox was paused cannot run after the caller gave up.
+const (
+	PathHealth = "/v1/healthz"
+	PathExec   = "/v1/exec"
+	PathCancel = "/v1/cancel"
+	PathFile   = "/v1/file" // GET reads, PUT writes; the path is the "path" query parameter
+	PathList   = "/v1/list" // GET lists one directory; the path is the "path" query parameter
+
+	HeaderDeadline = "Sandbox-Deadline"
+)
+
+// Health is the answer to PathHealth.
+type Health struct {
+	OK      bool   `json:"ok"`
+	Version string `json:"version"`
+	PID     int    `json:"pid"`
+}
+
+// ExecRequest asks the agent to run one command. ID names the run for PathCancel.
+type ExecRequest struct {
+	ID             string            `json:"id"`
+	Argv           []string          `json:"argv"`
+	Cwd            string            `json:"cwd,omitempty"`
+	Env            map[string]string `json:"env,omitempty"`
+	TimeoutMs      int64             `json:"timeoutMs"`
+	MaxOutputBytes int               `json:"maxOutputBytes"`
+}
+
+// ExecResult is how a command ended. Output travels as bytes (base64 in JSON) so that invalid UTF-8
+// keeps its length.
+type ExecResult struct {
+	ExitCode   *int      `json:"exitCode"`
+	Stdout     []byte    `json:"stdout"`
+	Stderr     []byte    `json:"stderr"`
+	TimedOut   bool      `json:"timedOut"`
+	Cancelled  bool      `json:"cancelled"`
+	Truncated  bool      `json:"truncated"`
+	StartedAt  time.Time `json:"startedAt"`
+	FinishedAt time.Time `json:"finishedAt"`
+}
+
+// CancelRequest asks the agent to stop the run named ID. Cancelling an unknown run is not an error.
+type CancelRequest struct {
+	ID string `json:"id"`
+}
+
+// Error is the body of every answer with a status other than 2xx. Code is one of the wire codes of the
+// sandbox package (not_found, invalid_request, ...), or CodeDeadline.
+type Error struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+}
+
+// CodeDeadline says the request arrived past its deadline and nothing was done.
+const CodeDeadline = "deadline_exceeded"
+
+// MaxExecRequestBytes bounds an exec or cancel request body.
+const MaxExecRequestBytes = 1 << 20
