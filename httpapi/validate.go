@@ -10,6 +10,7 @@ import (
 	"mime"
 	"net/http"
 	"strconv"
+	"strings"
 
 	"github.com/getkin/kin-openapi/openapi3"
 	"github.com/getkin/kin-openapi/openapi3filter"
@@ -118,13 +119,35 @@ func (s *Server) validate(r *http.Request, op *routers.Route, body []byte) error
 	return nil
 }
 
-// validationMessage makes a validation error readable in one line.
+// validationMessage makes a validation error one readable line: where it is and what is wrong, without
+// the schema dump the validator appends.
 func validationMessage(err error) string {
 	var me openapi3.MultiError
 	if errors.As(err, &me) && len(me) > 0 {
 		err = me[0]
 	}
-	return err.Error()
+	where, detail := "request", err.Error()
+	var re *openapi3filter.RequestError
+	if errors.As(err, &re) {
+		switch {
+		case re.Parameter != nil:
+			where = fmt.Sprintf("%s parameter %q", re.Parameter.In, re.Parameter.Name)
+		case re.RequestBody != nil:
+			where = "request body"
+		}
+		if re.Err != nil {
+			detail = re.Err.Error()
+		} else {
+			detail = re.Reason
+		}
+	}
+	if i := strings.Index(detail, "\nSchema:"); i >= 0 {
+		detail = detail[:i]
+	}
+	detail = strings.TrimPrefix(strings.TrimSpace(detail), "validation failed due to: ")
+	// The contract's one "not" is SandboxSpec's: image and template exclude each other.
+	detail = strings.Replace(detail, "'not' failed", "image and template cannot both be set", 1)
+	return where + ": " + strings.Join(strings.Fields(detail), " ")
 }
 
 // decodeStrict decodes a validated JSON body into v, refusing unknown fields and trailing data.
