@@ -1,0 +1,188 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	sandbox "github.com/sandboxd/sandbox"
+)
+
+// AppendEvents appends events that change no sandbox and returns them with their cursors, in order.
+// An event whose timestamp RFC 3339 cannot write (a year outside 0..9999) is ErrInvalidRequest.
+func (s *Store) AppendEvents(ctx context.Context, events []sandbox.Event) ([]sandbox.Event, error) {
+	if len(events) == 0 {
+		return []sandbox.Event{}, nil
+	}
+	var cursors []int64
+	err := s.write(ctx, func(tx *sql.Tx) error {
+		var err error
+		cursors, err = s.appendEvents(ctx, tx, events)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("append events: %w", err)
+	}
+	return withCursors(events, cursors), nil
+}
+
+// appendEvents inserts events in order inside tx, returns their cursors and prunes the log.
+func (s *Store) appendEvents(ctx context.Context, tx *sql.Tx, events []sandbox.Event) ([]int64, error) {
+	if len(events) == 0 {
+		return nil, nil
+	}
+	ins, err := tx.PrepareContext(ctx, `INSERT INTO events (type, sandbox_id, generation, ts, ts_ns, data) VALUES (?, ?, ?, ?, ?, ?)`)
+	if err != nil {
+		return nil, err
+	}
+	defer ins.Close()
+	cursors := make([]int64, len(events))
+	for i, e := range events {
+		ts := e.Timestamp.UTC()
+		if y := ts.Year(); y < 0 || y > 9999 {
+			return nil, fmt.Errorf("event %s of %s: timestamp %s out of range: %w", e.Type, e.SandboxID, ts, sandbox.ErrInvalidRequest)
+		}
+		var data any // NULL keeps a nil Data nil
+		if e.Data != nil {
+			data = []byte(e.Data)
+		}
+		res, err := ins.ExecContext(ctx, string(e.Type), string(e.SandboxID), int64(e.Generation),
+			ts.Format(time.RFC3339Nano), ts.UnixNano(), data)
+		if err != nil {
+			return nil, fmt.Errorf("insert event: %w", err)
+		}
+		if cursors[i], err = res.LastInsertId(); err != nil {
+			return nil, fmt.Errorf("insert event: %w", err)
+		}
+	}
+	if err := s.prune(ctx, tx); err != nil {
+		return nil, err
+	}
+	return cursors, nil
+}
+
+// prune deletes the oldest events beyond the retention bounds, always a prefix of the log, and records
+// the newest deleted cursor. The count bound is enforced in batches of s.slack events, so an append
+// usually deletes nothing; the age check reads only the oldest retained row unless some have expired.
+func (s *Store) prune(ctx context.Context, tx *sql.Tx) error {
+	var pruned, last int64
+	if err := tx.QueryRowContext(ctx, `SELECT pruned_through,
+		COALESCE((SELECT seq FROM sqlite_sequence WHERE name = 'events'), 0) FROM event_log`).Scan(&pruned, &last); err != nil {
+		return fmt.Errorf("prune: %w", err)
+	}
+	// Cursors are dense: a rolled-back insert also rolls back the sequence, and rows are only ever
+	// deleted as a prefix, so last - pruned is the number of retained events.
+	through := pruned
+	if last-pruned > s.retention+s.slack {
+		through = last - s.retention
+	}
+	if s.maxAge > 0 {
+		cutoff := s.now().Add(-s.maxAge).UnixNano()
+		var first int64
+		err := tx.QueryRowContext(ctx, `SELECT cursor FROM events WHERE cursor > ? AND ts_ns >= ? ORDER BY cursor LIMIT 1`,
+			through, cutoff).Scan(&first)
+		switch {
+		case errors.Is(err, sql.ErrNoRows):
+			through = last // every retained event has expired
+		case err != nil:
+			return fmt.Errorf("prune: %w", err)
+		default:
+			through = max(through, first-1)
+		}
+	}
+	if through <= pruned {
+		return nil
+	}
+	if _, err := tx.ExecContext(ctx, `DELETE FROM events WHERE cursor <= ?`, through); err != nil {
+		return fmt.Errorf("prune: %w", err)
+	}
+	if _, err := tx.ExecContext(ctx, `UPDATE event_log SET pruned_through = ?`, through); err != nil {
+		return fmt.Errorf("prune: %w", err)
+	}
+	return nil
+}
+
+// Events returns the events after q.After, oldest first, at most q.Limit (0 or more than
+// sandbox.MaxEventPage means sandbox.MaxEventPage), only q.SandboxID's when set. It returns
+// ErrEventHistoryUnavailable when events after q.After have been pruned (q.After is older than the
+// oldest retained cursor - 1), and ErrInvalidRequest for a negative After or Limit. A cursor beyond
+// the newest event gives an empty page.
+func (s *Store) Events(ctx context.Context, q sandbox.EventQuery) ([]sandbox.Event, error) {
+	if q.After < 0 || q.Limit < 0 {
+		return nil, fmt.Errorf("events after %d, limit %d: %w", q.After, q.Limit, sandbox.ErrInvalidRequest)
+	}
+	limit := q.Limit
+	if limit == 0 || limit > sandbox.MaxEventPage {
+		limit = sandbox.MaxEventPage
+	}
+	// One read transaction: the history check and the page see the same snapshot.
+	tx, err := s.r.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
+	if err != nil {
+		return nil, fmt.Errorf("events: %w", err)
+	}
+	defer tx.Rollback()
+	var pruned int64
+	if err := tx.QueryRowContext(ctx, `SELECT pruned_through FROM event_log`).Scan(&pruned); err != nil {
+		return nil, fmt.Errorf("events: %w", err)
+	}
+	if q.After < pruned {
+		return nil, fmt.Errorf("events after %d: history before cursor %d is pruned: %w", q.After, pruned+1, sandbox.ErrEventHistoryUnavailable)
+	}
+	const cols = `SELECT cursor, type, sandbox_id, generation, ts, data FROM events `
+	var rows *sql.Rows
+	if q.SandboxID != "" {
+		rows, err = tx.QueryContext(ctx, cols+`WHERE sandbox_id = ? AND cursor > ? ORDER BY cursor LIMIT ?`, q.SandboxID, q.After, limit)
+	} else {
+		rows, err = tx.QueryContext(ctx, cols+`WHERE cursor > ? ORDER BY cursor LIMIT ?`, q.After, limit)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("events: %w", err)
+	}
+	defer rows.Close()
+	out := []sandbox.Event{}
+	for rows.Next() {
+		var (
+			e    sandbox.Event
+			ts   string
+			data []byte
+		)
+		if err := rows.Scan(&e.Cursor, &e.Type, &e.SandboxID, &e.Generation, &ts, &data); err != nil {
+			return nil, fmt.Errorf("events: %w", err)
+		}
+		if e.Timestamp, err = time.Parse(time.RFC3339Nano, ts); err != nil {
+			return nil, fmt.Errorf("events: cursor %d: %w", e.Cursor, err)
+		}
+		if data != nil {
+			e.Data = json.RawMessage(data)
+		}
+		out = append(out, e)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("events: %w", err)
+	}
+	return out, nil
+}
+
+// LastCursor is the cursor of the newest event ever appended, 0 if none; pruning does not lower it.
+func (s *Store) LastCursor(ctx context.Context) (int64, error) {
+	var last int64
+	if err := s.r.QueryRowContext(ctx, `SELECT COALESCE((SELECT seq FROM sqlite_sequence WHERE name = 'events'), 0)`).Scan(&last); err != nil {
+		return 0, fmt.Errorf("last cursor: %w", err)
+	}
+	return last, nil
+}
+
+// withCursors returns copies of events with their cursors set and timestamps in UTC, as Events
+// returns them.
+func withCursors(events []sandbox.Event, cursors []int64) []sandbox.Event {
+	out := make([]sandbox.Event, len(events))
+	for i, e := range events {
+		e.Cursor = cursors[i]
+		e.Timestamp = e.Timestamp.UTC()
+		out[i] = e
+	}
+	return out
+}

@@ -1,0 +1,256 @@
+package sqlite
+
+import (
+	"bytes"
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	sandbox "github.com/sandboxd/sandbox"
+)
+
+// Create records sb with its create intent and events in one transaction. When intent.Key is already
+// recorded nothing is written: the same canonical spec for the sandbox's current generation returns
+// the sandbox as it is now with created=false, anything else ErrIdempotencyConflict. An intent with no
+// SandboxID or Generation takes sb's; one naming another sandbox is ErrInvalidRequest. When the
+// sandbox is created, the Cursor fields of events are set in place.
+func (s *Store) Create(ctx context.Context, sb *sandbox.Sandbox, intent sandbox.Intent, events []sandbox.Event) (*sandbox.Sandbox, bool, error) {
+	if sb == nil || sb.ID == "" {
+		return nil, false, fmt.Errorf("create: no sandbox id: %w", sandbox.ErrInvalidRequest)
+	}
+	if intent.Key == "" {
+		return nil, false, fmt.Errorf("create %s: no intent key: %w", sb.ID, sandbox.ErrInvalidRequest)
+	}
+	if intent.SandboxID == "" {
+		intent.SandboxID = sb.ID
+	}
+	if intent.Generation == 0 {
+		intent.Generation = sb.Generation
+	}
+	if intent.SandboxID != sb.ID || intent.Generation != sb.Generation {
+		return nil, false, fmt.Errorf("create %s generation %d: intent names %s generation %d: %w",
+			sb.ID, sb.Generation, intent.SandboxID, intent.Generation, sandbox.ErrInvalidRequest)
+	}
+	doc, err := marshalSandbox(sb)
+	if err != nil {
+		return nil, false, fmt.Errorf("create %s: %w", sb.ID, err)
+	}
+
+	var (
+		got     *sandbox.Sandbox
+		created bool
+		cursors []int64
+	)
+	err = s.write(ctx, func(tx *sql.Tx) error {
+		var (
+			id   sandbox.ID
+			gen  sandbox.Generation
+			spec []byte
+		)
+		err := tx.QueryRowContext(ctx, `SELECT sandbox_id, generation, spec FROM intents WHERE key = ?`, intent.Key).
+			Scan(&id, &gen, &spec)
+		if err == nil {
+			cur, err := getSandbox(ctx, tx, id)
+			if err != nil {
+				return fmt.Errorf("create: intent %q: %w", intent.Key, err)
+			}
+			if !bytes.Equal(spec, intent.Spec) {
+				return fmt.Errorf("create: clientRequestId %q was used for another spec: %w", intent.Key, sandbox.ErrIdempotencyConflict)
+			}
+			if gen != cur.Generation {
+				return fmt.Errorf("create: clientRequestId %q made %s generation %d, now at generation %d: %w",
+					intent.Key, id, gen, cur.Generation, sandbox.ErrIdempotencyConflict)
+			}
+			got = cur
+			return nil
+		}
+		if !errors.Is(err, sql.ErrNoRows) {
+			return fmt.Errorf("create: look up intent %q: %w", intent.Key, err)
+		}
+		if _, err := tx.ExecContext(ctx, `INSERT INTO sandboxes (id, generation, state, doc) VALUES (?, ?, ?, ?)`,
+			sb.ID, sb.Generation, sb.State, doc); err != nil {
+			return fmt.Errorf("create %s: %w", sb.ID, err)
+		}
+		if err := insertIntent(ctx, tx, intent); err != nil {
+			return err
+		}
+		if cursors, err = s.appendEvents(ctx, tx, events); err != nil {
+			return fmt.Errorf("create %s: %w", sb.ID, err)
+		}
+		created = true
+		return nil
+	})
+	if err != nil {
+		return nil, false, err
+	}
+	if created {
+		for i := range events {
+			events[i].Cursor = cursors[i]
+		}
+		if got, err = unmarshalSandbox(doc); err != nil {
+			return nil, false, fmt.Errorf("create %s: %w", sb.ID, err)
+		}
+	}
+	return got, created, nil
+}
+
+// Get returns one sandbox, or ErrNotFound.
+func (s *Store) Get(ctx context.Context, id sandbox.ID) (*sandbox.Sandbox, error) {
+	var doc []byte
+	if err := s.getStmt.QueryRowContext(ctx, id).Scan(&doc); err != nil {
+		if errors.Is(err, sql.ErrNoRows) {
+			return nil, fmt.Errorf("sandbox %s: %w", id, sandbox.ErrNotFound)
+		}
+		return nil, fmt.Errorf("get %s: %w", id, err)
+	}
+	sb, err := unmarshalSandbox(doc)
+	if err != nil {
+		return nil, fmt.Errorf("get %s: %w", id, err)
+	}
+	return sb, nil
+}
+
+// List returns every sandbox, in the order they were created.
+func (s *Store) List(ctx context.Context) ([]*sandbox.Sandbox, error) {
+	rows, err := s.listStmt.QueryContext(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("list: %w", err)
+	}
+	defer rows.Close()
+	var (
+		out []*sandbox.Sandbox
+		doc sql.RawBytes
+	)
+	for rows.Next() {
+		if err := rows.Scan(&doc); err != nil {
+			return nil, fmt.Errorf("list: %w", err)
+		}
+		sb, err := unmarshalSandbox(doc)
+		if err != nil {
+			return nil, fmt.Errorf("list: %w", err)
+		}
+		out = append(out, sb)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("list: %w", err)
+	}
+	return out, nil
+}
+
+// Update reads the sandbox, applies fn and writes the result with its events and new intent in one
+// transaction; writes are serialized, so no other update interleaves. It returns ErrNotFound for an
+// unknown id, ErrIdempotencyConflict when the new intent's key is taken, fn's error as it is, and
+// ErrInvalidRequest when fn changes the sandbox's id. On any error nothing is written.
+func (s *Store) Update(ctx context.Context, id sandbox.ID, fn sandbox.UpdateFunc) (*sandbox.Sandbox, []sandbox.Event, error) {
+	var (
+		doc    []byte
+		events []sandbox.Event
+	)
+	err := s.write(ctx, func(tx *sql.Tx) error {
+		sb, err := getSandbox(ctx, tx, id)
+		if err != nil {
+			return err
+		}
+		ch, err := fn(sb)
+		if err != nil {
+			return err
+		}
+		if sb.ID != id {
+			return fmt.Errorf("update %s: the update changed the id to %s: %w", id, sb.ID, sandbox.ErrInvalidRequest)
+		}
+		if doc, err = marshalSandbox(sb); err != nil {
+			return fmt.Errorf("update %s: %w", id, err)
+		}
+		if _, err := tx.ExecContext(ctx, `UPDATE sandboxes SET generation = ?, state = ?, doc = ? WHERE id = ?`,
+			sb.Generation, sb.State, doc, id); err != nil {
+			return fmt.Errorf("update %s: %w", id, err)
+		}
+		if ch.Intent != nil {
+			in := *ch.Intent
+			if in.SandboxID == "" {
+				in.SandboxID = id
+			}
+			if in.Generation == 0 {
+				in.Generation = sb.Generation
+			}
+			if in.Key == "" || in.SandboxID != id {
+				return fmt.Errorf("update %s: bad intent %q for %s: %w", id, in.Key, in.SandboxID, sandbox.ErrInvalidRequest)
+			}
+			if err := insertIntent(ctx, tx, in); err != nil {
+				return err
+			}
+		}
+		cursors, err := s.appendEvents(ctx, tx, ch.Events)
+		if err != nil {
+			return fmt.Errorf("update %s: %w", id, err)
+		}
+		events = withCursors(ch.Events, cursors)
+		return nil
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	sb, err := unmarshalSandbox(doc)
+	if err != nil {
+		return nil, nil, fmt.Errorf("update %s: %w", id, err)
+	}
+	return sb, events, nil
+}
+
+type queryer interface {
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}
+
+func getSandbox(ctx context.Context, q queryer, id sandbox.ID) (*sandbox.Sandbox, error) {
+	var doc []byte
+	if err := q.QueryRowContext(ctx, `SELECT doc FROM sandboxes WHERE id = ?`, id).Scan(&doc); err != nil {
+		if errors.Is(err, sql.ErrNoRows) {
+			return nil, fmt.Errorf("sandbox %s: %w", id, sandbox.ErrNotFound)
+		}
+		return nil, fmt.Errorf("read %s: %w", id, err)
+	}
+	sb, err := unmarshalSandbox(doc)
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", id, err)
+	}
+	return sb, nil
+}
+
+// insertIntent records in, or returns ErrIdempotencyConflict when its key is taken.
+func insertIntent(ctx context.Context, tx *sql.Tx, in sandbox.Intent) error {
+	spec := in.Spec
+	if spec == nil {
+		spec = []byte{}
+	}
+	res, err := tx.ExecContext(ctx, `INSERT INTO intents (key, sandbox_id, generation, spec) VALUES (?, ?, ?, ?)
+		ON CONFLICT (key) DO NOTHING`, in.Key, in.SandboxID, in.Generation, spec)
+	if err != nil {
+		return fmt.Errorf("record intent %q: %w", in.Key, err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return fmt.Errorf("record intent %q: %w", in.Key, err)
+	}
+	if n == 0 {
+		return fmt.Errorf("clientRequestId %q is already used: %w", in.Key, sandbox.ErrIdempotencyConflict)
+	}
+	return nil
+}
+
+// marshalSandbox encodes sb with its times in UTC, so what is read back equals what was written.
+func marshalSandbox(sb *sandbox.Sandbox) ([]byte, error) {
+	c := *sb
+	c.CreatedAt = c.CreatedAt.UTC()
+	c.UpdatedAt = c.UpdatedAt.UTC()
+	return json.Marshal(&c)
+}
+
+func unmarshalSandbox(doc []byte) (*sandbox.Sandbox, error) {
+	sb := new(sandbox.Sandbox)
+	if err := json.Unmarshal(doc, sb); err != nil {
+		return nil, fmt.Errorf("decode sandbox: %w", err)
+	}
+	return sb, nil
+}

@@ -1,0 +1,230 @@
+package sqlite_test
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	sandbox "github.com/sandboxd/sandbox"
+	"github.com/sandboxd/sandbox/store/sqlite"
+	"github.com/sandboxd/sandbox/store/storetest"
+)
+
+func open(t testing.TB, cfg sqlite.Config) *sqlite.Store {
+	t.Helper()
+	s, err := sqlite.Open(context.Background(), cfg)
+	if err != nil {
+		t.Fatalf("open %s: %v", cfg.Path, err)
+	}
+	return s
+}
+
+func TestStore(t *testing.T) {
+	storetest.Run(t, func(t *testing.T) sandbox.Store {
+		return open(t, sqlite.Config{Path: filepath.Join(t.TempDir(), "sandboxd.db")})
+	})
+}
+
+func TestStoreDurable(t *testing.T) {
+	storetest.RunDurable(t, func(t *testing.T, dir string) sandbox.Store {
+		return open(t, sqlite.Config{Path: filepath.Join(dir, "sandboxd.db")})
+	})
+}
+
+func TestStoreRetention(t *testing.T) {
+	storetest.RunRetention(t, func(t *testing.T, dir string, retention int) sandbox.Store {
+		return open(t, sqlite.Config{Path: filepath.Join(dir, "sandboxd.db"), Retention: retention})
+	})
+}
+
+// clock is a settable clock.
+type clock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *clock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *clock) Add(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+}
+
+func TestMaxAgePrunesEverything(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "sandboxd.db")
+	clk := &clock{now: time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)}
+	cfg := sqlite.Config{Path: path, MaxAge: time.Hour, Now: clk.Now}
+	s := open(t, cfg)
+	ref := sandbox.Ref{ID: "sbx_age", Generation: 1}
+	ev := func() sandbox.Event {
+		return sandbox.NewEvent(sandbox.EventFileWritten, ref, clk.Now(), sandbox.FileWrittenData{Path: "/f"})
+	}
+	var old []sandbox.Event
+	for range 5 {
+		got, err := s.AppendEvents(ctx, []sandbox.Event{ev()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		old = append(old, got...)
+		clk.Add(time.Minute)
+	}
+	// All five are younger than an hour.
+	if got, err := s.Events(ctx, sandbox.EventQuery{}); err != nil || len(got) != 5 {
+		t.Fatalf("events within max age: %d, %v", len(got), err)
+	}
+	clk.Add(2 * time.Hour)
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	// Opening prunes what expired meanwhile: every event, and 410 still works on the empty log.
+	s = open(t, cfg)
+	defer s.Close()
+	if _, err := s.Events(ctx, sandbox.EventQuery{}); !errors.Is(err, sandbox.ErrEventHistoryUnavailable) {
+		t.Fatalf("events after 0 with everything pruned: %v, want ErrEventHistoryUnavailable", err)
+	}
+	last := old[len(old)-1].Cursor
+	if got, err := s.Events(ctx, sandbox.EventQuery{After: last}); err != nil || len(got) != 0 {
+		t.Fatalf("events after the newest pruned cursor: %d, %v", len(got), err)
+	}
+	if l, err := s.LastCursor(ctx); err != nil || l != last {
+		t.Fatalf("last cursor %d, %v; want %d", l, err, last)
+	}
+
+	// An append prunes what expired, keeping the young.
+	fresh, err := s.AppendEvents(ctx, []sandbox.Event{ev()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fresh[0].Cursor != last+1 {
+		t.Fatalf("cursor %d after pruning everything, want %d", fresh[0].Cursor, last+1)
+	}
+	clk.Add(30 * time.Minute)
+	young, err := s.AppendEvents(ctx, []sandbox.Event{ev()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	clk.Add(31 * time.Minute) // fresh is now older than an hour, young is not
+	if _, err := s.AppendEvents(ctx, []sandbox.Event{ev()}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Events(ctx, sandbox.EventQuery{After: last}); !errors.Is(err, sandbox.ErrEventHistoryUnavailable) {
+		t.Fatalf("events after %d once %d expired: %v, want ErrEventHistoryUnavailable", last, fresh[0].Cursor, err)
+	}
+	got, err := s.Events(ctx, sandbox.EventQuery{After: fresh[0].Cursor})
+	if err != nil || len(got) != 2 || got[0].Cursor != young[0].Cursor {
+		t.Fatalf("events after the expired one: %+v, %v", got, err)
+	}
+}
+
+func TestEventsBadQuery(t *testing.T) {
+	s := open(t, sqlite.Config{Path: filepath.Join(t.TempDir(), "sandboxd.db")})
+	defer s.Close()
+	for _, q := range []sandbox.EventQuery{{After: -1}, {Limit: -1}} {
+		if _, err := s.Events(context.Background(), q); !errors.Is(err, sandbox.ErrInvalidRequest) {
+			t.Fatalf("events %+v: %v, want ErrInvalidRequest", q, err)
+		}
+	}
+}
+
+func TestOpenRefusesBadConfig(t *testing.T) {
+	dir := t.TempDir()
+	for _, cfg := range []sqlite.Config{
+		{},
+		{Path: filepath.Join(dir, "a?b.db")},
+		{Path: ":memory:"},
+		{Path: filepath.Join(dir, "x.db"), Retention: -1},
+		{Path: filepath.Join(dir, "x.db"), MaxAge: -time.Second},
+		{Path: filepath.Join(dir, "missing", "x.db")},
+	} {
+		if s, err := sqlite.Open(context.Background(), cfg); err == nil {
+			s.Close()
+			t.Fatalf("open %+v succeeded", cfg)
+		}
+	}
+}
+
+func userVersion(t *testing.T, path string) int {
+	t.Helper()
+	db, err := sql.Open("sqlite", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	var v int
+	if err := db.QueryRow("PRAGMA user_version").Scan(&v); err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+func TestMigrateFreshAndReopen(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "sandboxd.db")
+	s := open(t, sqlite.Config{Path: path})
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if v := userVersion(t, path); v != sqlite.SchemaVersion() {
+		t.Fatalf("fresh file at version %d, want %d", v, sqlite.SchemaVersion())
+	}
+	var mode string
+	db, err := sql.Open("sqlite", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := db.QueryRow("PRAGMA journal_mode").Scan(&mode); err != nil || mode != "wal" {
+		t.Fatalf("journal mode %q, %v; want wal", mode, err)
+	}
+	db.Close()
+	// Reopening a current file applies nothing and keeps working.
+	for range 3 {
+		s := open(t, sqlite.Config{Path: path})
+		if _, err := s.List(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if v := userVersion(t, path); v != sqlite.SchemaVersion() {
+		t.Fatalf("reopened file at version %d, want %d", v, sqlite.SchemaVersion())
+	}
+}
+
+func TestMigrateRefusesNewerSchema(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "sandboxd.db")
+	s := open(t, sqlite.Config{Path: path})
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	db, err := sql.Open("sqlite", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Exec(fmt.Sprintf("PRAGMA user_version = %d", sqlite.SchemaVersion()+1)); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	s, err = sqlite.Open(context.Background(), sqlite.Config{Path: path})
+	if !errors.Is(err, sqlite.ErrSchemaTooNew) {
+		if s != nil {
+			s.Close()
+		}
+		t.Fatalf("open of a newer schema: %v, want ErrSchemaTooNew", err)
+	}
+	if v := userVersion(t, path); v != sqlite.SchemaVersion()+1 {
+		t.Fatalf("refused open changed the version to %d", v)
+	}
+}
