@@ -1,0 +1,222 @@
+package oci
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+
+	"github.com/sandboxd/sandbox"
+)
+
+// Paths inside the container.
+const (
+	guestWorkdir  = "/workspace"
+	guestAgent    = "/.sandboxd/agent"
+	guestRunDir   = "/.sandboxd/run"
+	guestSocket   = guestRunDir + "/agent.sock"
+	guestHostname = "sandbox"
+)
+
+// layout names the host paths of one sandbox generation. Everything lives under dir.
+type layout struct {
+	dir string
+}
+
+func (l layout) meta() string     { return filepath.Join(l.dir, "meta.json") }
+func (l layout) rootfs() string   { return filepath.Join(l.dir, "rootfs") }
+func (l layout) lower() string    { return filepath.Join(l.dir, "lower") }
+func (l layout) runDir() string   { return filepath.Join(l.dir, "run") }
+func (l layout) socket() string   { return filepath.Join(l.runDir(), "agent.sock") }
+func (l layout) diskImg() string  { return filepath.Join(l.dir, "disk.img") }
+func (l layout) diskDir() string  { return filepath.Join(l.dir, "disk") }
+func (l layout) runcLog() string  { return filepath.Join(l.dir, "runc.log") }
+func (l layout) agentLog() string { return filepath.Join(l.dir, "agent.log") }
+
+// meta is what a sandbox directory says of itself, so that a restarted provider can find it.
+type meta struct {
+	Ref        sandbox.Ref       `json:"ref"`
+	Resources  sandbox.Resources `json:"resources"`
+	CgroupPath string            `json:"cgroupPath"`
+	Disk       bool              `json:"disk"`
+}
+
+// upperBase is the directory that holds the overlay's upper and work directories.
+func (l layout) upperBase(disk bool) string {
+	if disk {
+		return l.diskDir()
+	}
+	return filepath.Join(l.dir, "upper")
+}
+
+// hostEtcBinds are the host files and directories bound read-only into the generated /etc. Nothing
+// with secrets: no shadow files, no keys (/etc/ssl/private is masked).
+var hostEtcBinds = []struct {
+	path string
+	dir  bool
+}{
+	{"/etc/alternatives", true},
+	{"/etc/ssl", true},
+	{"/etc/ld.so.cache", false},
+}
+
+// rootSymlinks are the top-level names that are symlinks into /usr on a merged-/usr host.
+var rootSymlinks = []string{"bin", "sbin", "lib", "lib32", "lib64", "libx32"}
+
+// buildRootfs makes the skeleton root: empty mount points, symlinks into /usr as on the host, and a
+// generated /etc. It is mounted read-only; only /tmp and /workspace are writable in the sandbox.
+func buildRootfs(l layout) error {
+	root := l.rootfs()
+	for _, d := range []string{"usr", "etc", "proc", "dev", "sys", "tmp", "workspace", "run", "var/tmp", ".sandboxd/run"} {
+		if err := os.MkdirAll(filepath.Join(root, d), 0o755); err != nil {
+			return err
+		}
+	}
+	if err := os.WriteFile(filepath.Join(root, guestAgent), nil, 0o755); err != nil {
+		return err
+	}
+	for _, name := range rootSymlinks {
+		target, err := os.Readlink("/" + name)
+		if err != nil {
+			continue // absent, or a real directory on this host: not offered
+		}
+		if err := os.Symlink(target, filepath.Join(root, name)); err != nil {
+			return err
+		}
+	}
+	etc := filepath.Join(root, "etc")
+	files := map[string]string{
+		"passwd":        "root:x:0:0:root:/workspace:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n",
+		"group":         "root:x:0:\nnogroup:x:65534:\n",
+		"hosts":         "127.0.0.1\tlocalhost " + guestHostname + "\n::1\tlocalhost ip6-localhost ip6-loopback\n",
+		"hostname":      guestHostname + "\n",
+		"resolv.conf":   "# no network: loopback only\n",
+		"nsswitch.conf": "passwd: files\ngroup: files\nhosts: files\n",
+	}
+	for name, content := range files {
+		if err := os.WriteFile(filepath.Join(etc, name), []byte(content), 0o644); err != nil {
+			return err
+		}
+	}
+	for _, b := range hostEtcBinds {
+		if _, err := os.Stat(b.path); err != nil {
+			continue
+		}
+		p := filepath.Join(root, b.path)
+		var err error
+		if b.dir {
+			err = os.MkdirAll(p, 0o755)
+		} else {
+			err = os.WriteFile(p, nil, 0o644)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// containerSpec is the runtime spec of one sandbox generation.
+func (p *Provider) containerSpec(l layout, m meta) *specs.Spec {
+	upper := l.upperBase(m.Disk)
+	nofile := uint64(4096)
+	memLimit, cpuQuota, pids := int64(0), int64(0), p.cfg.PidsLimit
+	res := &specs.LinuxResources{
+		Devices: []specs.LinuxDeviceCgroup{{Allow: false, Access: "rwm"}},
+		Pids:    &specs.LinuxPids{Limit: &pids},
+	}
+	if m.Resources.MemoryMiB > 0 {
+		memLimit = m.Resources.MemoryMiB << 20
+		swap := memLimit // memory+swap: no swap beyond the limit
+		res.Memory = &specs.LinuxMemory{Limit: &memLimit, Swap: &swap}
+	}
+	if m.Resources.CPUMillis > 0 {
+		period := uint64(100000)
+		cpuQuota = m.Resources.CPUMillis * 100 // millicores of a 100 ms period, in microseconds
+		res.CPU = &specs.LinuxCPU{Quota: &cpuQuota, Period: &period}
+	}
+	caps := []string{"CAP_AUDIT_WRITE", "CAP_KILL", "CAP_NET_BIND_SERVICE"} // runc's default set
+	mounts := []specs.Mount{
+		{Destination: "/proc", Type: "proc", Source: "proc", Options: []string{"nosuid", "noexec", "nodev"}},
+		{Destination: "/dev", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "strictatime", "mode=755", "size=65536k"}},
+		{Destination: "/dev/pts", Type: "devpts", Source: "devpts", Options: []string{"nosuid", "noexec", "newinstance", "ptmxmode=0666", "mode=0620"}},
+		{Destination: "/dev/shm", Type: "tmpfs", Source: "shm", Options: []string{"nosuid", "noexec", "nodev", "mode=1777", "size=65536k"}},
+		{Destination: "/dev/mqueue", Type: "mqueue", Source: "mqueue", Options: []string{"nosuid", "noexec", "nodev"}},
+		{Destination: "/sys", Type: "sysfs", Source: "sysfs", Options: []string{"nosuid", "noexec", "nodev", "ro"}},
+		{Destination: "/usr", Type: "bind", Source: "/usr", Options: []string{"rbind", "rro", "nosuid", "nodev"}},
+	}
+	for _, b := range hostEtcBinds {
+		if _, err := os.Stat(b.path); err != nil {
+			continue
+		}
+		mounts = append(mounts, specs.Mount{Destination: b.path, Type: "bind", Source: b.path,
+			Options: []string{"rbind", "rro", "nosuid", "nodev", "noexec"}})
+	}
+	mounts = append(mounts,
+		specs.Mount{Destination: "/tmp", Type: "tmpfs", Source: "tmpfs",
+			Options: []string{"nosuid", "nodev", "mode=1777", fmt.Sprintf("size=%dm", p.cfg.TmpMiB)}},
+		specs.Mount{Destination: "/var/tmp", Type: "tmpfs", Source: "tmpfs",
+			Options: []string{"nosuid", "nodev", "mode=1777", fmt.Sprintf("size=%dm", p.cfg.TmpMiB)}},
+		specs.Mount{Destination: "/run", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "nodev", "mode=755", "size=1m"}},
+		specs.Mount{Destination: guestWorkdir, Type: "overlay", Source: "overlay", Options: []string{
+			"lowerdir=" + l.lower(), "upperdir=" + filepath.Join(upper, "upper"), "workdir=" + filepath.Join(upper, "work")}},
+		specs.Mount{Destination: guestAgent, Type: "bind", Source: p.cfg.AgentPath, Options: []string{"bind", "ro", "nosuid", "nodev"}},
+		specs.Mount{Destination: guestRunDir, Type: "bind", Source: l.runDir(), Options: []string{"bind", "rw", "nosuid", "nodev", "noexec"}},
+	)
+	args := append([]string{guestAgent}, p.cfg.AgentArgs...)
+	args = append(args, "-socket", guestSocket, "-root", "/", "-workdir", guestWorkdir)
+	return &specs.Spec{
+		Version:  specs.Version,
+		Hostname: guestHostname,
+		Root:     &specs.Root{Path: "rootfs", Readonly: true},
+		Process: &specs.Process{
+			Args: args,
+			Env: []string{
+				"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+				"HOME=" + guestWorkdir,
+				"LANG=C.UTF-8",
+				"TMPDIR=/tmp",
+			},
+			Cwd:             guestWorkdir,
+			User:            specs.User{UID: 0, GID: 0},
+			NoNewPrivileges: true,
+			Capabilities: &specs.LinuxCapabilities{
+				Bounding: caps, Effective: caps, Permitted: caps,
+			},
+			Rlimits: []specs.POSIXRlimit{{Type: "RLIMIT_NOFILE", Hard: nofile, Soft: nofile}},
+		},
+		Mounts: mounts,
+		Linux: &specs.Linux{
+			CgroupsPath: m.CgroupPath,
+			Resources:   res,
+			Namespaces: []specs.LinuxNamespace{
+				{Type: specs.PIDNamespace}, {Type: specs.NetworkNamespace}, {Type: specs.IPCNamespace},
+				{Type: specs.UTSNamespace}, {Type: specs.MountNamespace},
+			},
+			MaskedPaths: []string{
+				"/proc/acpi", "/proc/asound", "/proc/kcore", "/proc/keys", "/proc/latency_stats",
+				"/proc/timer_list", "/proc/timer_stats", "/proc/sched_debug", "/sys/firmware", "/proc/scsi",
+				"/etc/ssl/private",
+			},
+			ReadonlyPaths: []string{"/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger"},
+		},
+	}
+}
+
+func writeJSONFile(path string, v any) error {
+	raw, err := json.MarshalIndent(v, "", "\t")
+	if err != nil {
+		return err
+	}
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, raw, 0o600); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}
+
+// safeMountPath reports whether p can appear in overlay mount options.
+func safeMountPath(p string) bool { return !strings.ContainsAny(p, ",:\\ \n\t") }

@@ -1,0 +1,166 @@
+package oci
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+const cgroupRoot = "/sys/fs/cgroup"
+
+// removeCgroups removes the sandbox's cgroup directory in every hierarchy: runc delete leaves some
+// behind (the named and unified hierarchies of a hybrid layout).
+func removeCgroups(path string) error {
+	if path == "" || !filepath.IsAbs(path) || strings.Contains(path, "..") {
+		return fmt.Errorf("refusing to remove cgroup %q", path)
+	}
+	hier, err := os.ReadDir(cgroupRoot)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, h := range hier {
+		dir := filepath.Join(cgroupRoot, h.Name(), path)
+		for i := 0; ; i++ {
+			err := unix.Rmdir(dir)
+			if err == nil || err == unix.ENOENT || err == unix.ENOTDIR {
+				break
+			}
+			if err == unix.EBUSY && i < 200 {
+				time.Sleep(5 * time.Millisecond) // the last task is still leaving
+				continue
+			}
+			errs = append(errs, fmt.Errorf("rmdir %s: %w", dir, err))
+			break
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// makeDisk creates an ext4 image of mib MiB and mounts it at dir through a loop device that frees
+// itself on unmount.
+func makeDisk(ctx context.Context, img, dir string, mib int64) error {
+	f, err := os.OpenFile(img, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+	if err != nil {
+		return err
+	}
+	err = f.Truncate(mib << 20)
+	f.Close()
+	if err != nil {
+		return err
+	}
+	if out, err := exec.CommandContext(ctx, "mkfs.ext4", "-q", "-F", "-m", "0", "-O", "^has_journal",
+		"-E", "nodiscard", img).CombinedOutput(); err != nil {
+		return fmt.Errorf("mkfs.ext4: %v: %s", err, bytes.TrimSpace(out))
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	// mount(8) sets up the loop device with autoclear: unmounting frees it.
+	if out, err := exec.CommandContext(ctx, "mount", "-o", "loop,nosuid,nodev", img, dir).CombinedOutput(); err != nil {
+		return fmt.Errorf("mount %s: %v: %s", img, err, bytes.TrimSpace(out))
+	}
+	return nil
+}
+
+// removeDisk unmounts the disk and detaches any loop device still bound to its image.
+func removeDisk(ctx context.Context, img, dir string) error {
+	if mounted(dir) {
+		if err := unix.Unmount(dir, 0); err != nil && err != unix.EINVAL && err != unix.ENOENT {
+			if err := unix.Unmount(dir, unix.MNT_DETACH); err != nil {
+				return fmt.Errorf("unmount %s: %w", dir, err)
+			}
+		}
+	}
+	if _, err := os.Stat(img); err != nil {
+		return nil
+	}
+	out, err := exec.CommandContext(ctx, "losetup", "-j", img).Output()
+	if err != nil {
+		return fmt.Errorf("losetup -j %s: %w", img, err)
+	}
+	for _, line := range strings.Split(string(out), "\n") {
+		dev, _, ok := strings.Cut(line, ":")
+		if !ok || !strings.HasPrefix(dev, "/dev/loop") {
+			continue
+		}
+		if out, err := exec.CommandContext(ctx, "losetup", "-d", dev).CombinedOutput(); err != nil {
+			return fmt.Errorf("losetup -d %s: %v: %s", dev, err, bytes.TrimSpace(out))
+		}
+	}
+	return nil
+}
+
+// mounted reports whether dir is a mount point in our mount namespace.
+func mounted(dir string) bool {
+	raw, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return false
+	}
+	for _, line := range strings.Split(string(raw), "\n") {
+		f := strings.Fields(line)
+		if len(f) > 4 && unescapeMountPath(f[4]) == dir {
+			return true
+		}
+	}
+	return false
+}
+
+func unescapeMountPath(s string) string {
+	if !strings.Contains(s, `\`) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+3 < len(s) {
+			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
+				b.WriteByte(byte(n))
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
+
+// waitExit waits until pid is gone, reaping it when it is our child (the provider is a child subreaper,
+// so container inits become its children once runc exits).
+func waitExit(ctx context.Context, pid int) error {
+	for delay := 200 * time.Microsecond; ; delay = min(delay*2, 10*time.Millisecond) {
+		var ws unix.WaitStatus
+		got, err := unix.Wait4(pid, &ws, unix.WNOHANG, nil)
+		switch {
+		case got == pid:
+			return nil
+		case err == unix.ECHILD:
+			if !alive(pid) {
+				return nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("waiting for pid %d: %w", pid, ctx.Err())
+		case <-time.After(delay):
+		}
+	}
+}
+
+// alive reports whether pid exists and is not a zombie.
+func alive(pid int) bool {
+	raw, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return false
+	}
+	i := bytes.LastIndexByte(raw, ')')
+	return i >= 0 && i+2 < len(raw) && raw[i+2] != 'Z'
+}

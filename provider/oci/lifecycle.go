@@ -1,0 +1,303 @@
+package oci
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/sandboxd/sandbox"
+)
+
+// Observation reasons.
+const (
+	reasonExited  = "container_exited"
+	reasonMissing = "container_missing"
+)
+
+// Allocate makes the container of ref and waits, up to ReadyTimeout, for its agent to answer; it
+// returns a ready observation, or a starting one when the agent is still silent. An existing
+// generation is returned as it is. Errors: ErrInvalidRequest for unusable resources,
+// ErrProviderUnavailable when the container cannot be made (nothing is left behind then).
+func (p *Provider) Allocate(ctx context.Context, ref sandbox.Ref, spec sandbox.Spec) (sandbox.Observation, error) {
+	var res sandbox.Resources
+	if spec.Resources != nil {
+		res = *spec.Resources
+	}
+	if err := checkResources(res); err != nil {
+		return sandbox.Observation{}, err
+	}
+	b := p.box(ref)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if _, err := os.Stat(b.l.meta()); err == nil {
+		st, err := p.runc.state(ctx, ref.Name())
+		if err == nil {
+			if st.Status == "stopped" {
+				return p.observeLocked(ctx, b)
+			}
+			return p.waitReady(ctx, b)
+		}
+		if !errors.Is(err, errNoContainer) {
+			return sandbox.Observation{}, fmt.Errorf("allocate %s: %v: %w", ref, err, sandbox.ErrProviderUnavailable)
+		}
+		// A directory without a container: an allocation that died half-way. Start again.
+		if err := p.releaseLocked(ctx, b); err != nil {
+			return sandbox.Observation{}, fmt.Errorf("allocate %s: clearing a partial allocation: %v: %w", ref, err, sandbox.ErrProviderUnavailable)
+		}
+	}
+	if err := p.create(ctx, b, res); err != nil {
+		if cerr := p.releaseLocked(context.WithoutCancel(ctx), b); cerr != nil {
+			p.log.Error("cleaning up a failed allocation", "sandbox", ref, "err", cerr)
+		}
+		return sandbox.Observation{}, fmt.Errorf("allocate %s: %v: %w", ref, err, sandbox.ErrProviderUnavailable)
+	}
+	b.paused.Store(false)
+	b.known.Store(true)
+	b.gone.Store(false)
+	return p.waitReady(ctx, b)
+}
+
+func checkResources(r sandbox.Resources) error {
+	switch {
+	case r.CPUMillis < 0 || r.MemoryMiB < 0 || r.DiskMiB < 0:
+		return fmt.Errorf("negative resources %+v: %w", r, sandbox.ErrInvalidRequest)
+	case r.MemoryMiB > 0 && r.MemoryMiB < 8:
+		return fmt.Errorf("memoryMiB %d: at least 8 are needed: %w", r.MemoryMiB, sandbox.ErrInvalidRequest)
+	case r.DiskMiB > 0 && r.DiskMiB < 4:
+		return fmt.Errorf("diskMiB %d: at least 4 are needed: %w", r.DiskMiB, sandbox.ErrInvalidRequest)
+	case r.CPUMillis > 0 && r.CPUMillis < 10:
+		return fmt.Errorf("cpuMillis %d: at least 10 are needed: %w", r.CPUMillis, sandbox.ErrInvalidRequest)
+	}
+	return nil
+}
+
+// create lays out the sandbox directory and starts the container. The metadata is written first, so
+// that Resources and Release find even an allocation that fails half-way.
+func (p *Provider) create(ctx context.Context, b *box, res sandbox.Resources) error {
+	l := b.l
+	m := meta{Ref: b.ref, Resources: res, Disk: res.DiskMiB > 0,
+		CgroupPath: "/sandboxd-" + p.cgTag + "-" + b.ref.Name()}
+	if err := os.Mkdir(l.dir, 0o700); err != nil {
+		return err
+	}
+	if err := writeJSONFile(l.meta(), m); err != nil {
+		return err
+	}
+	for _, d := range []string{l.lower(), l.runDir()} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			return err
+		}
+	}
+	if err := buildRootfs(l); err != nil {
+		return fmt.Errorf("root filesystem: %w", err)
+	}
+	if m.Disk {
+		if err := makeDisk(ctx, l.diskImg(), l.diskDir(), res.DiskMiB); err != nil {
+			return fmt.Errorf("disk: %w", err)
+		}
+	}
+	upper := l.upperBase(m.Disk)
+	for _, d := range []string{filepath.Join(upper, "upper"), filepath.Join(upper, "work")} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return err
+		}
+	}
+	if err := writeJSONFile(filepath.Join(l.dir, "config.json"), p.containerSpec(l, m)); err != nil {
+		return err
+	}
+	return p.runc.run(ctx, l, b.ref.Name())
+}
+
+// waitReady polls the agent's health until it answers, ctx ends or ReadyTimeout passes.
+func (p *Provider) waitReady(ctx context.Context, b *box) (sandbox.Observation, error) {
+	ctx, cancel := context.WithTimeout(ctx, p.cfg.ReadyTimeout)
+	defer cancel()
+	for delay := 500 * time.Microsecond; ; delay = min(2*delay, 20*time.Millisecond) {
+		hctx, hcancel := context.WithTimeout(ctx, time.Second)
+		_, err := b.client.Health(hctx)
+		hcancel()
+		if err == nil {
+			return p.observation(b, sandbox.ObservedReady, "", ""), nil
+		}
+		select {
+		case <-ctx.Done():
+			return p.observeLocked(context.WithoutCancel(ctx), b)
+		case <-time.After(delay):
+		}
+	}
+}
+
+// Observe reports on ref: absent when the provider holds nothing for it, paused, ready when the agent
+// answers, starting when it does not yet, failed when the container is gone or has exited.
+func (p *Provider) Observe(ctx context.Context, ref sandbox.Ref) (sandbox.Observation, error) {
+	b := p.box(ref)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return p.observeLocked(ctx, b)
+}
+
+func (p *Provider) observeLocked(ctx context.Context, b *box) (sandbox.Observation, error) {
+	_, statErr := os.Stat(b.l.dir)
+	st, err := p.runc.state(ctx, b.ref.Name())
+	if errors.Is(err, errNoContainer) {
+		if os.IsNotExist(statErr) {
+			p.forget(b)
+			return p.observation(b, sandbox.ObservedAbsent, "", ""), nil
+		}
+		return p.observation(b, sandbox.ObservedFailed, reasonMissing, "the sandbox directory has no container"), nil
+	}
+	if err != nil {
+		return sandbox.Observation{}, fmt.Errorf("observe %s: %v: %w", b.ref, err, sandbox.ErrProviderUnavailable)
+	}
+	b.paused.Store(st.Status == "paused")
+	b.known.Store(true)
+	switch st.Status {
+	case "paused":
+		return p.observation(b, sandbox.ObservedPaused, "", ""), nil
+	case "stopped":
+		return p.observation(b, sandbox.ObservedFailed, reasonExited, "the container's agent has exited"), nil
+	case "running":
+		hctx, cancel := context.WithTimeout(ctx, min(p.cfg.CallTimeout, 2*time.Second))
+		_, herr := b.client.Health(hctx)
+		cancel()
+		if herr == nil {
+			return p.observation(b, sandbox.ObservedReady, "", ""), nil
+		}
+		return p.observation(b, sandbox.ObservedStarting, "", herr.Error()), nil
+	}
+	return p.observation(b, sandbox.ObservedStarting, "", "container "+st.Status), nil
+}
+
+func (p *Provider) observation(b *box, state sandbox.ObservedState, reason, msg string) sandbox.Observation {
+	o := sandbox.Observation{Ref: b.ref, State: state, Reason: reason, Message: msg}
+	if state != sandbox.ObservedAbsent {
+		o.Handle = "runc:" + b.ref.Name()
+	}
+	return o
+}
+
+// Release stops the container (SIGTERM, then SIGKILL after StopGrace), deletes it, unmounts its disk,
+// frees the loop device, removes its cgroups and its directory. Releasing an absent ref succeeds.
+// Errors: ErrProviderUnavailable when something could not be removed (a retry continues the work).
+func (p *Provider) Release(ctx context.Context, ref sandbox.Ref) error {
+	b := p.box(ref)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if err := p.releaseLocked(ctx, b); err != nil {
+		return fmt.Errorf("release %s: %v: %w", ref, err, sandbox.ErrProviderUnavailable)
+	}
+	return nil
+}
+
+func (p *Provider) releaseLocked(ctx context.Context, b *box) error {
+	name := b.ref.Name()
+	b.gone.Store(true)
+	st, err := p.runc.state(ctx, name)
+	switch {
+	case errors.Is(err, errNoContainer):
+	case err != nil:
+		return err
+	default:
+		if err := p.stop(ctx, b, st); err != nil {
+			return err
+		}
+		if _, err := p.runc.simple(ctx, "delete", name); err != nil && !errors.Is(err, errNoContainer) {
+			if _, err := p.runc.simple(ctx, "delete", "--force", name); err != nil && !errors.Is(err, errNoContainer) {
+				return err
+			}
+		}
+	}
+	m, merr := readMeta(b.l)
+	if err := removeDisk(ctx, b.l.diskImg(), b.l.diskDir()); err != nil {
+		return err
+	}
+	if merr == nil {
+		if err := removeCgroups(m.CgroupPath); err != nil {
+			return err
+		}
+	} else if !os.IsNotExist(merr) {
+		p.log.Warn("sandbox metadata unreadable; its cgroups may stay", "sandbox", b.ref, "err", merr)
+	}
+	if mounted(b.l.diskDir()) {
+		return fmt.Errorf("%s is still mounted", b.l.diskDir())
+	}
+	if err := os.RemoveAll(b.l.dir); err != nil {
+		return err
+	}
+	p.forget(b)
+	return nil
+}
+
+// stop ends the container's init: SIGTERM lets the agent stop its commands, SIGKILL follows after
+// StopGrace. A paused container is thawed first, or it could not act on either signal.
+func (p *Provider) stop(ctx context.Context, b *box, st containerState) error {
+	name := b.ref.Name()
+	if st.Status == "stopped" {
+		if st.Pid > 0 {
+			return waitExit(ctx, st.Pid) // reap it if it is our child
+		}
+		return nil
+	}
+	if st.Status == "paused" {
+		if _, err := p.runc.simple(ctx, "resume", name); err != nil && !errors.Is(err, errNoContainer) {
+			return err
+		}
+	}
+	if st.Pid <= 0 {
+		return nil
+	}
+	if _, err := p.runc.simple(ctx, "kill", name, "TERM"); err == nil {
+		gctx, cancel := context.WithTimeout(ctx, p.cfg.StopGrace)
+		err = waitExit(gctx, st.Pid)
+		cancel()
+		if err == nil {
+			return nil
+		}
+	}
+	if _, err := p.runc.simple(ctx, "kill", name, "KILL"); err != nil && !errors.Is(err, errNoContainer) {
+		if alive(st.Pid) {
+			return err
+		}
+	}
+	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	return waitExit(wctx, st.Pid)
+}
+
+// Pause freezes every process of the sandbox. Commands in flight finish after Resume.
+// Errors: ErrNotFound when the provider holds nothing for ref, ErrProviderUnavailable.
+func (p *Provider) Pause(ctx context.Context, ref sandbox.Ref) error {
+	return p.freeze(ctx, ref, "pause", "paused")
+}
+
+// Resume thaws the sandbox. Errors: as Pause.
+func (p *Provider) Resume(ctx context.Context, ref sandbox.Ref) error {
+	return p.freeze(ctx, ref, "resume", "running")
+}
+
+func (p *Provider) freeze(ctx context.Context, ref sandbox.Ref, verb, want string) error {
+	b := p.box(ref)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	st, err := p.runc.state(ctx, ref.Name())
+	if errors.Is(err, errNoContainer) {
+		return fmt.Errorf("%s %s: %w", verb, ref, sandbox.ErrNotFound)
+	}
+	if err != nil {
+		return fmt.Errorf("%s %s: %v: %w", verb, ref, err, sandbox.ErrProviderUnavailable)
+	}
+	if st.Status != want {
+		if st.Status == "stopped" || st.Status == "created" {
+			return fmt.Errorf("%s %s: container is %s: %w", verb, ref, st.Status, sandbox.ErrInvalidState)
+		}
+		if _, err := p.runc.simple(ctx, verb, ref.Name()); err != nil {
+			return fmt.Errorf("%s %s: %v: %w", verb, ref, err, sandbox.ErrProviderUnavailable)
+		}
+	}
+	b.paused.Store(want == "paused")
+	b.known.Store(true)
+	return nil
+}

@@ -1,0 +1,257 @@
+// Package oci is a sandbox provider with real isolation: each sandbox generation is one runc container
+// with its own mount, PID, network (loopback only), UTS and IPC namespaces, a read-only root built from
+// the host's /usr and a generated /etc, a writable overlay on /workspace, and cgroup limits. Inside it,
+// the sandbox agent runs as PID 1 and serves commands and files on a unix socket in the sandbox's host
+// directory; exec never goes through `runc exec`.
+//
+// Main invariant: everything a generation owns (container, cgroups, mounts, loop device, directory) is
+// named from its (id, generation) and found again from the state directory alone, so an allocation is
+// idempotent, a restarted provider re-adopts what is running, and Release leaves nothing behind.
+package oci
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/sandboxd/sandbox"
+	"github.com/sandboxd/sandbox/agent"
+)
+
+// Config configures a Provider. StateDir and AgentPath are required.
+type Config struct {
+	StateDir  string       // where sandboxes and runc's state live
+	Runtime   string       // the runc binary; "runc" from PATH when empty
+	AgentPath string       // the static agent binary bound read-only into every sandbox
+	AgentArgs []string     // arguments before the agent's flags; default ["agent"] (`sandboxd agent`)
+	Logger    *slog.Logger // default slog.Default()
+
+	ReadyTimeout time.Duration // how long Allocate waits for the agent's first answer; default 10s
+	StopGrace    time.Duration // between SIGTERM and SIGKILL on release; default 2s
+	CallTimeout  time.Duration // bound of a file call or a health check; default 30s
+	PidsLimit    int64         // processes and threads per sandbox; default 512
+	TmpMiB       int64         // size of /tmp and /var/tmp; default 64
+}
+
+// Provider runs sandboxes as runc containers. It is safe for concurrent use.
+type Provider struct {
+	cfg    Config
+	log    *slog.Logger
+	runc   runc
+	boxDir string
+	cgTag  string // distinguishes the cgroups of providers on different state directories
+
+	mu    sync.Mutex
+	boxes map[string]*box
+}
+
+var (
+	_ sandbox.Provider     = (*Provider)(nil)
+	_ sandbox.Executor     = (*Provider)(nil)
+	_ sandbox.FileSystem   = (*Provider)(nil)
+	_ sandbox.PauseResumer = (*Provider)(nil)
+)
+
+// box is the provider's in-memory handle on one generation. Its lifecycle calls are serialized by mu;
+// data calls only read the paused flag and the client.
+type box struct {
+	ref    sandbox.Ref
+	l      layout
+	mu     sync.Mutex
+	paused atomic.Bool
+	known  atomic.Bool // paused reflects the container (set after the first look at it)
+	gone   atomic.Bool
+	client *agent.Client
+}
+
+// Available reports whether the provider can run here: Linux, root, and runc on PATH.
+func Available() (bool, string) {
+	if runtime.GOOS != "linux" {
+		return false, "the oci provider needs Linux"
+	}
+	if os.Geteuid() != 0 {
+		return false, "the oci provider needs root"
+	}
+	if _, err := exec.LookPath("runc"); err != nil {
+		return false, "runc is not installed"
+	}
+	if _, err := os.Stat(cgroupRoot); err != nil {
+		return false, "no cgroup filesystem at " + cgroupRoot
+	}
+	return true, ""
+}
+
+// New checks cfg, prepares the state directory and makes the process a child subreaper, so that it can
+// reap container inits once runc has exited (a reaping PID 1 is not guaranteed). It finds, but does not
+// touch, sandboxes left by an earlier provider on the same state directory.
+func New(cfg Config) (*Provider, error) {
+	if cfg.StateDir == "" || cfg.AgentPath == "" {
+		return nil, errors.New("oci: StateDir and AgentPath are required")
+	}
+	var err error
+	if cfg.StateDir, err = filepath.Abs(cfg.StateDir); err != nil {
+		return nil, fmt.Errorf("oci: %w", err)
+	}
+	if cfg.AgentPath, err = filepath.Abs(cfg.AgentPath); err != nil {
+		return nil, fmt.Errorf("oci: %w", err)
+	}
+	if st, err := os.Stat(cfg.AgentPath); err != nil || !st.Mode().IsRegular() {
+		return nil, fmt.Errorf("oci: agent %s is not a regular file: %v", cfg.AgentPath, err)
+	}
+	if !safeMountPath(cfg.StateDir) {
+		return nil, fmt.Errorf("oci: state directory %q has characters mount options cannot carry", cfg.StateDir)
+	}
+	if cfg.Runtime == "" {
+		cfg.Runtime = "runc"
+	}
+	if cfg.Runtime, err = exec.LookPath(cfg.Runtime); err != nil {
+		return nil, fmt.Errorf("oci: runtime: %w", err)
+	}
+	if cfg.AgentArgs == nil {
+		cfg.AgentArgs = []string{"agent"}
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.ReadyTimeout <= 0 {
+		cfg.ReadyTimeout = 10 * time.Second
+	}
+	if cfg.StopGrace <= 0 {
+		cfg.StopGrace = 2 * time.Second
+	}
+	if cfg.CallTimeout <= 0 {
+		cfg.CallTimeout = 30 * time.Second
+	}
+	if cfg.PidsLimit <= 0 {
+		cfg.PidsLimit = 512
+	}
+	if cfg.TmpMiB <= 0 {
+		cfg.TmpMiB = 64
+	}
+	p := &Provider{
+		cfg:    cfg,
+		log:    cfg.Logger.With("provider", "oci"),
+		runc:   runc{path: cfg.Runtime, root: filepath.Join(cfg.StateDir, "runc")},
+		boxDir: filepath.Join(cfg.StateDir, "sandboxes"),
+		boxes:  make(map[string]*box),
+	}
+	sum := sha256.Sum256([]byte(cfg.StateDir))
+	p.cgTag = hex.EncodeToString(sum[:4])
+	for _, d := range []string{p.boxDir, p.runc.root} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			return nil, fmt.Errorf("oci: %w", err)
+		}
+	}
+	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
+		return nil, fmt.Errorf("oci: become a child subreaper: %w", err)
+	}
+	return p, nil
+}
+
+// Manifest describes the provider.
+func (p *Provider) Manifest(context.Context) (sandbox.Manifest, error) {
+	return sandbox.Manifest{
+		Name:         "oci",
+		Version:      "0.1.0",
+		RuntimeClass: "runc",
+		Capabilities: sandbox.Capabilities{
+			CommandExecution: true,
+			FileAccess:       true,
+			PauseResume:      true,
+			ResourceLimits:   true,
+		},
+	}, nil
+}
+
+// Resources lists every generation with a directory in the state directory, running or not.
+func (p *Provider) Resources(context.Context) ([]sandbox.Ref, error) {
+	ents, err := os.ReadDir(p.boxDir)
+	if err != nil {
+		return nil, fmt.Errorf("oci: list sandboxes: %v: %w", err, sandbox.ErrProviderUnavailable)
+	}
+	var refs []sandbox.Ref
+	for _, e := range ents {
+		if !e.IsDir() {
+			continue
+		}
+		m, err := readMeta(layout{dir: filepath.Join(p.boxDir, e.Name())})
+		if err != nil {
+			p.log.Warn("sandbox directory without metadata", "dir", e.Name(), "err", err)
+			continue
+		}
+		refs = append(refs, m.Ref)
+	}
+	return refs, nil
+}
+
+func readMeta(l layout) (meta, error) {
+	raw, err := os.ReadFile(l.meta())
+	if err != nil {
+		return meta{}, err
+	}
+	var m meta
+	if err := json.Unmarshal(raw, &m); err != nil {
+		return meta{}, err
+	}
+	if filepath.Base(l.dir) != m.Ref.Name() {
+		return meta{}, fmt.Errorf("metadata of %s in directory %s", m.Ref.Name(), l.dir)
+	}
+	return m, nil
+}
+
+// box returns the handle of ref, making one if needed: a restarted provider adopts sandboxes this way.
+func (p *Provider) box(ref sandbox.Ref) *box {
+	name := ref.Name()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	b, ok := p.boxes[name]
+	if !ok {
+		l := layout{dir: filepath.Join(p.boxDir, name)}
+		b = &box{ref: ref, l: l, client: agent.NewClient(dialAgent(l))}
+		p.boxes[name] = b
+	}
+	return b
+}
+
+func (p *Provider) forget(b *box) {
+	p.mu.Lock()
+	if p.boxes[b.ref.Name()] == b {
+		delete(p.boxes, b.ref.Name())
+	}
+	p.mu.Unlock()
+	b.gone.Store(true)
+	b.client.Close()
+}
+
+// dialAgent connects to the agent's socket. A socket path too long for sockaddr_un is dialled through
+// /proc/self/fd of its directory.
+func dialAgent(l layout) func(ctx context.Context) (net.Conn, error) {
+	var d net.Dialer
+	return func(ctx context.Context) (net.Conn, error) {
+		sock := l.socket()
+		if len(sock) < len(unix.RawSockaddrUnix{}.Path) {
+			return d.DialContext(ctx, "unix", sock)
+		}
+		fd, err := unix.Open(l.runDir(), unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return nil, err
+		}
+		defer unix.Close(fd)
+		return d.DialContext(ctx, "unix", "/proc/self/fd/"+strconv.Itoa(fd)+"/"+filepath.Base(sock))
+	}
+}

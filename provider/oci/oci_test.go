@@ -1,0 +1,136 @@
+package oci_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sandboxd/sandbox"
+	"github.com/sandboxd/sandbox/provider/oci"
+	"github.com/sandboxd/sandbox/provider/providertest"
+)
+
+var agentBin string
+
+func TestMain(m *testing.M) {
+	if ok, why := oci.Available(); !ok {
+		fmt.Fprintln(os.Stderr, "the oci provider cannot run here:", why)
+		os.Exit(1)
+	}
+	dir, err := os.MkdirTemp("", "ociagent")
+	if err != nil {
+		panic(err)
+	}
+	agentBin = filepath.Join(dir, "sandbox-agent")
+	build := exec.Command("go", "build", "-o", agentBin, "../../agent/cmd/sandbox-agent")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "building the agent: %v\n%s", err, out)
+		os.RemoveAll(dir)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// newProvider makes a provider on a fresh state directory and releases everything it holds when the
+// test ends, passed or not.
+func newProvider(t testing.TB) *oci.Provider {
+	t.Helper()
+	return newProviderAt(t, t.TempDir())
+}
+
+func newProviderAt(t testing.TB, dir string) *oci.Provider {
+	t.Helper()
+	p, err := oci.New(oci.Config{StateDir: dir, AgentPath: agentBin, StopGrace: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { releaseAll(t, p) })
+	return p
+}
+
+func releaseAll(t testing.TB, p *oci.Provider) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	refs, err := p.Resources(ctx)
+	if err != nil {
+		t.Errorf("resources: %v", err)
+		return
+	}
+	for _, ref := range refs {
+		if err := p.Release(ctx, ref); err != nil {
+			t.Errorf("release %s: %v", ref, err)
+		}
+	}
+}
+
+func ctxFor(t testing.TB) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// ready allocates a sandbox with res and fails unless it is ready.
+func ready(t testing.TB, p *oci.Provider, res *sandbox.Resources) sandbox.Ref {
+	t.Helper()
+	ref := sandbox.Ref{ID: sandbox.NewID(), Generation: 1}
+	obs, err := p.Allocate(ctxFor(t), ref, sandbox.Spec{ClientRequestID: "t", Resources: res})
+	if err != nil {
+		t.Fatalf("allocate: %v", err)
+	}
+	if obs.State != sandbox.ObservedReady {
+		t.Fatalf("allocate: %+v", obs)
+	}
+	return ref
+}
+
+// sh runs a shell script in the sandbox and returns its result.
+func sh(t testing.TB, p *oci.Provider, ref sandbox.Ref, script string) sandbox.CommandResult {
+	t.Helper()
+	res, err := p.Exec(ctxFor(t), ref, sandbox.Command{Argv: []string{"sh", "-c", script}, Timeout: time.Minute})
+	if err != nil {
+		t.Fatalf("exec %q: %v", script, err)
+	}
+	return res
+}
+
+func code(res sandbox.CommandResult) int {
+	if res.ExitCode == nil {
+		return -1
+	}
+	return *res.ExitCode
+}
+
+func TestConformance(t *testing.T) {
+	providertest.Run(t, func(t *testing.T) sandbox.Provider { return newProvider(t) })
+}
+
+func TestManifest(t *testing.T) {
+	m, err := newProvider(t).Manifest(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := sandbox.Capabilities{CommandExecution: true, FileAccess: true, PauseResume: true, ResourceLimits: true}
+	if m.Name != "oci" || m.RuntimeClass != "runc" || m.Capabilities != want {
+		t.Fatalf("manifest %+v", m)
+	}
+}
+
+func TestSmoke(t *testing.T) {
+	p := newProvider(t)
+	ref := ready(t, p, nil)
+	res := sh(t, p, ref, "echo hi; id -u; pwd")
+	if code(res) != 0 || res.Stdout != "hi\n0\n/workspace\n" {
+		t.Fatalf("%+v", res)
+	}
+	if !strings.Contains(res.Stdout, "hi") {
+		t.Fatal(res.Stdout)
+	}
+}

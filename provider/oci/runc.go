@@ -1,0 +1,103 @@
+package oci
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+)
+
+// runc drives the runtime binary with its own state root, so that two providers on different state
+// directories never see each other's containers.
+type runc struct {
+	path string
+	root string
+}
+
+// containerState is the part of `runc state` the provider reads.
+type containerState struct {
+	ID     string `json:"id"`
+	Pid    int    `json:"pid"`
+	Status string `json:"status"` // created, running, paused, stopped
+}
+
+var errNoContainer = errors.New("no such container")
+
+func (r runc) cmd(ctx context.Context, logFile string, args ...string) *exec.Cmd {
+	full := []string{"--root", r.root}
+	if logFile != "" {
+		full = append(full, "--log", logFile, "--log-format", "json")
+	}
+	return exec.CommandContext(ctx, r.path, append(full, args...)...)
+}
+
+// run starts the container detached. runc hands its stdio to the container, so it gets a file, never a
+// pipe (a pipe would stay open as long as the container lives).
+func (r runc) run(ctx context.Context, l layout, name string) error {
+	out, err := os.OpenFile(l.agentLog(), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return err
+	}
+	defer out.Close()
+	c := r.cmd(ctx, l.runcLog(), "run", "--detach", "--bundle", l.dir, name)
+	c.Stdout, c.Stderr = out, out
+	if err := c.Run(); err != nil {
+		return fmt.Errorf("runc run %s: %v: %s", name, err, lastLogError(l.runcLog()))
+	}
+	return nil
+}
+
+// simple runs a runc subcommand that does not touch the container's stdio.
+func (r runc) simple(ctx context.Context, args ...string) ([]byte, error) {
+	var stdout, stderr bytes.Buffer
+	c := r.cmd(ctx, "", args...)
+	c.Stdout, c.Stderr = &stdout, &stderr
+	if err := c.Run(); err != nil {
+		msg := strings.TrimSpace(stderr.String())
+		if strings.Contains(msg, "does not exist") || strings.Contains(msg, "not exist") {
+			return nil, fmt.Errorf("runc %s: %s: %w", args[0], msg, errNoContainer)
+		}
+		return nil, fmt.Errorf("runc %s: %v: %s", args[0], err, msg)
+	}
+	return stdout.Bytes(), nil
+}
+
+// state returns the container's state, or errNoContainer.
+func (r runc) state(ctx context.Context, name string) (containerState, error) {
+	out, err := r.simple(ctx, "state", name)
+	if err != nil {
+		return containerState{}, err
+	}
+	var st containerState
+	if err := json.Unmarshal(out, &st); err != nil || st.ID != name {
+		return containerState{}, fmt.Errorf("runc state %s: malformed answer %q: %v", name, out, err)
+	}
+	return st, nil
+}
+
+// lastLogError returns the last error message of a runc JSON log.
+func lastLogError(path string) string {
+	f, err := os.Open(path)
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	var last string
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		var e struct {
+			Level string `json:"level"`
+			Msg   string `json:"msg"`
+		}
+		if json.Unmarshal(sc.Bytes(), &e) == nil && (e.Level == "error" || e.Level == "fatal") {
+			last = e.Msg
+		}
+	}
+	return last
+}
