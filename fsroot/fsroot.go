@@ -142,9 +142,12 @@ func (r *Root) WriteFile(p string, data []byte) error {
 	defer unix.Close(dfd)
 
 	var st unix.Stat_t
+	mode := uint32(0)
 	switch err := unix.Fstatat(dfd, name, &st, unix.AT_SYMLINK_NOFOLLOW); {
 	case err == nil && st.Mode&unix.S_IFMT == unix.S_IFDIR:
 		return fmt.Errorf("write %q: is a directory: %w", p, sandbox.ErrInvalidRequest)
+	case err == nil && st.Mode&unix.S_IFMT == unix.S_IFREG:
+		mode = st.Mode & 0o7777 // a replaced file keeps its permissions
 	case err != nil && err != unix.ENOENT:
 		return fmt.Errorf("write %q: %w", p, classify(err))
 	}
@@ -154,7 +157,13 @@ func (r *Root) WriteFile(p string, data []byte) error {
 		return fmt.Errorf("write %q: %w", p, classify(err))
 	}
 	f := os.NewFile(uintptr(tfd), tmp)
-	_, werr := f.Write(data)
+	var werr error
+	if mode != 0 {
+		werr = unix.Fchmod(tfd, mode)
+	}
+	if werr == nil {
+		_, werr = f.Write(data)
+	}
 	if werr == nil {
 		werr = f.Sync()
 	}

@@ -117,6 +117,12 @@ func TestRoundTrip(t *testing.T) {
 			t.Fatalf("temporary file left behind: %s", e.Name())
 		}
 	}
+	// A replaced file keeps its permissions.
+	must(t, os.Chmod(filepath.Join(j.root, "f.txt"), 0o750))
+	must(t, j.r.WriteFile("f.txt", []byte("third")))
+	if fi, err := os.Stat(filepath.Join(j.root, "f.txt")); err != nil || fi.Mode().Perm() != 0o750 {
+		t.Fatalf("mode after replace: %v, %v", fi.Mode(), err)
+	}
 	// Empty content is a file too.
 	must(t, j.r.WriteFile("empty", nil))
 	got, err = j.r.ReadFile("empty", 0)

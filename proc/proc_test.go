@@ -12,6 +12,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"go.uber.org/goleak"
 	"golang.org/x/sys/unix"
 
 	"github.com/sandboxd/sandbox"
@@ -319,4 +320,9 @@ func TestReaper(t *testing.T) {
 	if res := run(t, r, dir, cmd); !res.TimedOut {
 		t.Fatalf("timeout under the reaper: %+v", res)
 	}
+}
+
+func TestMain(m *testing.M) {
+	// Every Run must leave no goroutine behind: pipe readers and waiters end with the command.
+	goleak.VerifyTestMain(m)
 }
