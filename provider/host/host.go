@@ -160,14 +160,24 @@ func (p *Provider) Release(ctx context.Context, ref sandbox.Ref) error {
 	if err != nil {
 		return err
 	}
+	// A closed runner stays in place until the directory is gone, so that an Exec racing with the
+	// release is refused instead of starting in a directory being removed.
 	p.mu.Lock()
 	r := p.runners[ref.Name()]
-	delete(p.runners, ref.Name())
+	if r == nil {
+		r = &proc.Runner{}
+		p.runners[ref.Name()] = r
+	}
 	p.mu.Unlock()
-	if r != nil {
-		if err := r.Close(ctx); err != nil {
-			return fmt.Errorf("host provider: release %s: %v: %w", ref, err, sandbox.ErrProviderUnavailable)
+	defer func() {
+		p.mu.Lock()
+		if p.runners[ref.Name()] == r {
+			delete(p.runners, ref.Name())
 		}
+		p.mu.Unlock()
+	}()
+	if err := r.Close(ctx); err != nil {
+		return fmt.Errorf("host provider: release %s: %v: %w", ref, err, sandbox.ErrProviderUnavailable)
 	}
 	if err := os.RemoveAll(dir); err != nil {
 		return fmt.Errorf("host provider: release %s: %v: %w", ref, err, sandbox.ErrProviderUnavailable)
