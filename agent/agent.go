@@ -275,7 +275,19 @@ func decode(r *http.Request, v any) error {
 	return nil
 }
 
+// clientErrnos are failures of a request the sandbox cannot honour (a full disk, a read-only path):
+// the caller's to fix, not a broken agent.
+var clientErrnos = []error{unix.ENOSPC, unix.EDQUOT, unix.EROFS, unix.EACCES, unix.EPERM, unix.EFBIG}
+
 func writeErr(w http.ResponseWriter, err error) {
+	if sandbox.ClassOf(err).Err == nil {
+		for _, e := range clientErrnos {
+			if errors.Is(err, e) {
+				err = fmt.Errorf("%w: %w", err, sandbox.ErrInvalidRequest)
+				break
+			}
+		}
+	}
 	c := sandbox.ClassOf(err)
 	status := c.Status
 	writeJSON(w, status, Error{Code: string(c.Code), Message: err.Error()})

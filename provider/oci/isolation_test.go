@@ -1,0 +1,177 @@
+package oci_test
+
+import (
+	"errors"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sandboxd/sandbox"
+)
+
+func TestIsolation(t *testing.T) {
+	p := newProvider(t)
+	ref := ready(t, p, nil)
+	host, _ := os.Hostname()
+
+	t.Run("Hostname", func(t *testing.T) {
+		res := sh(t, p, ref, "cat /proc/sys/kernel/hostname")
+		if code(res) != 0 || strings.TrimSpace(res.Stdout) == host || res.Stdout == "" {
+			t.Fatalf("hostname %q (host %q): %+v", res.Stdout, host, res)
+		}
+	})
+	t.Run("PIDSpace", func(t *testing.T) {
+		// PID 1 is the agent, and only the sandbox's few processes are visible.
+		res := sh(t, p, ref, "cat /proc/1/cmdline | tr '\\0' ' '; echo; ls /proc | grep -c '^[0-9]'")
+		lines := strings.Split(strings.TrimSpace(res.Stdout), "\n")
+		if code(res) != 0 || len(lines) != 2 || !strings.Contains(lines[0], "agent") {
+			t.Fatalf("%+v", res)
+		}
+		if n, err := strconv.Atoi(lines[1]); err != nil || n > 10 {
+			t.Fatalf("%s processes visible", lines[1])
+		}
+	})
+	t.Run("HostFiles", func(t *testing.T) {
+		canary := filepath.Join(t.TempDir(), "canary")
+		if err := os.WriteFile(canary, []byte("host canary"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		for _, path := range []string{canary, "/etc/shadow", "/etc/gshadow", "/root", "/home", "/etc/ssh"} {
+			if res := sh(t, p, ref, "ls -d "+path); code(res) == 0 {
+				t.Errorf("%s is visible in the sandbox: %+v", path, res)
+			}
+		}
+		if res := sh(t, p, ref, "ls /etc/ssl/private | wc -l"); strings.TrimSpace(res.Stdout) != "0" {
+			t.Errorf("/etc/ssl/private is not masked: %+v", res)
+		}
+		for _, path := range []string{"/usr/sandbox-test", "/etc/sandbox-test", "/sandbox-test"} {
+			if res := sh(t, p, ref, "touch "+path); code(res) == 0 {
+				t.Errorf("%s is writable", path)
+			}
+		}
+		if _, err := p.ReadFile(ctxFor(t), ref, canary); !errors.Is(err, sandbox.ErrNotFound) {
+			t.Errorf("canary through the file API: %v", err)
+		}
+		// The sandbox's own tools work on the read-only root.
+		if res := sh(t, p, ref, "echo a b | awk '{print $2}' && python3 -c 'import ssl; print(1)'"); res.Stdout != "b\n1\n" {
+			t.Errorf("tools: %+v", res)
+		}
+	})
+	t.Run("Network", func(t *testing.T) {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ln.Close()
+		accepted := make(chan struct{}, 1)
+		go func() {
+			if c, err := ln.Accept(); err == nil {
+				c.Close()
+				accepted <- struct{}{}
+			}
+		}()
+		port := strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
+		res := sh(t, p, ref, "timeout 3 bash -c 'echo x > /dev/tcp/127.0.0.1/"+port+"'")
+		if code(res) == 0 {
+			t.Fatalf("connected to the host's 127.0.0.1:%s: %+v", port, res)
+		}
+		select {
+		case <-accepted:
+			t.Fatal("the host listener accepted a connection from the sandbox")
+		default:
+		}
+		if res := sh(t, p, ref, "ls /sys/class/net"); strings.TrimSpace(res.Stdout) != "lo" {
+			t.Fatalf("interfaces: %+v", res)
+		}
+	})
+}
+
+func TestMemoryLimit(t *testing.T) {
+	p := newProvider(t)
+	ref := ready(t, p, &sandbox.Resources{MemoryMiB: 64})
+	// The shell holds 256 MiB in one variable: the cgroup's OOM killer ends it.
+	res := sh(t, p, ref, "x=$(head -c 268435456 /dev/zero | tr '\\0' a); echo survived ${#x}")
+	if code(res) != 137 {
+		t.Fatalf("want an OOM kill (137): %+v", res)
+	}
+	if res := sh(t, p, ref, "echo still here"); code(res) != 0 || res.Stdout != "still here\n" {
+		t.Fatalf("sandbox unusable after an OOM kill: %+v", res)
+	}
+}
+
+func TestPidsLimit(t *testing.T) {
+	p := newProvider(t)
+	ref := ready(t, p, nil)
+	res, err := p.Exec(ctxFor(t), ref, sandbox.Command{
+		Argv:    []string{"sh", "-c", "b() { b | b & }; b; sleep 30"},
+		Timeout: 3 * time.Second,
+	})
+	if err != nil {
+		t.Fatalf("fork bomb: %v", err)
+	}
+	if !res.TimedOut {
+		t.Fatalf("fork bomb: %+v", res)
+	}
+	if res := sh(t, p, ref, "echo alive; ls /proc | grep -c '^[0-9]'"); code(res) != 0 || !strings.HasPrefix(res.Stdout, "alive\n") {
+		t.Fatalf("sandbox unusable after a fork bomb: %+v", res)
+	}
+	max, err := filepath.Glob("/sys/fs/cgroup/pids/sandboxd-*-" + ref.Name() + "/pids.max")
+	if err != nil || len(max) != 1 {
+		t.Fatalf("pids cgroup: %v %v", max, err)
+	}
+	if raw, _ := os.ReadFile(max[0]); strings.TrimSpace(string(raw)) != "512" {
+		t.Fatalf("pids.max %q", raw)
+	}
+}
+
+func TestCPUQuota(t *testing.T) {
+	p := newProvider(t)
+	ref := ready(t, p, &sandbox.Resources{CPUMillis: 200})
+	usage, err := filepath.Glob("/sys/fs/cgroup/cpuacct/sandboxd-*-" + ref.Name() + "/cpuacct.usage")
+	if err != nil || len(usage) != 1 {
+		t.Fatalf("cpuacct cgroup: %v %v", usage, err)
+	}
+	read := func() time.Duration {
+		raw, err := os.ReadFile(usage[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		n, err := strconv.ParseInt(strings.TrimSpace(string(raw)), 10, 64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return time.Duration(n)
+	}
+	before, start := read(), time.Now()
+	res := sh(t, p, ref, "timeout 2 sh -c 'while :; do :; done'; echo done")
+	wall, cpu := time.Since(start), read()-before
+	if res.Stdout != "done\n" {
+		t.Fatalf("%+v", res)
+	}
+	// 200 millicores: a fifth of a CPU, with room for the agent and the period's granularity.
+	if bound := wall/5 + 300*time.Millisecond; cpu > bound {
+		t.Fatalf("busy loop used %v of CPU in %v of wall time, bound %v", cpu, wall, bound)
+	}
+}
+
+func TestDiskLimit(t *testing.T) {
+	p := newProvider(t)
+	ref := ready(t, p, &sandbox.Resources{DiskMiB: 16})
+	res := sh(t, p, ref, "dd if=/dev/zero of=big bs=1M count=64 2>&1; echo rc=$?")
+	if !strings.Contains(res.Stdout, "No space left on device") || strings.Contains(res.Stdout, "rc=0") {
+		t.Fatalf("want ENOSPC: %+v", res)
+	}
+	if err := p.WriteFile(ctxFor(t), ref, "more", make([]byte, 4<<20)); !errors.Is(err, sandbox.ErrInvalidRequest) {
+		t.Fatalf("a write past a full disk: %v", err)
+	}
+	if err := p.WriteFile(ctxFor(t), ref, "/usr/x", []byte("x")); !errors.Is(err, sandbox.ErrInvalidRequest) {
+		t.Fatalf("a write to the read-only /usr: %v", err)
+	}
+	if res := sh(t, p, ref, "rm big && echo small > f && cat f"); res.Stdout != "small\n" {
+		t.Fatalf("after freeing the disk: %+v", res)
+	}
+}
