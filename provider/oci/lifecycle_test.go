@@ -1,0 +1,245 @@
+package oci_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sandboxd/sandbox"
+)
+
+func TestPauseFreezesAndResumeContinues(t *testing.T) {
+	dir := t.TempDir()
+	p := newProviderAt(t, dir)
+	ref := ready(t, p, nil)
+	// The counter file, seen from the host through the overlay's upper directory.
+	counter := filepath.Join(dir, "sandboxes", ref.Name(), "upper", "upper", "counter")
+	read := func() int {
+		raw, _ := os.ReadFile(counter)
+		n, _ := strconv.Atoi(strings.TrimSpace(string(raw)))
+		return n
+	}
+	type result struct {
+		res sandbox.CommandResult
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		res, err := p.Exec(context.Background(), ref, sandbox.Command{
+			Argv:    []string{"sh", "-c", "i=0; while [ $i -lt 40 ]; do i=$((i+1)); echo $i > counter.tmp; mv counter.tmp counter; sleep 0.05; done; echo finished"},
+			Timeout: time.Minute,
+		})
+		done <- result{res, err}
+	}()
+	waitFor(t, func() bool { return read() >= 3 })
+	if err := p.Pause(ctxFor(t), ref); err != nil {
+		t.Fatal(err)
+	}
+	frozen := read()
+	if obs, err := p.Observe(ctxFor(t), ref); err != nil || obs.State != sandbox.ObservedPaused {
+		t.Fatalf("observe while paused: %+v %v", obs, err)
+	}
+	if _, err := p.Exec(ctxFor(t), ref, sandbox.Command{Argv: []string{"true"}}); !errors.Is(err, sandbox.ErrInvalidState) {
+		t.Fatalf("exec while paused: %v", err)
+	}
+	if _, err := p.ReadFile(ctxFor(t), ref, "counter"); !errors.Is(err, sandbox.ErrInvalidState) {
+		t.Fatalf("read while paused: %v", err)
+	}
+	time.Sleep(300 * time.Millisecond) // a running counter would move 6 steps
+	if got := read(); got != frozen {
+		t.Fatalf("counter moved while paused: %d then %d", frozen, got)
+	}
+	if err := p.Pause(ctxFor(t), ref); err != nil {
+		t.Fatalf("pause of a paused sandbox: %v", err)
+	}
+	if err := p.Resume(ctxFor(t), ref); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool { return read() > frozen })
+	r := <-done
+	if r.err != nil || code(r.res) != 0 || r.res.Stdout != "finished\n" {
+		t.Fatalf("the command across the pause: %+v %v", r.res, r.err)
+	}
+	if obs, err := p.Observe(ctxFor(t), ref); err != nil || obs.State != sandbox.ObservedReady {
+		t.Fatalf("observe after resume: %+v %v", obs, err)
+	}
+}
+
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	for i := 0; !cond(); i++ {
+		if i > 3000 {
+			t.Fatal("condition never held")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func TestAllocateIsIdempotent(t *testing.T) {
+	p := newProvider(t)
+	ref := ready(t, p, nil)
+	if err := p.WriteFile(ctxFor(t), ref, "keep", []byte("1")); err != nil {
+		t.Fatal(err)
+	}
+	obs, err := p.Allocate(ctxFor(t), ref, sandbox.Spec{ClientRequestID: "t"})
+	if err != nil || obs.State != sandbox.ObservedReady {
+		t.Fatalf("second allocate: %+v %v", obs, err)
+	}
+	if got, err := p.ReadFile(ctxFor(t), ref, "keep"); err != nil || string(got) != "1" {
+		t.Fatalf("the second allocate made a new sandbox: %q %v", got, err)
+	}
+	if _, err := p.Allocate(ctxFor(t), sandbox.Ref{ID: sandbox.NewID(), Generation: 1},
+		sandbox.Spec{Resources: &sandbox.Resources{MemoryMiB: -1}}); !errors.Is(err, sandbox.ErrInvalidRequest) {
+		t.Fatalf("negative memory: %v", err)
+	}
+}
+
+func TestRestartAdopts(t *testing.T) {
+	dir := t.TempDir()
+	p1 := newProviderAt(t, dir)
+	kept := ready(t, p1, nil)
+	orphan := ready(t, p1, &sandbox.Resources{DiskMiB: 8})
+	paused := ready(t, p1, nil)
+	if err := p1.WriteFile(ctxFor(t), kept, "note", []byte("from the first provider")); err != nil {
+		t.Fatal(err)
+	}
+	if err := p1.Pause(ctxFor(t), paused); err != nil {
+		t.Fatal(err)
+	}
+
+	p2 := newProviderAt(t, dir)
+	refs, err := p2.Resources(ctxFor(t))
+	if err != nil || len(refs) != 3 {
+		t.Fatalf("resources after restart: %v %v", refs, err)
+	}
+	for ref, want := range map[sandbox.Ref]sandbox.ObservedState{kept: sandbox.ObservedReady, paused: sandbox.ObservedPaused,
+		{ID: sandbox.NewID(), Generation: 1}: sandbox.ObservedAbsent} {
+		if obs, err := p2.Observe(ctxFor(t), ref); err != nil || obs.State != want {
+			t.Fatalf("observe %s: %+v %v, want %s", ref, obs, err, want)
+		}
+	}
+	if got, err := p2.ReadFile(ctxFor(t), kept, "note"); err != nil || string(got) != "from the first provider" {
+		t.Fatalf("adopted file: %q %v", got, err)
+	}
+	if res := sh(t, p2, kept, "cat note"); res.Stdout != "from the first provider" {
+		t.Fatalf("adopted exec: %+v", res)
+	}
+	if _, err := p2.Exec(ctxFor(t), paused, sandbox.Command{Argv: []string{"true"}}); !errors.Is(err, sandbox.ErrInvalidState) {
+		t.Fatalf("exec in an adopted paused sandbox: %v", err)
+	}
+	if err := p2.Resume(ctxFor(t), paused); err != nil {
+		t.Fatal(err)
+	}
+	if res := sh(t, p2, paused, "echo back"); res.Stdout != "back\n" {
+		t.Fatalf("after resume: %+v", res)
+	}
+	for _, ref := range []sandbox.Ref{orphan, paused, kept} {
+		if err := p2.Release(ctxFor(t), ref); err != nil {
+			t.Fatalf("release %s: %v", ref, err)
+		}
+		if obs, err := p2.Observe(ctxFor(t), ref); err != nil || obs.State != sandbox.ObservedAbsent {
+			t.Fatalf("observe %s after release: %+v %v", ref, obs, err)
+		}
+	}
+	if ents, _ := os.ReadDir(filepath.Join(dir, "sandboxes")); len(ents) != 0 {
+		t.Fatalf("left in the state directory: %v", ents)
+	}
+}
+
+func TestReleaseAfterAgentDeath(t *testing.T) {
+	p := newProvider(t)
+	ref := ready(t, p, nil)
+	// PID 1 ignores signals it does not handle, but SIGTERM it handles: the agent exits.
+	// The exec itself dies with the agent: its error is expected and not the point.
+	_, _ = p.Exec(ctxFor(t), ref, sandbox.Command{Argv: []string{"kill", "-TERM", "1"}})
+	waitFor(t, func() bool {
+		obs, err := p.Observe(ctxFor(t), ref)
+		return err == nil && obs.State == sandbox.ObservedFailed && obs.Reason != ""
+	})
+	if _, err := p.Exec(ctxFor(t), ref, sandbox.Command{Argv: []string{"true"}}); !errors.Is(err, sandbox.ErrProviderUnavailable) {
+		t.Fatalf("exec with a dead agent: %v", err)
+	}
+	if err := p.Release(ctxFor(t), ref); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Release(ctxFor(t), ref); err != nil {
+		t.Fatalf("second release: %v", err)
+	}
+}
+
+// footprint counts what a sandbox can leave on the host.
+type footprint struct {
+	containers, mounts, cgroups, loops, processes, dirs int
+}
+
+func measure(t *testing.T, dir string) footprint {
+	t.Helper()
+	var f footprint
+	out, err := exec.Command("runc", "--root", filepath.Join(dir, "runc"), "list", "-q").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.containers = len(strings.Fields(string(out)))
+	mi, _ := os.ReadFile("/proc/self/mountinfo")
+	f.mounts = bytes.Count(mi, []byte("\n"))
+	hier, _ := os.ReadDir("/sys/fs/cgroup")
+	for _, h := range hier {
+		m, _ := filepath.Glob(filepath.Join("/sys/fs/cgroup", h.Name(), "sandboxd-*"))
+		f.cgroups += len(m)
+	}
+	out, _ = exec.Command("losetup", "-a").Output()
+	f.loops = len(strings.Fields(string(out)))
+	procs, _ := os.ReadDir("/proc")
+	me := strconv.Itoa(os.Getpid())
+	for _, e := range procs {
+		stat, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		i := bytes.LastIndexByte(stat, ')')
+		fields := strings.Fields(string(stat[i+1:]))
+		cmd, _ := os.ReadFile("/proc/" + e.Name() + "/cmdline")
+		// Our children (zombies too), and anything running our agent or our runc root.
+		if (len(fields) > 1 && fields[1] == me) || bytes.Contains(cmd, []byte(agentBin)) || bytes.Contains(cmd, []byte(dir)) ||
+			bytes.Contains(cmd, []byte("/.sandboxd/agent")) {
+			f.processes++
+		}
+	}
+	ents, _ := os.ReadDir(filepath.Join(dir, "sandboxes"))
+	f.dirs = len(ents)
+	return f
+}
+
+func TestNoLeaks(t *testing.T) {
+	dir := t.TempDir()
+	p := newProviderAt(t, dir)
+	before := measure(t, dir)
+	for i := 0; i < 100; i++ {
+		var res *sandbox.Resources
+		if i%10 == 0 {
+			res = &sandbox.Resources{DiskMiB: 8, MemoryMiB: 64, CPUMillis: 500}
+		}
+		ref := ready(t, p, res)
+		if r := sh(t, p, ref, "echo $0 > f; sleep 100 & cat f"); r.Stdout != "sh\n" {
+			t.Fatalf("cycle %d: %+v", i, r)
+		}
+		if i%7 == 0 {
+			if err := p.Pause(ctxFor(t), ref); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := p.Release(ctxFor(t), ref); err != nil {
+			t.Fatalf("cycle %d: %v", i, err)
+		}
+	}
+	if after := measure(t, dir); after != before {
+		t.Fatalf("100 cycles left something behind: before %+v, after %+v", before, after)
+	}
+}
