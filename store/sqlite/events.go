@@ -22,7 +22,7 @@ func (s *Store) AppendEvents(ctx context.Context, events []sandbox.Event) ([]san
 		var err error
 		cursors, err = s.appendEvents(ctx, tx, events)
 		return err
-	})
+	}, nil)
 	if err != nil {
 		return nil, fmt.Errorf("append events: %w", err)
 	}

@@ -38,6 +38,11 @@ func (s *Store) Create(ctx context.Context, sb *sandbox.Sandbox, intent sandbox.
 		return nil, false, fmt.Errorf("create %s: %w", sb.ID, err)
 	}
 
+	stored, err := unmarshalSandbox(doc) // what Get will return: UTC times, compact JSON
+	if err != nil {
+		return nil, false, fmt.Errorf("create %s: %w", sb.ID, err)
+	}
+
 	var (
 		got     *sandbox.Sandbox
 		created bool
@@ -52,9 +57,9 @@ func (s *Store) Create(ctx context.Context, sb *sandbox.Sandbox, intent sandbox.
 		err := tx.QueryRowContext(ctx, `SELECT sandbox_id, generation, spec FROM intents WHERE key = ?`, intent.Key).
 			Scan(&id, &gen, &spec)
 		if err == nil {
-			cur, err := getSandbox(ctx, tx, id)
-			if err != nil {
-				return fmt.Errorf("create: intent %q: %w", intent.Key, err)
+			cur, ok := s.cache.get(id)
+			if !ok {
+				return fmt.Errorf("create: intent %q names %s, which is not recorded", intent.Key, id)
 			}
 			if !bytes.Equal(spec, intent.Spec) {
 				return fmt.Errorf("create: clientRequestId %q was used for another spec: %w", intent.Key, sandbox.ErrIdempotencyConflict)
@@ -81,78 +86,50 @@ func (s *Store) Create(ctx context.Context, sb *sandbox.Sandbox, intent sandbox.
 		}
 		created = true
 		return nil
+	}, func() {
+		if created {
+			s.cache.put(stored)
+			got = stored
+		}
 	})
 	if err != nil {
 		return nil, false, err
 	}
-	if created {
-		for i := range events {
-			events[i].Cursor = cursors[i]
-		}
-		if got, err = unmarshalSandbox(doc); err != nil {
-			return nil, false, fmt.Errorf("create %s: %w", sb.ID, err)
-		}
+	for i := range cursors {
+		events[i].Cursor = cursors[i]
 	}
-	return got, created, nil
+	return clone(got), created, nil
 }
 
 // Get returns one sandbox, or ErrNotFound.
 func (s *Store) Get(ctx context.Context, id sandbox.ID) (*sandbox.Sandbox, error) {
-	var doc []byte
-	if err := s.getStmt.QueryRowContext(ctx, id).Scan(&doc); err != nil {
-		if errors.Is(err, sql.ErrNoRows) {
-			return nil, fmt.Errorf("sandbox %s: %w", id, sandbox.ErrNotFound)
-		}
-		return nil, fmt.Errorf("get %s: %w", id, err)
+	sb, ok := s.cache.get(id)
+	if !ok {
+		return nil, fmt.Errorf("sandbox %s: %w", id, sandbox.ErrNotFound)
 	}
-	sb, err := unmarshalSandbox(doc)
-	if err != nil {
-		return nil, fmt.Errorf("get %s: %w", id, err)
-	}
-	return sb, nil
+	return clone(sb), nil
 }
 
 // List returns every sandbox, in the order they were created.
 func (s *Store) List(ctx context.Context) ([]*sandbox.Sandbox, error) {
-	rows, err := s.listStmt.QueryContext(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("list: %w", err)
-	}
-	defer rows.Close()
-	var (
-		out []*sandbox.Sandbox
-		doc sql.RawBytes
-	)
-	for rows.Next() {
-		if err := rows.Scan(&doc); err != nil {
-			return nil, fmt.Errorf("list: %w", err)
-		}
-		sb, err := unmarshalSandbox(doc)
-		if err != nil {
-			return nil, fmt.Errorf("list: %w", err)
-		}
-		out = append(out, sb)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("list: %w", err)
-	}
-	return out, nil
+	return s.cache.list(), nil
 }
 
-// Update reads the sandbox, applies fn and writes the result with its events and new intent in one
-// transaction; writes are serialized, so no other update interleaves. It returns ErrNotFound for an
-// unknown id, ErrIdempotencyConflict when the new intent's key is taken, fn's error as it is, and
-// ErrInvalidRequest when fn changes the sandbox's id. On any error nothing is written.
+// Update reads the sandbox, applies fn to a copy and writes the result with its events and new intent
+// in one transaction; writes are serialized, so no other update interleaves. It returns ErrNotFound
+// for an unknown id, ErrIdempotencyConflict when the new intent's key is taken, fn's error as it is,
+// and ErrInvalidRequest when fn changes the sandbox's id. On any error nothing is written.
 func (s *Store) Update(ctx context.Context, id sandbox.ID, fn sandbox.UpdateFunc) (*sandbox.Sandbox, []sandbox.Event, error) {
 	var (
-		doc    []byte
+		stored *sandbox.Sandbox
 		events []sandbox.Event
 	)
 	err := s.write(ctx, func(tx *sql.Tx) error {
-		sb, err := getSandbox(ctx, tx, id)
-		if err != nil {
-			return err
+		cur, ok := s.cache.get(id) // under the write lock the cache is what is committed
+		if !ok {
+			return fmt.Errorf("sandbox %s: %w", id, sandbox.ErrNotFound)
 		}
+		sb := clone(cur)
 		ch, err := fn(sb)
 		if err != nil {
 			return err
@@ -160,7 +137,11 @@ func (s *Store) Update(ctx context.Context, id sandbox.ID, fn sandbox.UpdateFunc
 		if sb.ID != id {
 			return fmt.Errorf("update %s: the update changed the id to %s: %w", id, sb.ID, sandbox.ErrInvalidRequest)
 		}
-		if doc, err = marshalSandbox(sb); err != nil {
+		doc, err := marshalSandbox(sb)
+		if err != nil {
+			return fmt.Errorf("update %s: %w", id, err)
+		}
+		if stored, err = unmarshalSandbox(doc); err != nil {
 			return fmt.Errorf("update %s: %w", id, err)
 		}
 		if _, err := tx.ExecContext(ctx, `UPDATE sandboxes SET generation = ?, state = ?, doc = ? WHERE id = ?`,
@@ -188,34 +169,11 @@ func (s *Store) Update(ctx context.Context, id sandbox.ID, fn sandbox.UpdateFunc
 		}
 		events = withCursors(ch.Events, cursors)
 		return nil
-	})
+	}, func() { s.cache.put(stored) })
 	if err != nil {
 		return nil, nil, err
 	}
-	sb, err := unmarshalSandbox(doc)
-	if err != nil {
-		return nil, nil, fmt.Errorf("update %s: %w", id, err)
-	}
-	return sb, events, nil
-}
-
-type queryer interface {
-	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
-}
-
-func getSandbox(ctx context.Context, q queryer, id sandbox.ID) (*sandbox.Sandbox, error) {
-	var doc []byte
-	if err := q.QueryRowContext(ctx, `SELECT doc FROM sandboxes WHERE id = ?`, id).Scan(&doc); err != nil {
-		if errors.Is(err, sql.ErrNoRows) {
-			return nil, fmt.Errorf("sandbox %s: %w", id, sandbox.ErrNotFound)
-		}
-		return nil, fmt.Errorf("read %s: %w", id, err)
-	}
-	sb, err := unmarshalSandbox(doc)
-	if err != nil {
-		return nil, fmt.Errorf("read %s: %w", id, err)
-	}
-	return sb, nil
+	return clone(stored), events, nil
 }
 
 // insertIntent records in, or returns ErrIdempotencyConflict when its key is taken.

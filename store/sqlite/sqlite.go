@@ -4,7 +4,9 @@
 // Its main invariant: every write (a sandbox with its events and intent) is one serialized
 // transaction on a single write connection, so a read-modify-write never loses an update, and event
 // cursors come from an AUTOINCREMENT key, so a cursor is never reused, not after pruning and not
-// after a restart. Reads use a separate pool of connections and are never blocked by a writer.
+// after a restart. Sandboxes are also kept decoded in memory, updated after each commit under the
+// write lock, so Get and List never wait for a writer nor decode JSON; the event log is read through
+// a separate pool of read-only connections. One Store at a time may use a file.
 package sqlite
 
 import (
@@ -13,8 +15,10 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"os"
 	"runtime"
 	"strings"
+	"sync"
 	"time"
 
 	sandbox "github.com/sandboxd/sandbox"
@@ -43,21 +47,24 @@ type Config struct {
 
 // Store is a sandbox.Store on one SQLite file. It is safe for concurrent use.
 type Store struct {
-	w         *sql.DB // one connection: every write transaction, BEGIN IMMEDIATE
-	r         *sql.DB // read-only connections
+	lock      *os.File // held while open: one Store per file
+	closeOnce sync.Once
+	closeErr  error
+	wmu       sync.Mutex // serializes write transactions together with their cache updates
+	w         *sql.DB    // one connection: every write transaction, BEGIN IMMEDIATE
+	r         *sql.DB    // read-only connections, for the event log
+	cache     cache
 	retention int64
 	slack     int64 // events above retention tolerated before a count prune
 	maxAge    time.Duration
 	now       func() time.Time
-
-	getStmt  *sql.Stmt
-	listStmt *sql.Stmt
 }
 
 var _ sandbox.Store = (*Store)(nil)
 
 // Open opens or creates the store at cfg.Path and brings its schema up to date. A file whose schema is
-// newer than this program knows is refused with ErrSchemaTooNew.
+// newer than this program knows is refused with ErrSchemaTooNew, and a file another Store has open
+// with ErrLocked.
 func Open(ctx context.Context, cfg Config) (*Store, error) {
 	if cfg.Path == "" {
 		return nil, errors.New("sqlite store: no path")
@@ -80,8 +87,14 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		s.now = time.Now
 	}
 
+	lock, err := lockFile(cfg.Path)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite store: open: %w", err)
+	}
+	s.lock = lock
 	w, err := sql.Open("sqlite", dsn(cfg.Path, "immediate", false))
 	if err != nil {
+		lock.Close()
 		return nil, fmt.Errorf("sqlite store: open %s: %w", cfg.Path, err)
 	}
 	w.SetMaxOpenConns(1)
@@ -90,13 +103,13 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	w.SetConnMaxIdleTime(0)
 	s.w = w
 	if err := s.init(ctx); err != nil {
-		w.Close()
+		s.Close()
 		return nil, fmt.Errorf("sqlite store: open %s: %w", cfg.Path, err)
 	}
 
 	r, err := sql.Open("sqlite", dsn(cfg.Path, "deferred", true))
 	if err != nil {
-		w.Close()
+		s.Close()
 		return nil, fmt.Errorf("sqlite store: open %s: %w", cfg.Path, err)
 	}
 	n := max(4, 2*runtime.GOMAXPROCS(0))
@@ -105,10 +118,6 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	r.SetConnMaxLifetime(0)
 	r.SetConnMaxIdleTime(0)
 	s.r = r
-	if err := s.prepare(ctx); err != nil {
-		s.Close()
-		return nil, fmt.Errorf("sqlite store: open %s: %w", cfg.Path, err)
-	}
 	return s, nil
 }
 
@@ -130,7 +139,8 @@ func dsn(path, txlock string, readOnly bool) string {
 	return path + "?" + q.Encode()
 }
 
-// init checks the journal mode, migrates the schema and prunes what the retention bounds expire.
+// init checks the journal mode, migrates the schema, prunes what the retention bounds expire and
+// loads the sandboxes.
 func (s *Store) init(ctx context.Context) error {
 	var mode string
 	if err := s.w.QueryRowContext(ctx, "PRAGMA journal_mode").Scan(&mode); err != nil {
@@ -142,22 +152,17 @@ func (s *Store) init(ctx context.Context) error {
 	if err := migrate(ctx, s.w, migrations); err != nil {
 		return err
 	}
-	return s.write(ctx, func(tx *sql.Tx) error { return s.prune(ctx, tx) })
-}
-
-func (s *Store) prepare(ctx context.Context) error {
-	var err error
-	if s.getStmt, err = s.r.PrepareContext(ctx, `SELECT doc FROM sandboxes WHERE id = ?`); err != nil {
+	if err := s.write(ctx, func(tx *sql.Tx) error { return s.prune(ctx, tx) }, nil); err != nil {
 		return err
 	}
-	if s.listStmt, err = s.r.PrepareContext(ctx, `SELECT doc FROM sandboxes ORDER BY seq`); err != nil {
-		return err
-	}
-	return nil
+	return s.load(ctx)
 }
 
-// write runs fn in one write transaction and commits it when fn returns nil.
-func (s *Store) write(ctx context.Context, fn func(tx *sql.Tx) error) error {
+// write runs fn in one write transaction and commits it when fn returns nil; then it runs
+// committed, if set, before the next write can begin.
+func (s *Store) write(ctx context.Context, fn func(tx *sql.Tx) error, committed func()) error {
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
 	tx, err := s.w.BeginTx(ctx, nil)
 	if err != nil {
 		return fmt.Errorf("begin write: %w", err)
@@ -169,22 +174,29 @@ func (s *Store) write(ctx context.Context, fn func(tx *sql.Tx) error) error {
 	if err := tx.Commit(); err != nil {
 		return fmt.Errorf("commit: %w", err)
 	}
+	if committed != nil {
+		committed()
+	}
 	return nil
 }
 
-// Close releases the store's connections.
+// Close releases the store's connections and its lock on the file. Closing again returns the first
+// result.
 func (s *Store) Close() error {
+	s.closeOnce.Do(func() { s.closeErr = s.close() })
+	return s.closeErr
+}
+
+func (s *Store) close() error {
 	var errs []error
-	for _, st := range []*sql.Stmt{s.getStmt, s.listStmt} {
-		if st != nil {
-			errs = append(errs, st.Close())
-		}
-	}
 	if s.r != nil {
 		errs = append(errs, s.r.Close())
 	}
 	if s.w != nil {
 		errs = append(errs, s.w.Close())
+	}
+	if s.lock != nil {
+		errs = append(errs, s.lock.Close()) // closing the file releases the lock
 	}
 	return errors.Join(errs...)
 }

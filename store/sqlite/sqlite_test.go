@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"reflect"
 	"sync"
 	"testing"
 	"time"
@@ -226,5 +227,72 @@ func TestMigrateRefusesNewerSchema(t *testing.T) {
 	}
 	if v := userVersion(t, path); v != sqlite.SchemaVersion()+1 {
 		t.Fatalf("refused open changed the version to %d", v)
+	}
+}
+
+func TestOpenLocked(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "sandboxd.db")
+	s := open(t, sqlite.Config{Path: path})
+	if s2, err := sqlite.Open(context.Background(), sqlite.Config{Path: path}); !errors.Is(err, sqlite.ErrLocked) {
+		if s2 != nil {
+			s2.Close()
+		}
+		t.Fatalf("second open of one file: %v, want ErrLocked", err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatalf("second close: %v", err)
+	}
+	s = open(t, sqlite.Config{Path: path})
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestReturnedSandboxesAreCopies checks that changing what Get, List, Create or Update returned, or
+// what fn was given after it returned, does not change the store.
+func TestReturnedSandboxesAreCopies(t *testing.T) {
+	ctx := context.Background()
+	s := open(t, sqlite.Config{Path: filepath.Join(t.TempDir(), "sandboxd.db")})
+	defer s.Close()
+	spec := sandbox.Spec{ClientRequestID: "k", Image: "alpine:3", Resources: &sandbox.Resources{CPUMillis: 1}}
+	canon, err := spec.CanonicalJSON()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sb := &sandbox.Sandbox{ID: sandbox.NewID(), Generation: 1, State: sandbox.StateReady, Spec: spec,
+		Endpoint: &sandbox.Endpoint{BaseURL: "http://a"}}
+	created, _, err := s.Create(ctx, sb, sandbox.Intent{Key: "k", Spec: canon}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := s.Get(ctx, sb.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sb.Spec.Resources.CPUMillis = 2
+	created.Endpoint.BaseURL = "http://b"
+	var kept *sandbox.Sandbox
+	updated, _, err := s.Update(ctx, sb.ID, func(x *sandbox.Sandbox) (sandbox.Change, error) {
+		kept = x
+		return sandbox.Change{}, nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	kept.State = sandbox.StateFailed
+	updated.Spec.Image = "other"
+	got, _ := s.Get(ctx, sb.ID)
+	got.Spec.Resources.CPUMillis = 3
+	list, _ := s.List(ctx)
+	list[0].Endpoint = nil
+	now, err := s.Get(ctx, sb.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(now, want) {
+		t.Fatalf("store changed through a returned value:\n got %+v\nwant %+v", now, want)
 	}
 }
