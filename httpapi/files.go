@@ -4,6 +4,7 @@ import (
 	"encoding/base64"
 	"fmt"
 	"net/http"
+	"strings"
 
 	"github.com/sandboxd/sandbox"
 )
@@ -48,6 +49,10 @@ func (s *Server) writeFile(w http.ResponseWriter, r *http.Request, body []byte) 
 	var req FileWriteRequest
 	if err := decodeStrict(body, &req); err != nil {
 		return err
+	}
+	// The decoder skips line breaks; standard base64 (RFC 4648) has none, so they are refused first.
+	if strings.ContainsAny(req.ContentBase64, "\r\n") {
+		return fmt.Errorf("contentBase64 is not standard base64: it has a line break: %w", sandbox.ErrInvalidRequest)
 	}
 	data, err := base64.StdEncoding.Strict().DecodeString(req.ContentBase64)
 	if err != nil {

@@ -1,0 +1,436 @@
+// Package apitest is the HTTP conformance suite of sandboxd: Run starts the real stack (core over a SQLite
+// store under t.TempDir(), the given provider, httpapi) on a real listener at 127.0.0.1:0 and drives every
+// path and every documented status of the contract through a real HTTP client.
+//
+// Its invariant: every response the suite receives is checked against the contract. A test-only
+// RoundTripper validates each response with openapi3filter.ValidateResponse for its operation (statuses the
+// operation does not document, like 405 or 413, must be an ErrorResponse), and the suite fails at the end
+// when a documented (operation, status) pair was never seen, unless it is listed in unreachable with why.
+package apitest
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/getkin/kin-openapi/openapi3"
+	"github.com/getkin/kin-openapi/openapi3filter"
+	"github.com/getkin/kin-openapi/routers"
+
+	"github.com/sandboxd/sandbox"
+	"github.com/sandboxd/sandbox/api"
+	"github.com/sandboxd/sandbox/core"
+	"github.com/sandboxd/sandbox/httpapi"
+	"github.com/sandboxd/sandbox/store/sqlite"
+)
+
+// unreachable lists documented (operation, status) pairs no request can produce, with the reason.
+var unreachable = map[string]string{
+	"reconcileSandbox 400": "reconcile takes no body and no query; its only parameter is a non-empty path segment",
+	"terminateSandbox 502": "terminate always succeeds: the runtime retries a failing provider clean-up by itself (semantics.md)",
+	"terminateSandbox 503": "terminate always succeeds: the runtime retries a failing provider clean-up by itself (semantics.md)",
+}
+
+// Run runs the suite against providers made by newProvider; each call must return a fresh provider whose
+// resources are released when t ends.
+func Run(t *testing.T, newProvider func(t *testing.T) sandbox.Provider) {
+	cov := newCoverage(t)
+	s := &suite{newProvider: newProvider, cov: cov}
+	t.Run("Health", s.testHealth)
+	t.Run("Routing", s.testRouting)
+	t.Run("BodyLimit", s.testBodyLimit)
+	t.Run("Create", s.testCreate)
+	t.Run("CreateValidation", s.testCreateValidation)
+	t.Run("CreateUnsupported", s.testCreateUnsupported)
+	t.Run("GetList", s.testGetList)
+	t.Run("Actions", s.testActions)
+	t.Run("PauseResume", s.testPauseResume)
+	t.Run("PauseUnsupported", s.testPauseUnsupported)
+	t.Run("Recreate", s.testRecreate)
+	t.Run("Reconcile", s.testReconcile)
+	t.Run("Commands", s.testCommands)
+	t.Run("Files", s.testFiles)
+	t.Run("FileConfinement", s.testFileConfinement)
+	t.Run("LargeFile", s.testLargeFile)
+	t.Run("DataPlaneUnsupported", s.testDataPlaneUnsupported)
+	t.Run("Events", s.testEvents)
+	t.Run("EventHistory", s.testEventHistory)
+	t.Run("Stream", s.testStream)
+	t.Run("StreamHeartbeat", s.testStreamHeartbeat)
+	t.Run("StreamHistory", s.testStreamHistory)
+	t.Run("ProviderUnavailable", s.testProviderUnavailable)
+	t.Run("ProviderProtocol", s.testProviderProtocol)
+	if !t.Failed() {
+		cov.check(t)
+	}
+}
+
+type suite struct {
+	newProvider func(t *testing.T) sandbox.Provider
+	cov         *coverage
+}
+
+// options adjust one stack.
+type options struct {
+	retention    int           // store event retention; 0 for the store's default
+	heartbeat    time.Duration // SSE heartbeat; 0 for the server's default
+	maxBodyBytes int64         // 0 for the server's default
+}
+
+// stack is one running server over a real runtime.
+type stack struct {
+	t    *testing.T
+	rt   *core.Runtime
+	base string
+	c    *client
+}
+
+// newStack starts core, store and server for prov on 127.0.0.1:0 and stops them when t ends.
+func (s *suite) newStack(t *testing.T, prov sandbox.Provider, o options) *stack {
+	t.Helper()
+	ctx := context.Background()
+	logger := slog.New(slog.DiscardHandler)
+	st, err := sqlite.Open(ctx, sqlite.Config{Path: t.TempDir() + "/sandboxd.db", Retention: o.retention})
+	if err != nil {
+		t.Fatalf("open store: %v", err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	rt, err := core.New(core.Config{Store: st, Provider: prov, Logger: logger})
+	if err != nil {
+		t.Fatalf("core.New: %v", err)
+	}
+	if err := rt.Start(ctx); err != nil {
+		t.Fatalf("core start: %v", err)
+	}
+	t.Cleanup(func() { _ = rt.Close() })
+	api := httpapi.New(httpapi.Config{Runtime: rt, Logger: logger, HeartbeatInterval: o.heartbeat, MaxBodyBytes: o.maxBodyBytes})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("listen: %v", err)
+	}
+	srv := &http.Server{Handler: api, ReadHeaderTimeout: 10 * time.Second}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = srv.Serve(ln)
+	}()
+	t.Cleanup(func() {
+		_ = api.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := srv.Shutdown(ctx); err != nil {
+			t.Errorf("server shutdown: %v", err)
+		}
+		<-done
+	})
+	base := "http://" + ln.Addr().String()
+	tr := &http.Transport{}
+	t.Cleanup(tr.CloseIdleConnections)
+	c := &client{t: t, base: base, hc: &http.Client{Transport: &validatingTransport{t: t, next: tr, cov: s.cov}}}
+	return &stack{t: t, rt: rt, base: base, c: c}
+}
+
+// client is a JSON client whose every response is validated against the contract.
+type client struct {
+	t    *testing.T
+	base string
+	hc   *http.Client
+}
+
+// response is a received response, its body read.
+type response struct {
+	status int
+	header http.Header
+	body   []byte
+}
+
+// raw sends a request with a body as given and returns the response.
+func (c *client) raw(method, path string, body io.Reader, header http.Header) response {
+	c.t.Helper()
+	req, err := http.NewRequest(method, c.base+path, body)
+	if err != nil {
+		c.t.Fatalf("%s %s: %v", method, path, err)
+	}
+	for k, v := range header {
+		req.Header[k] = v
+	}
+	if body != nil && req.Header.Get("Content-Type") == "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		c.t.Fatalf("%s %s: %v", method, path, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		c.t.Fatalf("%s %s: reading the body: %v", method, path, err)
+	}
+	return response{status: resp.StatusCode, header: resp.Header, body: b}
+}
+
+// send sends v as JSON (a string or []byte is sent as it is; nil sends no body).
+func (c *client) send(method, path string, v any) response {
+	c.t.Helper()
+	var body io.Reader
+	switch b := v.(type) {
+	case nil:
+	case string:
+		body = strings.NewReader(b)
+	case []byte:
+		body = bytes.NewReader(b)
+	default:
+		raw, err := json.Marshal(v)
+		if err != nil {
+			c.t.Fatalf("marshal: %v", err)
+		}
+		body = bytes.NewReader(raw)
+	}
+	return c.raw(method, path, body, nil)
+}
+
+// ok sends a request that must answer status, and decodes the body into out (when not nil).
+func (c *client) ok(method, path string, in any, status int, out any) {
+	c.t.Helper()
+	r := c.send(method, path, in)
+	if r.status != status {
+		c.t.Fatalf("%s %s: status %d, want %d: %s", method, path, r.status, status, r.body)
+	}
+	if out != nil {
+		if err := json.Unmarshal(r.body, out); err != nil {
+			c.t.Fatalf("%s %s: decoding %s: %v", method, path, r.body, err)
+		}
+	}
+}
+
+// fails sends a request that must fail with status and code; it returns the error message.
+func (c *client) fails(method, path string, in any, status int, code sandbox.ErrorCode) string {
+	c.t.Helper()
+	return c.checkError(method, path, c.send(method, path, in), status, code)
+}
+
+func (c *client) checkError(method, path string, r response, status int, code sandbox.ErrorCode) string {
+	c.t.Helper()
+	var er httpapi.ErrorResponse
+	if err := json.Unmarshal(r.body, &er); err != nil {
+		c.t.Fatalf("%s %s: status %d, body %q is not an ErrorResponse: %v", method, path, r.status, r.body, err)
+	}
+	if r.status != status || er.Error.Code != code {
+		c.t.Fatalf("%s %s: %d %s (%s), want %d %s", method, path, r.status, er.Error.Code, er.Error.Message, status, code)
+	}
+	// The code maps back to the error class the status came from.
+	if cls := sandbox.ClassOf(sandbox.ErrorForCode(code)); cls.Status != status && code != sandbox.CodeInternal {
+		c.t.Fatalf("code %s has status %d in the class table, got %d", code, cls.Status, status)
+	}
+	if er.Error.Message == "" {
+		c.t.Fatalf("%s %s: empty error message", method, path)
+	}
+	return er.Error.Message
+}
+
+// contract is the embedded OpenAPI document, loaded once.
+var contract = sync.OnceValues(func() (*openapi3.T, error) {
+	doc, err := openapi3.NewLoader().LoadFromData(api.OpenAPI)
+	if err != nil {
+		return nil, err
+	}
+	return doc, doc.Validate(context.Background())
+})
+
+// findRoute matches a request path against the contract's path templates.
+func findRoute(doc *openapi3.T, method, path string) (*routers.Route, map[string]string) {
+	segs := strings.Split(strings.Trim(path, "/"), "/")
+	for tmpl, item := range doc.Paths.Map() {
+		tsegs := strings.Split(strings.Trim(tmpl, "/"), "/")
+		if len(tsegs) != len(segs) {
+			continue
+		}
+		params := map[string]string{}
+		match := true
+		for i, ts := range tsegs {
+			if strings.HasPrefix(ts, "{") && strings.HasSuffix(ts, "}") {
+				params[ts[1:len(ts)-1]] = segs[i]
+			} else if ts != segs[i] {
+				match = false
+				break
+			}
+		}
+		if !match {
+			continue
+		}
+		op := item.GetOperation(method)
+		if op == nil {
+			return nil, nil
+		}
+		return &routers.Route{Spec: doc, Path: tmpl, PathItem: item, Method: method, Operation: op}, params
+	}
+	return nil, nil
+}
+
+// validatingTransport checks every response against the contract and records its (operation, status).
+type validatingTransport struct {
+	t    *testing.T
+	next http.RoundTripper
+	cov  *coverage
+}
+
+func (v *validatingTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	resp, err := v.next.RoundTrip(req)
+	if err != nil {
+		return nil, err
+	}
+	doc, err := contract()
+	if err != nil {
+		v.t.Errorf("contract: %v", err)
+		return resp, nil
+	}
+	route, params := findRoute(doc, req.Method, req.URL.Path)
+	ct := resp.Header.Get("Content-Type")
+	if strings.HasPrefix(ct, "text/event-stream") {
+		// The body is a stream: its events are validated one by one as they are read (readSSE).
+		if route == nil || route.Operation.OperationID != "streamEvents" || resp.StatusCode != http.StatusOK {
+			v.t.Errorf("%s %s: unexpected event stream, status %d", req.Method, req.URL.Path, resp.StatusCode)
+		}
+		v.cov.saw(route, resp.StatusCode)
+		return resp, nil
+	}
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil {
+		return nil, err
+	}
+	resp.Body = io.NopCloser(bytes.NewReader(body))
+	if ct != "application/json" {
+		v.t.Errorf("%s %s: Content-Type %q, want application/json", req.Method, req.URL.Path, ct)
+	}
+	documented := route != nil && route.Operation.Responses.Status(resp.StatusCode) != nil
+	if !documented {
+		// 404 of an unknown route, 405, 413, 500 and a 400 where the operation documents none: the body
+		// must still be an ErrorResponse.
+		if resp.StatusCode < 400 {
+			v.t.Errorf("%s %s: status %d is not documented", req.Method, req.URL.Path, resp.StatusCode)
+		}
+		if err := validateSchema(doc, "ErrorResponse", body); err != nil {
+			v.t.Errorf("%s %s: %d body is not an ErrorResponse: %v\n%s", req.Method, req.URL.Path, resp.StatusCode, err, body)
+		}
+		v.cov.saw(route, resp.StatusCode)
+		return resp, nil
+	}
+	in := &openapi3filter.ResponseValidationInput{
+		RequestValidationInput: &openapi3filter.RequestValidationInput{Request: req, PathParams: params, Route: route},
+		Status:                 resp.StatusCode,
+		Header:                 resp.Header,
+		Options:                &openapi3filter.Options{IncludeResponseStatus: true},
+	}
+	in.SetBodyBytes(body)
+	if err := openapi3filter.ValidateResponse(req.Context(), in); err != nil {
+		v.t.Errorf("%s %s: %d response does not match the contract: %v\n%s", req.Method, req.URL.Path, resp.StatusCode, err, body)
+	}
+	if resp.StatusCode >= 400 {
+		if err := validateSchema(doc, "ErrorResponse", body); err != nil {
+			v.t.Errorf("%s %s: %d body is not an ErrorResponse: %v", req.Method, req.URL.Path, resp.StatusCode, err)
+		}
+	}
+	v.cov.saw(route, resp.StatusCode)
+	return resp, nil
+}
+
+// validateSchema checks a JSON document against one of the contract's component schemas.
+func validateSchema(doc *openapi3.T, name string, body []byte) error {
+	ref := doc.Components.Schemas[name]
+	if ref == nil {
+		return fmt.Errorf("no schema %s", name)
+	}
+	var v any
+	if err := json.Unmarshal(body, &v); err != nil {
+		return err
+	}
+	return ref.Value.VisitJSON(v, openapi3.EnableJSONSchema2020())
+}
+
+// coverage records which documented (operation, status) pairs the suite has seen.
+type coverage struct {
+	mu   sync.Mutex
+	seen map[string]bool
+}
+
+func newCoverage(t *testing.T) *coverage { return &coverage{seen: map[string]bool{}} }
+
+func (c *coverage) saw(route *routers.Route, status int) {
+	if route == nil {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.seen[fmt.Sprintf("%s %d", route.Operation.OperationID, status)] = true
+}
+
+// check fails t for every documented (operation, status) pair never seen and not listed as unreachable.
+func (c *coverage) check(t *testing.T) {
+	doc, err := contract()
+	if err != nil {
+		t.Fatalf("contract: %v", err)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var missing []string
+	for _, item := range doc.Paths.Map() {
+		for _, op := range item.Operations() {
+			for status := range op.Responses.Map() {
+				key := op.OperationID + " " + status
+				if !c.seen[key] && unreachable[key] == "" {
+					missing = append(missing, key)
+				}
+			}
+		}
+	}
+	slices.Sort(missing)
+	if len(missing) > 0 {
+		t.Errorf("documented responses the suite never produced:\n  %s", strings.Join(missing, "\n  "))
+	}
+}
+
+// waitState polls a sandbox until it is in want (or fails the test after a generous bound: this is a
+// liveness guard, not a timing assertion).
+func (st *stack) waitState(id sandbox.ID, want sandbox.State) *sandbox.Sandbox {
+	st.t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		var sb sandbox.Sandbox
+		st.c.ok("GET", "/v1/sandboxes/"+string(id), nil, 200, &sb)
+		if sb.State == want {
+			return &sb
+		}
+		if time.Now().After(deadline) {
+			st.t.Fatalf("sandbox %s is %s, waited for %s", id, sb.State, want)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// create makes a sandbox with a fresh clientRequestId and waits until it is ready.
+func (st *stack) create(extra map[string]any) *sandbox.Sandbox {
+	st.t.Helper()
+	spec := map[string]any{"clientRequestId": string(sandbox.NewID())}
+	for k, v := range extra {
+		spec[k] = v
+	}
+	var sb sandbox.Sandbox
+	st.c.ok("POST", "/v1/sandboxes", spec, 201, &sb)
+	return st.waitState(sb.ID, sandbox.StateReady)
+}
+
+func sbPath(id sandbox.ID, rest string) string { return "/v1/sandboxes/" + string(id) + rest }
+
+func gen(g sandbox.Generation) map[string]any { return map[string]any{"expectedGeneration": g} }
+
