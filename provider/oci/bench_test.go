@@ -1,0 +1,205 @@
+package oci_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"golang.org/x/sys/unix"
+
+	"github.com/sandboxd/sandbox"
+)
+
+// percentiles times each call of op and reports p50 and p99 beside ns/op.
+func percentiles(b *testing.B, op func(i int)) {
+	b.Helper()
+	d := make([]time.Duration, 0, b.N)
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		start := time.Now()
+		op(i)
+		d = append(d, time.Since(start))
+	}
+	b.StopTimer()
+	slices.Sort(d)
+	ms := func(q float64) float64 { return float64(d[int(q*float64(len(d)-1))].Microseconds()) / 1000 }
+	b.ReportMetric(ms(0.50), "p50-ms")
+	b.ReportMetric(ms(0.99), "p99-ms")
+}
+
+func BenchmarkCreateToReady(b *testing.B) {
+	p := newProvider(b)
+	ctx := context.Background()
+	refs := make([]sandbox.Ref, 0, b.N)
+	percentiles(b, func(int) {
+		ref := sandbox.Ref{ID: sandbox.NewID(), Generation: 1}
+		obs, err := p.Allocate(ctx, ref, sandbox.Spec{ClientRequestID: "bench"})
+		if err != nil || obs.State != sandbox.ObservedReady {
+			b.Fatalf("allocate: %+v %v", obs, err)
+		}
+		refs = append(refs, ref)
+	})
+	for _, ref := range refs {
+		if err := p.Release(ctx, ref); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkRelease(b *testing.B) {
+	p := newProvider(b)
+	ctx := context.Background()
+	refs := make([]sandbox.Ref, b.N)
+	for i := range refs {
+		refs[i] = ready(b, p, nil)
+	}
+	percentiles(b, func(i int) {
+		if err := p.Release(ctx, refs[i]); err != nil {
+			b.Fatal(err)
+		}
+	})
+}
+
+func BenchmarkExecTrue(b *testing.B) {
+	p := newProvider(b)
+	ref := ready(b, p, nil)
+	ctx := context.Background()
+	cmd := sandbox.Command{Argv: []string{"true"}, Timeout: 10 * time.Second}
+	percentiles(b, func(int) {
+		if res, err := p.Exec(ctx, ref, cmd); err != nil || code(res) != 0 {
+			b.Fatalf("%+v %v", res, err)
+		}
+	})
+}
+
+func BenchmarkWriteFile1MiB(b *testing.B) {
+	p := newProvider(b)
+	ref := ready(b, p, nil)
+	data := make([]byte, 1<<20)
+	b.SetBytes(int64(len(data)))
+	percentiles(b, func(int) {
+		if err := p.WriteFile(context.Background(), ref, "bench.bin", data); err != nil {
+			b.Fatal(err)
+		}
+	})
+}
+
+func BenchmarkReadFile1MiB(b *testing.B) {
+	p := newProvider(b)
+	ref := ready(b, p, nil)
+	if err := p.WriteFile(context.Background(), ref, "bench.bin", make([]byte, 1<<20)); err != nil {
+		b.Fatal(err)
+	}
+	b.SetBytes(1 << 20)
+	percentiles(b, func(int) {
+		if data, err := p.ReadFile(context.Background(), ref, "bench.bin"); err != nil || len(data) != 1<<20 {
+			b.Fatal(err)
+		}
+	})
+}
+
+// BenchmarkRawRuncExec is `runc exec <id> true` on a container the provider made: the path exec does
+// not take.
+func BenchmarkRawRuncExec(b *testing.B) {
+	dir := b.TempDir()
+	p := newProviderAt(b, dir)
+	ref := ready(b, p, nil)
+	root := filepath.Join(dir, "runc")
+	percentiles(b, func(int) {
+		if out, err := exec.Command("runc", "--root", root, "exec", ref.Name(), "true").CombinedOutput(); err != nil {
+			b.Fatalf("runc exec: %v: %s", err, out)
+		}
+	})
+}
+
+// BenchmarkRawRuncRun is `runc run -d` of a bundle identical to the provider's (its own socket
+// directory, overlay upper and cgroup), timed until runc returns; the container is removed untimed.
+func BenchmarkRawRuncRun(b *testing.B) {
+	dir := b.TempDir()
+	p := newProviderAt(b, dir)
+	ref := ready(b, p, nil)
+	src := filepath.Join(dir, "sandboxes", ref.Name())
+	raw, err := os.ReadFile(filepath.Join(src, "config.json"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	root := filepath.Join(dir, "raw-runc")
+	var names []string
+	b.Cleanup(func() {
+		for _, n := range names {
+			removeRaw(root, n)
+		}
+	})
+	percentiles(b, func(i int) {
+		b.StopTimer()
+		name := fmt.Sprintf("raw-%d", i)
+		bundle := filepath.Join(dir, "raw", name)
+		var spec specs.Spec
+		if err := json.Unmarshal(raw, &spec); err != nil {
+			b.Fatal(err)
+		}
+		spec.Root.Path = filepath.Join(src, "rootfs")
+		spec.Linux.CgroupsPath = "/sandboxd-bench-" + name
+		for j, m := range spec.Mounts {
+			switch m.Destination {
+			case "/.sandboxd/run":
+				spec.Mounts[j].Source = filepath.Join(bundle, "run")
+			case "/workspace":
+				spec.Mounts[j].Options = []string{"lowerdir=" + filepath.Join(src, "lower"),
+					"upperdir=" + filepath.Join(bundle, "upper"), "workdir=" + filepath.Join(bundle, "work")}
+			}
+		}
+		for _, d := range []string{"run", "upper", "work"} {
+			if err := os.MkdirAll(filepath.Join(bundle, d), 0o755); err != nil {
+				b.Fatal(err)
+			}
+		}
+		out, _ := json.Marshal(&spec)
+		if err := os.WriteFile(filepath.Join(bundle, "config.json"), out, 0o600); err != nil {
+			b.Fatal(err)
+		}
+		names = append(names, name)
+		devnull, _ := os.OpenFile(os.DevNull, os.O_RDWR, 0)
+		cmd := exec.Command("runc", "--root", root, "run", "-d", "--bundle", bundle, name)
+		cmd.Stdout, cmd.Stderr = devnull, devnull
+		b.StartTimer()
+		err := cmd.Run()
+		b.StopTimer()
+		devnull.Close()
+		if err != nil {
+			b.Fatalf("runc run: %v", err)
+		}
+		b.StartTimer()
+	})
+}
+
+// removeRaw kills, reaps and deletes a container started by BenchmarkRawRuncRun, with its cgroups.
+func removeRaw(root, name string) {
+	out, err := exec.Command("runc", "--root", root, "state", name).Output()
+	if err == nil {
+		var st struct{ Pid int }
+		if json.Unmarshal(out, &st) == nil && st.Pid > 0 {
+			exec.Command("runc", "--root", root, "kill", name, "KILL").Run()
+			var ws unix.WaitStatus
+			for i := 0; i < 5000; i++ {
+				if got, err := unix.Wait4(st.Pid, &ws, unix.WNOHANG, nil); got == st.Pid || err != nil {
+					break
+				}
+				time.Sleep(time.Millisecond)
+			}
+		}
+	}
+	exec.Command("runc", "--root", root, "delete", "--force", name).Run()
+	hier, _ := os.ReadDir("/sys/fs/cgroup")
+	for _, h := range hier {
+		unix.Rmdir(filepath.Join("/sys/fs/cgroup", h.Name(), "sandboxd-bench-"+name))
+	}
+}
+
