@@ -128,16 +128,19 @@ func (a *Agent) run(ctx context.Context, req ExecRequest, cancel <-chan struct{}
 }
 
 // killGroup kills the process group of leader until it is empty. kill(-pgid) is atomic with respect to
-// fork, so a fork bomb inside the group cannot outrun it.
+// fork, so a fork bomb inside the group cannot outrun it; a zombie stays in the group until the reaper
+// collects it, so an empty group also means its pids are free again.
 func killGroup(leader int) {
-	for i := 0; i < 100; i++ {
+	deadline := time.Now().Add(10 * time.Second)
+	for i := 0; time.Now().Before(deadline); i++ {
 		if err := unix.Kill(-leader, unix.SIGKILL); err != nil {
 			return // ESRCH: the group is empty
 		}
-		runtime.Gosched()
-		if i > 0 {
-			time.Sleep(time.Millisecond)
+		if i == 0 {
+			runtime.Gosched()
+			continue
 		}
+		time.Sleep(time.Millisecond)
 	}
 }
 
