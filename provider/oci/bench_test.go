@@ -202,4 +202,3 @@ func removeRaw(root, name string) {
 		unix.Rmdir(filepath.Join("/sys/fs/cgroup", h.Name(), "sandboxd-bench-"+name))
 	}
 }
-
