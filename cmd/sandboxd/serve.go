@@ -1,0 +1,262 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/sandboxd/sandbox"
+	"github.com/sandboxd/sandbox/core"
+	"github.com/sandboxd/sandbox/httpapi"
+	"github.com/sandboxd/sandbox/provider/host"
+	"github.com/sandboxd/sandbox/provider/oci"
+	"github.com/sandboxd/sandbox/store/sqlite"
+)
+
+var errHelp = errors.New("help requested")
+
+// Main is the daemon: ParseFlags, Run, then Close. Tests start the whole daemon with it on 127.0.0.1:0.
+type Main struct {
+	Listen            string
+	DataDir           string
+	Provider          string
+	EventRetention    int
+	ShutdownTimeout   time.Duration
+	ReconcileInterval time.Duration
+	LogFormat         string
+	OCIRuntime        string
+
+	logOut io.Writer
+	log    *slog.Logger
+
+	store    *sqlite.Store
+	runtime  *core.Runtime
+	closer   io.Closer // the provider, when it holds resources of its own
+	server   *http.Server
+	listener net.Listener
+	served   chan error
+}
+
+// NewMain returns a daemon with the defaults, logging to logOut.
+func NewMain(logOut io.Writer) *Main {
+	return &Main{
+		Listen:            "127.0.0.1:4311",
+		DataDir:           defaultDataDir(),
+		Provider:          "auto",
+		EventRetention:    100000,
+		ShutdownTimeout:   10 * time.Second,
+		ReconcileInterval: core.DefaultReconcileInterval,
+		LogFormat:         "text",
+		logOut:            logOut,
+	}
+}
+
+// defaultDataDir is /var/lib/sandboxd for root, and a per-user state directory otherwise.
+func defaultDataDir() string {
+	if os.Geteuid() == 0 {
+		return "/var/lib/sandboxd"
+	}
+	if d := os.Getenv("XDG_STATE_HOME"); d != "" {
+		return filepath.Join(d, "sandboxd")
+	}
+	if home, err := os.UserHomeDir(); err == nil {
+		return filepath.Join(home, ".local", "state", "sandboxd")
+	}
+	return filepath.Join(os.TempDir(), fmt.Sprintf("sandboxd-%d", os.Geteuid()))
+}
+
+// ParseFlags reads the flags of `sandboxd serve`. Each flag has an environment equivalent,
+// SANDBOXD_<FLAG> (upper case, dashes as underscores), which a flag on the command line overrides.
+func (m *Main) ParseFlags(args []string) error {
+	fs := flag.NewFlagSet("sandboxd serve", flag.ContinueOnError)
+	fs.SetOutput(m.logOut)
+	fs.StringVar(&m.Listen, "listen", m.Listen, "address to serve the HTTP API on")
+	fs.StringVar(&m.DataDir, "data-dir", m.DataDir, "directory of the database and the providers' state")
+	fs.StringVar(&m.Provider, "provider", m.Provider, "provider: "+strings.Join(providerNames(), ", "))
+	fs.IntVar(&m.EventRetention, "event-retention", m.EventRetention, "how many events the log keeps")
+	fs.DurationVar(&m.ShutdownTimeout, "shutdown-timeout", m.ShutdownTimeout, "how long in-flight requests may run on after SIGTERM")
+	fs.DurationVar(&m.ReconcileInterval, "reconcile-interval", m.ReconcileInterval, "how often every live sandbox is reconciled")
+	fs.StringVar(&m.LogFormat, "log-format", m.LogFormat, "log format: text or json")
+	fs.StringVar(&m.OCIRuntime, "oci-runtime", m.OCIRuntime, "the OCI runtime binary of the oci provider (default: runc from PATH)")
+	var envErr error
+	fs.VisitAll(func(f *flag.Flag) {
+		name := "SANDBOXD_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
+		if v, ok := os.LookupEnv(name); ok {
+			if err := f.Value.Set(v); err != nil && envErr == nil {
+				envErr = fmt.Errorf("%s=%q: %v", name, v, err)
+			}
+		}
+	})
+	if envErr != nil {
+		return envErr
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return errHelp
+		}
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected arguments: %q", fs.Args())
+	}
+	if m.EventRetention < 1 {
+		return fmt.Errorf("--event-retention must be at least 1, got %d", m.EventRetention)
+	}
+	return nil
+}
+
+// Run opens the store, starts the provider and the runtime, reconciles, and starts serving. It returns
+// once the listener is open; Addr says where.
+func (m *Main) Run(ctx context.Context) error {
+	var h slog.Handler = slog.NewTextHandler(m.logOut, nil)
+	if m.LogFormat == "json" {
+		h = slog.NewJSONHandler(m.logOut, nil)
+	}
+	m.log = slog.New(h)
+	if err := os.MkdirAll(m.DataDir, 0o700); err != nil {
+		return fmt.Errorf("data dir: %w", err)
+	}
+	st, err := sqlite.Open(ctx, sqlite.Config{Path: filepath.Join(m.DataDir, "sandboxd.db"), Retention: m.EventRetention})
+	if err != nil {
+		return fmt.Errorf("open store: %w", err)
+	}
+	m.store = st
+	prov, err := m.openProvider()
+	if err != nil {
+		return err
+	}
+	rt, err := core.New(core.Config{
+		Store:             st,
+		Provider:          prov,
+		Logger:            m.log,
+		ReconcileInterval: m.ReconcileInterval,
+	})
+	if err != nil {
+		return err
+	}
+	m.runtime = rt
+	if err := rt.Start(ctx); err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", m.Listen)
+	if err != nil {
+		return err
+	}
+	m.listener = ln
+	m.server = &http.Server{
+		Handler:           httpapi.New(httpapi.Config{Runtime: rt, Logger: m.log}),
+		ReadHeaderTimeout: 10 * time.Second, // a slow-header client is cut off
+		IdleTimeout:       2 * time.Minute,
+		ErrorLog:          slog.NewLogLogger(h, slog.LevelWarn),
+	}
+	m.served = make(chan error, 1)
+	go func() { m.served <- m.server.Serve(ln) }()
+	m.log.Info("serving", "addr", ln.Addr().String(), "data_dir", m.DataDir, "version", Version)
+	return nil
+}
+
+// Addr is the address the API listens on, once Run has returned.
+func (m *Main) Addr() string { return m.listener.Addr().String() }
+
+// Close stops accepting, lets in-flight requests finish within ShutdownTimeout, stops the runtime's
+// background work and closes the store.
+func (m *Main) Close() error {
+	var errs []error
+	if m.server != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), m.ShutdownTimeout)
+		if err := m.server.Shutdown(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("shutdown: %w", err))
+			m.server.Close()
+		}
+		cancel()
+		if err := <-m.served; err != nil && !errors.Is(err, http.ErrServerClosed) {
+			errs = append(errs, err)
+		}
+		m.server = nil
+	}
+	if m.runtime != nil {
+		errs = append(errs, m.runtime.Close())
+		m.runtime = nil
+	}
+	if m.closer != nil {
+		errs = append(errs, m.closer.Close())
+		m.closer = nil
+	}
+	if m.store != nil {
+		errs = append(errs, m.store.Close())
+		m.store = nil
+	}
+	if m.log != nil {
+		m.log.Info("stopped")
+	}
+	return errors.Join(errs...)
+}
+
+// providers are the providers the daemon can run, by name.
+var providers = map[string]func(m *Main) (sandbox.Provider, error){
+	"host": func(m *Main) (sandbox.Provider, error) {
+		return host.New(host.Config{Dir: filepath.Join(m.DataDir, "host"), Logger: m.log})
+	},
+	"oci": func(m *Main) (sandbox.Provider, error) {
+		self, err := os.Executable()
+		if err != nil {
+			return nil, fmt.Errorf("finding the agent binary: %w", err)
+		}
+		return oci.New(oci.Config{
+			StateDir:  filepath.Join(m.DataDir, "oci"),
+			Runtime:   m.OCIRuntime,
+			AgentPath: self,
+			Logger:    m.log,
+		})
+	},
+}
+
+func providerNames() []string {
+	names := []string{"auto"}
+	for _, n := range []string{"host", "oci"} {
+		if _, ok := providers[n]; ok {
+			names = append(names, n)
+		}
+	}
+	return names
+}
+
+// openProvider builds the chosen provider; "auto" picks the best one available and says why.
+func (m *Main) openProvider() (sandbox.Provider, error) {
+	name := m.Provider
+	if name == "auto" {
+		var why string
+		name, why = autoProvider()
+		m.log.Info("provider chosen", "provider", name, "why", why)
+	}
+	mk, ok := providers[name]
+	if !ok {
+		return nil, fmt.Errorf("unknown provider %q (have %s)", name, strings.Join(providerNames(), ", "))
+	}
+	p, err := mk(m)
+	if err != nil {
+		return nil, fmt.Errorf("provider %s: %w", name, err)
+	}
+	if c, ok := p.(io.Closer); ok {
+		m.closer = c
+	}
+	return p, nil
+}
+
+// autoProvider picks oci when it can run (root on Linux with runc present), else host.
+func autoProvider() (name, why string) {
+	ok, why := oci.Available()
+	if ok {
+		return "oci", "root on Linux with runc present"
+	}
+	return "host", "oci unavailable (" + why + "); host has no isolation"
+}
