@@ -157,8 +157,13 @@ func TestTimeoutKillsGroup(t *testing.T) {
 	dir := t.TempDir()
 	pidFile := filepath.Join(dir, "pid")
 	cmd := sh("sleep 300 & echo $! > " + pidFile + "; echo started; sleep 300")
-	cmd.Timeout = 300 * time.Millisecond
-	res := run(t, r, dir, cmd)
+	var res sandbox.CommandResult
+	// On a slow machine the timeout may strike before the grandchild exists: try again with more time.
+	for cmd.Timeout = 300 * time.Millisecond; ; cmd.Timeout *= 2 {
+		if res = run(t, r, dir, cmd); res.Stdout != "" {
+			break
+		}
+	}
 	if !res.TimedOut || res.ExitCode != nil || res.Cancelled {
 		t.Fatalf("result %+v, want timed out without exit code", res)
 	}
@@ -187,7 +192,8 @@ func TestEscapedPipeIsCut(t *testing.T) {
 	r := &Runner{Env: baseEnv, PipeGrace: 100 * time.Millisecond}
 	dir := t.TempDir()
 	pidFile := filepath.Join(dir, "pid")
-	res := run(t, r, dir, sandbox.Command{Argv: []string{"setsid", "-f", "sh", "-c", "echo $$ > " + pidFile + "; exec sleep 300"}})
+	// The leader waits until the escaped process has left the group and written its pid.
+	res := run(t, r, dir, sh(`setsid sh -c 'echo $$ > `+pidFile+`; exec sleep 300' & while [ ! -s `+pidFile+` ]; do sleep 0.01; done`))
 	wantExit(t, res, 0)
 	pid := readPid(t, pidFile)
 	_ = unix.Kill(pid, unix.SIGKILL)
