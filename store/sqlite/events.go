@@ -34,11 +34,10 @@ func (s *Store) appendEvents(ctx context.Context, tx *sql.Tx, events []sandbox.E
 	if len(events) == 0 {
 		return nil, nil
 	}
-	ins, err := tx.PrepareContext(ctx, `INSERT INTO events (type, sandbox_id, generation, ts, ts_ns, data) VALUES (?, ?, ?, ?, ?, ?)`)
+	ins, err := s.ws.in(ctx, tx, qInsertEvent)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("insert event: %w", err)
 	}
-	defer ins.Close()
 	cursors := make([]int64, len(events))
 	for i, e := range events {
 		ts := e.Timestamp.UTC()
@@ -69,8 +68,7 @@ func (s *Store) appendEvents(ctx context.Context, tx *sql.Tx, events []sandbox.E
 // usually deletes nothing; the age check reads only the oldest retained row unless some have expired.
 func (s *Store) prune(ctx context.Context, tx *sql.Tx) error {
 	var pruned, last int64
-	if err := tx.QueryRowContext(ctx, `SELECT pruned_through,
-		COALESCE((SELECT seq FROM sqlite_sequence WHERE name = 'events'), 0) FROM event_log`).Scan(&pruned, &last); err != nil {
+	if err := s.ws.queryRow(ctx, tx, qLogState, nil, &pruned, &last); err != nil {
 		return fmt.Errorf("prune: %w", err)
 	}
 	// Cursors are dense: a rolled-back insert also rolls back the sequence, and rows are only ever
@@ -82,8 +80,8 @@ func (s *Store) prune(ctx context.Context, tx *sql.Tx) error {
 	if s.maxAge > 0 {
 		cutoff := s.now().Add(-s.maxAge).UnixNano()
 		var first int64
-		err := tx.QueryRowContext(ctx, `SELECT cursor FROM events WHERE cursor > ? AND ts_ns >= ? ORDER BY cursor LIMIT 1`,
-			through, cutoff).Scan(&first)
+		err := s.ws.queryRow(ctx, tx, qFirstYoung,
+			[]any{through, cutoff}, &first)
 		switch {
 		case errors.Is(err, sql.ErrNoRows):
 			through = last // every retained event has expired
@@ -96,10 +94,10 @@ func (s *Store) prune(ctx context.Context, tx *sql.Tx) error {
 	if through <= pruned {
 		return nil
 	}
-	if _, err := tx.ExecContext(ctx, `DELETE FROM events WHERE cursor <= ?`, through); err != nil {
+	if _, err := s.ws.exec(ctx, tx, qDeleteEvents, through); err != nil {
 		return fmt.Errorf("prune: %w", err)
 	}
-	if _, err := tx.ExecContext(ctx, `UPDATE event_log SET pruned_through = ?`, through); err != nil {
+	if _, err := s.ws.exec(ctx, tx, qSetPruned, through); err != nil {
 		return fmt.Errorf("prune: %w", err)
 	}
 	return nil
@@ -125,19 +123,21 @@ func (s *Store) Events(ctx context.Context, q sandbox.EventQuery) ([]sandbox.Eve
 	}
 	defer tx.Rollback()
 	var pruned int64
-	if err := tx.QueryRowContext(ctx, `SELECT pruned_through FROM event_log`).Scan(&pruned); err != nil {
+	if err := s.rs.queryRow(ctx, tx, qPruned, nil, &pruned); err != nil {
 		return nil, fmt.Errorf("events: %w", err)
 	}
 	if q.After < pruned {
 		return nil, fmt.Errorf("events after %d: history before cursor %d is pruned: %w", q.After, pruned+1, sandbox.ErrEventHistoryUnavailable)
 	}
-	const cols = `SELECT cursor, type, sandbox_id, generation, ts, data FROM events `
-	var rows *sql.Rows
+	query, args := qEvents, []any{q.After, limit}
 	if q.SandboxID != "" {
-		rows, err = tx.QueryContext(ctx, cols+`WHERE sandbox_id = ? AND cursor > ? ORDER BY cursor LIMIT ?`, q.SandboxID, q.After, limit)
-	} else {
-		rows, err = tx.QueryContext(ctx, cols+`WHERE cursor > ? ORDER BY cursor LIMIT ?`, q.After, limit)
+		query, args = qSandboxEvents, []any{q.SandboxID, q.After, limit}
 	}
+	st, err := s.rs.in(ctx, tx, query)
+	if err != nil {
+		return nil, fmt.Errorf("events: %w", err)
+	}
+	rows, err := st.QueryContext(ctx, args...)
 	if err != nil {
 		return nil, fmt.Errorf("events: %w", err)
 	}
@@ -169,7 +169,11 @@ func (s *Store) Events(ctx context.Context, q sandbox.EventQuery) ([]sandbox.Eve
 // LastCursor is the cursor of the newest event ever appended, 0 if none; pruning does not lower it.
 func (s *Store) LastCursor(ctx context.Context) (int64, error) {
 	var last int64
-	if err := s.r.QueryRowContext(ctx, `SELECT COALESCE((SELECT seq FROM sqlite_sequence WHERE name = 'events'), 0)`).Scan(&last); err != nil {
+	st, err := s.rs.get(qLastCursor)
+	if err != nil {
+		return 0, fmt.Errorf("last cursor: %w", err)
+	}
+	if err := st.QueryRowContext(ctx).Scan(&last); err != nil {
 		return 0, fmt.Errorf("last cursor: %w", err)
 	}
 	return last, nil

@@ -54,8 +54,8 @@ func (s *Store) Create(ctx context.Context, sb *sandbox.Sandbox, intent sandbox.
 			gen  sandbox.Generation
 			spec []byte
 		)
-		err := tx.QueryRowContext(ctx, `SELECT sandbox_id, generation, spec FROM intents WHERE key = ?`, intent.Key).
-			Scan(&id, &gen, &spec)
+		err := s.ws.queryRow(ctx, tx, qGetIntent,
+			[]any{intent.Key}, &id, &gen, &spec)
 		if err == nil {
 			cur, ok := s.cache.get(id)
 			if !ok {
@@ -74,11 +74,11 @@ func (s *Store) Create(ctx context.Context, sb *sandbox.Sandbox, intent sandbox.
 		if !errors.Is(err, sql.ErrNoRows) {
 			return fmt.Errorf("create: look up intent %q: %w", intent.Key, err)
 		}
-		if _, err := tx.ExecContext(ctx, `INSERT INTO sandboxes (id, generation, state, doc) VALUES (?, ?, ?, ?)`,
+		if _, err := s.ws.exec(ctx, tx, qInsertSandbox,
 			sb.ID, sb.Generation, sb.State, doc); err != nil {
 			return fmt.Errorf("create %s: %w", sb.ID, err)
 		}
-		if err := insertIntent(ctx, tx, intent); err != nil {
+		if err := s.insertIntent(ctx, tx, intent); err != nil {
 			return err
 		}
 		if cursors, err = s.appendEvents(ctx, tx, events); err != nil {
@@ -144,7 +144,7 @@ func (s *Store) Update(ctx context.Context, id sandbox.ID, fn sandbox.UpdateFunc
 		if stored, err = unmarshalSandbox(doc); err != nil {
 			return fmt.Errorf("update %s: %w", id, err)
 		}
-		if _, err := tx.ExecContext(ctx, `UPDATE sandboxes SET generation = ?, state = ?, doc = ? WHERE id = ?`,
+		if _, err := s.ws.exec(ctx, tx, qUpdateSandbox,
 			sb.Generation, sb.State, doc, id); err != nil {
 			return fmt.Errorf("update %s: %w", id, err)
 		}
@@ -159,7 +159,7 @@ func (s *Store) Update(ctx context.Context, id sandbox.ID, fn sandbox.UpdateFunc
 			if in.Key == "" || in.SandboxID != id {
 				return fmt.Errorf("update %s: bad intent %q for %s: %w", id, in.Key, in.SandboxID, sandbox.ErrInvalidRequest)
 			}
-			if err := insertIntent(ctx, tx, in); err != nil {
+			if err := s.insertIntent(ctx, tx, in); err != nil {
 				return err
 			}
 		}
@@ -177,13 +177,12 @@ func (s *Store) Update(ctx context.Context, id sandbox.ID, fn sandbox.UpdateFunc
 }
 
 // insertIntent records in, or returns ErrIdempotencyConflict when its key is taken.
-func insertIntent(ctx context.Context, tx *sql.Tx, in sandbox.Intent) error {
+func (s *Store) insertIntent(ctx context.Context, tx *sql.Tx, in sandbox.Intent) error {
 	spec := in.Spec
 	if spec == nil {
 		spec = []byte{}
 	}
-	res, err := tx.ExecContext(ctx, `INSERT INTO intents (key, sandbox_id, generation, spec) VALUES (?, ?, ?, ?)
-		ON CONFLICT (key) DO NOTHING`, in.Key, in.SandboxID, in.Generation, spec)
+	res, err := s.ws.exec(ctx, tx, qInsertIntent, in.Key, in.SandboxID, in.Generation, spec)
 	if err != nil {
 		return fmt.Errorf("record intent %q: %w", in.Key, err)
 	}

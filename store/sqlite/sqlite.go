@@ -53,6 +53,8 @@ type Store struct {
 	wmu       sync.Mutex // serializes write transactions together with their cache updates
 	w         *sql.DB    // one connection: every write transaction, BEGIN IMMEDIATE
 	r         *sql.DB    // read-only connections, for the event log
+	ws        *stmts     // prepared on w
+	rs        *stmts     // prepared on r
 	cache     cache
 	retention int64
 	slack     int64 // events above retention tolerated before a count prune
@@ -102,6 +104,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	w.SetConnMaxLifetime(0)
 	w.SetConnMaxIdleTime(0)
 	s.w = w
+	s.ws = newStmts(w)
 	if err := s.init(ctx); err != nil {
 		s.Close()
 		return nil, fmt.Errorf("sqlite store: open %s: %w", cfg.Path, err)
@@ -118,6 +121,11 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	r.SetConnMaxLifetime(0)
 	r.SetConnMaxIdleTime(0)
 	s.r = r
+	s.rs = newStmts(r)
+	if err := s.rs.prepare(ctx, readQueries); err != nil {
+		s.Close()
+		return nil, fmt.Errorf("sqlite store: open %s: %w", cfg.Path, err)
+	}
 	return s, nil
 }
 
@@ -150,6 +158,9 @@ func (s *Store) init(ctx context.Context) error {
 		return fmt.Errorf("journal mode is %q, not wal", mode)
 	}
 	if err := migrate(ctx, s.w, migrations); err != nil {
+		return err
+	}
+	if err := s.ws.prepare(ctx, writeQueries); err != nil {
 		return err
 	}
 	if err := s.write(ctx, func(tx *sql.Tx) error { return s.prune(ctx, tx) }, nil); err != nil {
@@ -189,6 +200,11 @@ func (s *Store) Close() error {
 
 func (s *Store) close() error {
 	var errs []error
+	for _, c := range []*stmts{s.rs, s.ws} {
+		if c != nil {
+			errs = append(errs, c.close())
+		}
+	}
 	if s.r != nil {
 		errs = append(errs, s.r.Close())
 	}

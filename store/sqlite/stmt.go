@@ -1,0 +1,110 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"sync"
+)
+
+// The queries of the write connection.
+const (
+	qInsertEvent = `INSERT INTO events (type, sandbox_id, generation, ts, ts_ns, data) VALUES (?, ?, ?, ?, ?, ?)`
+	qLogState    = `SELECT pruned_through,
+		COALESCE((SELECT seq FROM sqlite_sequence WHERE name = 'events'), 0) FROM event_log`
+	qFirstYoung    = `SELECT cursor FROM events WHERE cursor > ? AND ts_ns >= ? ORDER BY cursor LIMIT 1`
+	qDeleteEvents  = `DELETE FROM events WHERE cursor <= ?`
+	qSetPruned     = `UPDATE event_log SET pruned_through = ?`
+	qGetIntent     = `SELECT sandbox_id, generation, spec FROM intents WHERE key = ?`
+	qInsertSandbox = `INSERT INTO sandboxes (id, generation, state, doc) VALUES (?, ?, ?, ?)`
+	qUpdateSandbox = `UPDATE sandboxes SET generation = ?, state = ?, doc = ? WHERE id = ?`
+	qInsertIntent  = `INSERT INTO intents (key, sandbox_id, generation, spec) VALUES (?, ?, ?, ?)
+		ON CONFLICT (key) DO NOTHING`
+)
+
+// The queries of the read connections.
+const (
+	qPruned        = `SELECT pruned_through FROM event_log`
+	qEvents        = `SELECT cursor, type, sandbox_id, generation, ts, data FROM events WHERE cursor > ? ORDER BY cursor LIMIT ?`
+	qSandboxEvents = `SELECT cursor, type, sandbox_id, generation, ts, data FROM events WHERE sandbox_id = ? AND cursor > ? ORDER BY cursor LIMIT ?`
+	qLastCursor    = `SELECT COALESCE((SELECT seq FROM sqlite_sequence WHERE name = 'events'), 0)`
+)
+
+var (
+	writeQueries = []string{qInsertEvent, qLogState, qFirstYoung, qDeleteEvents, qSetPruned, qGetIntent, qInsertSandbox, qUpdateSandbox, qInsertIntent}
+	readQueries  = []string{qPruned, qEvents, qSandboxEvents, qLastCursor}
+)
+
+// stmts keeps each query prepared once per pool, so a hot path parses no SQL. The queries are
+// prepared before the pool is used: preparing needs a connection, and the write pool's only one is
+// taken while a transaction runs.
+type stmts struct {
+	db *sql.DB
+	mu sync.Mutex
+	m  map[string]*sql.Stmt
+}
+
+func newStmts(db *sql.DB) *stmts { return &stmts{db: db, m: map[string]*sql.Stmt{}} }
+
+// prepare prepares queries on the pool.
+func (c *stmts) prepare(ctx context.Context, queries []string) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, q := range queries {
+		st, err := c.db.PrepareContext(ctx, q)
+		if err != nil {
+			return fmt.Errorf("prepare %q: %w", q, err)
+		}
+		c.m[q] = st
+	}
+	return nil
+}
+
+// get returns query as prepared by prepare.
+func (c *stmts) get(query string) (*sql.Stmt, error) {
+	c.mu.Lock()
+	st, ok := c.m[query]
+	c.mu.Unlock()
+	if !ok {
+		return nil, fmt.Errorf("query not prepared: %q", query)
+	}
+	return st, nil
+}
+
+// in returns query prepared, bound to tx.
+func (c *stmts) in(ctx context.Context, tx *sql.Tx, query string) (*sql.Stmt, error) {
+	st, err := c.get(query)
+	if err != nil {
+		return nil, err
+	}
+	return tx.StmtContext(ctx, st), nil
+}
+
+func (c *stmts) exec(ctx context.Context, tx *sql.Tx, query string, args ...any) (sql.Result, error) {
+	st, err := c.in(ctx, tx, query)
+	if err != nil {
+		return nil, err
+	}
+	return st.ExecContext(ctx, args...)
+}
+
+// queryRow runs a one-row query in tx and scans it into dest.
+func (c *stmts) queryRow(ctx context.Context, tx *sql.Tx, query string, args []any, dest ...any) error {
+	st, err := c.in(ctx, tx, query)
+	if err != nil {
+		return err
+	}
+	return st.QueryRowContext(ctx, args...).Scan(dest...)
+}
+
+func (c *stmts) close() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var errs []error
+	for _, st := range c.m {
+		errs = append(errs, st.Close())
+	}
+	c.m = map[string]*sql.Stmt{}
+	return errors.Join(errs...)
+}
