@@ -11,7 +11,8 @@ import (
 	sandbox "github.com/sandboxd/sandbox"
 )
 
-// AppendEvents appends events that change no sandbox and returns them with their cursors, in order.
+// AppendEvents appends events that change no sandbox and returns them with their cursors, in order,
+// as Events will return them: timestamps in UTC, empty Data as nil.
 // An event whose timestamp RFC 3339 cannot write (a year outside 0..9999) is ErrInvalidRequest.
 func (s *Store) AppendEvents(ctx context.Context, events []sandbox.Event) ([]sandbox.Event, error) {
 	if len(events) == 0 {
@@ -44,8 +45,8 @@ func (s *Store) appendEvents(ctx context.Context, tx *sql.Tx, events []sandbox.E
 		if y := ts.Year(); y < 0 || y > 9999 {
 			return nil, fmt.Errorf("event %s of %s: timestamp %s out of range: %w", e.Type, e.SandboxID, ts, sandbox.ErrInvalidRequest)
 		}
-		var data any // NULL keeps a nil Data nil
-		if e.Data != nil {
+		var data any // NULL: no data, nil or empty alike
+		if len(e.Data) > 0 {
 			data = []byte(e.Data)
 		}
 		res, err := ins.ExecContext(ctx, string(e.Type), string(e.SandboxID), int64(e.Generation),
@@ -155,7 +156,7 @@ func (s *Store) Events(ctx context.Context, q sandbox.EventQuery) ([]sandbox.Eve
 		if e.Timestamp, err = time.Parse(time.RFC3339Nano, ts); err != nil {
 			return nil, fmt.Errorf("events: cursor %d: %w", e.Cursor, err)
 		}
-		if data != nil {
+		if len(data) > 0 {
 			e.Data = json.RawMessage(data)
 		}
 		out = append(out, e)
@@ -179,13 +180,16 @@ func (s *Store) LastCursor(ctx context.Context) (int64, error) {
 	return last, nil
 }
 
-// withCursors returns copies of events with their cursors set and timestamps in UTC, as Events
-// returns them.
+// withCursors returns copies of events with their cursors set, timestamps in UTC and empty data nil,
+// as Events returns them.
 func withCursors(events []sandbox.Event, cursors []int64) []sandbox.Event {
 	out := make([]sandbox.Event, len(events))
 	for i, e := range events {
 		e.Cursor = cursors[i]
 		e.Timestamp = e.Timestamp.UTC()
+		if len(e.Data) == 0 {
+			e.Data = nil
+		}
 		out[i] = e
 	}
 	return out

@@ -296,3 +296,54 @@ func TestReturnedSandboxesAreCopies(t *testing.T) {
 		t.Fatalf("store changed through a returned value:\n got %+v\nwant %+v", now, want)
 	}
 }
+
+// FuzzEventRoundTrip appends an arbitrary event and checks the log gives it back unchanged, with
+// its timestamp as the same instant in UTC.
+func FuzzEventRoundTrip(f *testing.F) {
+	f.Add("sandbox.created", "sbx_a", int64(1), int64(1700000000123456789), []byte(`{"a":1}`), false)
+	f.Add("", "", int64(0), int64(0), []byte{}, true)
+	f.Add("x\x00y", "sbx_\u00e9", int64(-5), int64(-62135596800000000000/1000), []byte("\xff not json"), false)
+	s, err := sqlite.Open(context.Background(), sqlite.Config{Path: filepath.Join(f.TempDir(), "fuzz.db"), Retention: 1000})
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Cleanup(func() { s.Close() })
+	f.Fuzz(func(t *testing.T, typ, id string, gen, ns int64, data []byte, nilData bool) {
+		ctx := context.Background()
+		e := sandbox.Event{Type: sandbox.EventType(typ), SandboxID: sandbox.ID(id), Generation: sandbox.Generation(gen),
+			Timestamp: time.Unix(0, ns).In(time.FixedZone("Z1", 3600)), Data: data}
+		if nilData {
+			e.Data = nil
+		}
+		want := e
+		if len(want.Data) == 0 {
+			want.Data = nil // no data, however it was given
+		}
+		got, err := s.AppendEvents(ctx, []sandbox.Event{e})
+		if err != nil {
+			t.Fatalf("append: %v", err)
+		}
+		page, err := s.Events(ctx, sandbox.EventQuery{After: got[0].Cursor - 1, Limit: 1})
+		if err != nil || len(page) != 1 {
+			t.Fatalf("read back: %d events, %v", len(page), err)
+		}
+		want.Cursor = got[0].Cursor
+		want.Timestamp = e.Timestamp.UTC()
+		if !reflect.DeepEqual(page[0], want) || !reflect.DeepEqual(got[0], want) {
+			t.Fatalf("round trip:\n got %#v\n ret %#v\nwant %#v", page[0], got[0], want)
+		}
+	})
+}
+
+func TestAppendRefusesTimestampOutOfRange(t *testing.T) {
+	ctx := context.Background()
+	s := open(t, sqlite.Config{Path: filepath.Join(t.TempDir(), "sandboxd.db")})
+	defer s.Close()
+	e := sandbox.Event{Type: sandbox.EventFileWritten, SandboxID: "sbx_a", Timestamp: time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC)}
+	if _, err := s.AppendEvents(ctx, []sandbox.Event{e}); !errors.Is(err, sandbox.ErrInvalidRequest) {
+		t.Fatalf("append with year 10000: %v, want ErrInvalidRequest", err)
+	}
+	if l, err := s.LastCursor(ctx); err != nil || l != 0 {
+		t.Fatalf("a refused append moved the last cursor to %d, %v", l, err)
+	}
+}

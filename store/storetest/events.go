@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"sync"
 	"testing"
 	"time"
 
@@ -225,5 +226,86 @@ func testLastCursor(t *testing.T, s sandbox.Store) {
 	}
 	if l := mustLast(t, s); l != upd[0].Cursor {
 		t.Fatalf("failed update moved the last cursor to %d", l)
+	}
+}
+
+// testReadersDuringWrites reads sandboxes and the log while writers append and update, and checks
+// every reader sees a consistent, strictly increasing log that ends up complete.
+func testReadersDuringWrites(t *testing.T, s sandbox.Store) {
+	ctx := context.Background()
+	sb := mustCreate(t, s, "req-1")
+	const writers, writes, readers = 4, 25, 8
+	done := make(chan struct{})
+	errs := make(chan error, writers+readers)
+	var wg, rg sync.WaitGroup
+	for w := range writers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range writes {
+				var err error
+				if i%2 == 0 {
+					_, err = s.AppendEvents(ctx, fileEvents(sb.Ref(), w*writes+i, 2))
+				} else {
+					_, _, err = s.Update(ctx, sb.ID, func(x *sandbox.Sandbox) (sandbox.Change, error) {
+						setCounter(x, counter(x)+1)
+						return sandbox.Change{Events: []sandbox.Event{stateEvent(x, x.State, x.State)}}, nil
+					})
+				}
+				if err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	for range readers {
+		rg.Add(1)
+		go func() {
+			defer rg.Done()
+			after := int64(0)
+			for {
+				select {
+				case <-done:
+					return
+				default:
+				}
+				if _, err := s.Get(ctx, sb.ID); err != nil {
+					errs <- err
+					return
+				}
+				page, err := s.Events(ctx, sandbox.EventQuery{After: after, Limit: 7})
+				if err != nil {
+					errs <- err
+					return
+				}
+				for _, e := range page {
+					if e.Cursor <= after {
+						errs <- fmt.Errorf("cursor %d after %d", e.Cursor, after)
+						return
+					}
+					after = e.Cursor
+				}
+				if _, err := s.LastCursor(ctx); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(done)
+	rg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatalf("concurrent reads and writes: %v", err)
+	}
+	// 1 create event, and per writer 13 appends of 2 and 12 updates of 1.
+	want := 1 + writers*((writes+1)/2*2+writes/2)
+	if got := mustEvents(t, s, sandbox.EventQuery{}); len(got) != want {
+		t.Fatalf("%d events, want %d", len(got), want)
+	}
+	if n := counter(mustGet(t, s, sb.ID)); n != writers*(writes/2) {
+		t.Fatalf("counter %d, want %d", n, writers*(writes/2))
 	}
 }

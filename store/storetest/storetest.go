@@ -55,6 +55,7 @@ func Run(t *testing.T, open func(t *testing.T) sandbox.Store) {
 		{"EventsSandboxFilter", testEventsSandboxFilter},
 		{"EventsBeyondNewest", testEventsBeyondNewest},
 		{"LastCursor", testLastCursor},
+		{"ReadersDuringWrites", testReadersDuringWrites},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, get(t)) })
