@@ -9,9 +9,6 @@ import (
 	"syscall"
 )
 
-// ErrLocked is returned by Open when another Store, in this process or another, has the file open.
-var ErrLocked = errors.New("store file is in use")
-
 // lockFile takes an exclusive lock on path+"-lock" for as long as the returned file is open. The
 // in-memory sandbox cache is only right when one Store writes the file.
 func lockFile(path string) (*os.File, error) {

@@ -28,12 +28,16 @@ import (
 // DefaultRetention is how many events the log keeps when Config.Retention is zero.
 const DefaultRetention = 100000
 
+// ErrLocked is returned by Open when another Store, in this process or another, has the file open.
+var ErrLocked = errors.New("store file is in use")
+
 // busyTimeout bounds how long a connection waits for a lock held by another connection.
 const busyTimeout = 10 * time.Second
 
 // Config configures a Store.
 type Config struct {
-	// Path is the database file. Its directory must exist.
+	// Path is the database file. Its directory must exist. Beside it live SQLite's -wal and -shm
+	// files and Path+"-lock", which keeps a second Store off the file.
 	Path string
 	// Retention is the most events the log keeps; 0 means DefaultRetention. Pruning runs in batches,
 	// so the log may hold up to Retention/64 (at most 1024) events more for a while.
