@@ -433,4 +433,3 @@ func (st *stack) create(extra map[string]any) *sandbox.Sandbox {
 func sbPath(id sandbox.ID, rest string) string { return "/v1/sandboxes/" + string(id) + rest }
 
 func gen(g sandbox.Generation) map[string]any { return map[string]any{"expectedGeneration": g} }
-

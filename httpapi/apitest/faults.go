@@ -1,141 +1,72 @@
 package apitest
 
 import (
-	"context"
+	"errors"
 	"fmt"
-	"sync"
 	"testing"
 
 	"github.com/sandboxd/sandbox"
+	"github.com/sandboxd/sandbox/provider/fault"
 )
 
-// faulty wraps a provider to fail on demand and to hide capabilities. It keeps to what the HTTP suite
-// needs: an injected error per method name and a narrower manifest; the inner provider does the real work.
-type faulty struct {
-	inner sandbox.Provider
-	hide  map[sandbox.Capability]bool
-
-	mu    sync.Mutex
-	fails map[string]error // by method name
-}
-
-func newFaulty(inner sandbox.Provider, hide ...sandbox.Capability) *faulty {
-	f := &faulty{inner: inner, hide: map[sandbox.Capability]bool{}, fails: map[string]error{}}
-	for _, c := range hide {
-		f.hide[c] = true
-	}
+// hiding wraps inner in the fault provider with a manifest that lacks the given capabilities.
+func hiding(inner sandbox.Provider, hide ...sandbox.Capability) *fault.Provider {
+	f := fault.New(inner)
+	f.OnManifest = fault.Mangle(func(m sandbox.Manifest) sandbox.Manifest {
+		c := &m.Capabilities
+		for _, h := range hide {
+			switch h {
+			case sandbox.CapCommandExecution:
+				c.CommandExecution = false
+			case sandbox.CapFileAccess:
+				c.FileAccess = false
+			case sandbox.CapPauseResume:
+				c.PauseResume = false
+			case sandbox.CapImageReference:
+				c.ImageReference = false
+			case sandbox.CapTemplateReference:
+				c.TemplateReference = false
+			case sandbox.CapMemorySnapshot:
+				c.MemorySnapshot = false
+			}
+		}
+		return m
+	})
 	return f
 }
 
-// failWith makes method return err (wrapped) from now on; nil heals it.
-func (f *faulty) failWith(method string, err error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if err == nil {
-		delete(f.fails, method)
-		return
-	}
-	f.fails[method] = err
-}
-
-func (f *faulty) fault(method string) error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if err := f.fails[method]; err != nil {
-		return fmt.Errorf("injected into %s: %w", method, err)
-	}
-	return nil
-}
-
-func (f *faulty) Manifest(ctx context.Context) (sandbox.Manifest, error) {
-	if err := f.fault("Manifest"); err != nil {
-		return sandbox.Manifest{}, err
-	}
-	m, err := f.inner.Manifest(ctx)
-	c := &m.Capabilities
-	for capability, field := range map[sandbox.Capability]*bool{
-		sandbox.CapCommandExecution: &c.CommandExecution, sandbox.CapFileAccess: &c.FileAccess,
-		sandbox.CapPauseResume: &c.PauseResume, sandbox.CapImageReference: &c.ImageReference,
-		sandbox.CapTemplateReference: &c.TemplateReference, sandbox.CapResourceLimits: &c.ResourceLimits,
-		sandbox.CapMemorySnapshot: &c.MemorySnapshot,
-	} {
-		if f.hide[capability] {
-			*field = false
+// failAll makes every provider call the HTTP API can reach fail with err (wrapped), or heals them all
+// when err is nil. For ErrProviderProtocol the manifest and command results come back malformed instead,
+// so the runtime's own validation is what finds them out.
+func failAll(f *fault.Provider, err error) {
+	f.SetHooks(func(f *fault.Provider) {
+		if err == nil {
+			f.OnManifest, f.OnExec, f.OnAllocate, f.OnObserve = nil, nil, nil, nil
+			f.OnReadFile, f.OnWriteFile, f.OnListFiles = nil, nil, nil
+			f.OnPause, f.OnResume, f.OnRelease = nil, nil, nil
+			return
 		}
-	}
-	return m, err
-}
-
-func (f *faulty) Allocate(ctx context.Context, ref sandbox.Ref, spec sandbox.Spec) (sandbox.Observation, error) {
-	if err := f.fault("Allocate"); err != nil {
-		return sandbox.Observation{}, err
-	}
-	return f.inner.Allocate(ctx, ref, spec)
-}
-
-func (f *faulty) Observe(ctx context.Context, ref sandbox.Ref) (sandbox.Observation, error) {
-	if err := f.fault("Observe"); err != nil {
-		return sandbox.Observation{}, err
-	}
-	return f.inner.Observe(ctx, ref)
-}
-
-func (f *faulty) Release(ctx context.Context, ref sandbox.Ref) error {
-	if err := f.fault("Release"); err != nil {
-		return err
-	}
-	return f.inner.Release(ctx, ref)
-}
-
-func (f *faulty) Resources(ctx context.Context) ([]sandbox.Ref, error) {
-	return f.inner.Resources(ctx)
-}
-
-func (f *faulty) Exec(ctx context.Context, ref sandbox.Ref, cmd sandbox.Command) (sandbox.CommandResult, error) {
-	if err := f.fault("Exec"); err != nil {
-		return sandbox.CommandResult{}, err
-	}
-	return f.inner.(sandbox.Executor).Exec(ctx, ref, cmd)
-}
-
-func (f *faulty) ReadFile(ctx context.Context, ref sandbox.Ref, path string) ([]byte, error) {
-	if err := f.fault("ReadFile"); err != nil {
-		return nil, err
-	}
-	return f.inner.(sandbox.FileSystem).ReadFile(ctx, ref, path)
-}
-
-func (f *faulty) WriteFile(ctx context.Context, ref sandbox.Ref, path string, data []byte) error {
-	if err := f.fault("WriteFile"); err != nil {
-		return err
-	}
-	return f.inner.(sandbox.FileSystem).WriteFile(ctx, ref, path, data)
-}
-
-func (f *faulty) ListFiles(ctx context.Context, ref sandbox.Ref, path string) ([]sandbox.FileEntry, error) {
-	if err := f.fault("ListFiles"); err != nil {
-		return nil, err
-	}
-	return f.inner.(sandbox.FileSystem).ListFiles(ctx, ref, path)
-}
-
-func (f *faulty) Pause(ctx context.Context, ref sandbox.Ref) error {
-	if err := f.fault("Pause"); err != nil {
-		return err
-	}
-	return f.inner.(sandbox.PauseResumer).Pause(ctx, ref)
-}
-
-func (f *faulty) Resume(ctx context.Context, ref sandbox.Ref) error {
-	if err := f.fault("Resume"); err != nil {
-		return err
-	}
-	return f.inner.(sandbox.PauseResumer).Resume(ctx, ref)
+		wrapped := fmt.Errorf("injected: %w", err)
+		f.OnManifest = fault.Fail[sandbox.Manifest](wrapped)
+		f.OnExec = fault.Fail[sandbox.CommandResult](wrapped)
+		if errors.Is(err, sandbox.ErrProviderProtocol) {
+			f.OnManifest = fault.Mangle(func(m sandbox.Manifest) sandbox.Manifest { m.Name = ""; return m })
+			f.OnExec = fault.Mangle(func(r sandbox.CommandResult) sandbox.CommandResult { r.TimedOut = true; return r })
+		}
+		f.OnAllocate = fault.Fail[sandbox.Observation](wrapped)
+		f.OnObserve = fault.Fail[sandbox.Observation](wrapped)
+		f.OnReadFile = fault.Fail[[]byte](wrapped)
+		f.OnWriteFile = fault.Fail[struct{}](wrapped)
+		f.OnListFiles = fault.Fail[[]sandbox.FileEntry](wrapped)
+		f.OnPause = fault.Fail[struct{}](wrapped)
+		f.OnResume = fault.Fail[struct{}](wrapped)
+		f.OnRelease = fault.Fail[struct{}](wrapped)
+	})
 }
 
 func (s *suite) testCreateUnsupported(t *testing.T) {
 	inner := s.newProvider(t)
-	st := s.newStack(t, newFaulty(inner, sandbox.CapImageReference, sandbox.CapTemplateReference, sandbox.CapMemorySnapshot), options{})
+	st := s.newStack(t, hiding(inner, sandbox.CapImageReference, sandbox.CapTemplateReference, sandbox.CapMemorySnapshot), options{})
 	for _, body := range []string{
 		`{"clientRequestId":"a","requiredCapabilities":["memorySnapshot"]}`,
 		`{"clientRequestId":"b","image":"docker.io/library/busybox:1.36"}`,
@@ -158,7 +89,7 @@ func (s *suite) testCreateUnsupported(t *testing.T) {
 }
 
 func (s *suite) testPauseUnsupported(t *testing.T) {
-	st := s.newStack(t, newFaulty(s.newProvider(t), sandbox.CapPauseResume), options{})
+	st := s.newStack(t, hiding(s.newProvider(t), sandbox.CapPauseResume), options{})
 	sb := st.create(nil)
 	st.c.fails("POST", sbPath(sb.ID, "/actions/pause"), gen(1), 422, sandbox.CodeUnsupportedCapability)
 	st.c.fails("POST", sbPath(sb.ID, "/actions/resume"), gen(1), 422, sandbox.CodeUnsupportedCapability)
@@ -168,7 +99,7 @@ func (s *suite) testPauseUnsupported(t *testing.T) {
 }
 
 func (s *suite) testDataPlaneUnsupported(t *testing.T) {
-	st := s.newStack(t, newFaulty(s.newProvider(t), sandbox.CapCommandExecution, sandbox.CapFileAccess), options{})
+	st := s.newStack(t, hiding(s.newProvider(t), sandbox.CapCommandExecution, sandbox.CapFileAccess), options{})
 	sb := st.create(nil)
 	st.c.fails("POST", sbPath(sb.ID, "/commands"), cmdBody(1, "true"), 422, sandbox.CodeUnsupportedCapability)
 	st.c.fails("GET", filePath(sb.ID, "a", 1), nil, 422, sandbox.CodeUnsupportedCapability)
@@ -178,7 +109,7 @@ func (s *suite) testDataPlaneUnsupported(t *testing.T) {
 
 // providerErrors drives every operation that calls the provider into a provider error of class want.
 func (s *suite) providerErrors(t *testing.T, want error, status int, code sandbox.ErrorCode) {
-	f := newFaulty(s.newProvider(t))
+	f := fault.New(s.newProvider(t))
 	st := s.newStack(t, f, options{})
 	sb := st.create(nil)
 	paused := st.create(nil)
@@ -188,9 +119,7 @@ func (s *suite) providerErrors(t *testing.T, want error, status int, code sandbo
 	st.c.ok("POST", sbPath(done.ID, "/actions/terminate"), gen(1), 200, nil)
 	st.waitState(done.ID, sandbox.StateTerminated)
 
-	for _, m := range []string{"Manifest", "Allocate", "Observe", "Exec", "ReadFile", "WriteFile", "ListFiles", "Pause", "Resume"} {
-		f.failWith(m, want)
-	}
+	failAll(f, want)
 	st.c.fails("GET", "/v1/runtime", nil, status, code)
 	st.c.fails("POST", "/v1/sandboxes", map[string]any{"clientRequestId": "fails"}, status, code)
 	st.c.fails("POST", sbPath(sb.ID, "/actions/reconcile"), nil, status, code)
@@ -202,15 +131,12 @@ func (s *suite) providerErrors(t *testing.T, want error, status int, code sandbo
 	st.c.fails("POST", sbPath(paused.ID, "/actions/resume"), gen(1), status, code)
 	st.c.fails("POST", sbPath(done.ID, "/actions/recreate"), map[string]any{"expectedGeneration": 1, "spec": map[string]any{"clientRequestId": "again"}}, status, code)
 	// Terminate always goes through: the runtime retries the clean-up by itself until the provider heals.
-	f.failWith("Release", want)
 	var term sandbox.Sandbox
 	st.c.ok("POST", sbPath(sb.ID, "/actions/terminate"), gen(1), 200, &term)
 	if term.State != sandbox.StateTerminating && term.State != sandbox.StateTerminated {
 		t.Fatalf("terminate with a failing provider answered %s", term.State)
 	}
-	for _, m := range []string{"Manifest", "Allocate", "Observe", "Exec", "ReadFile", "WriteFile", "ListFiles", "Pause", "Resume", "Release"} {
-		f.failWith(m, nil)
-	}
+	failAll(f, nil)
 	st.waitState(sb.ID, sandbox.StateTerminated)
 }
 
