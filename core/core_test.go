@@ -1,0 +1,495 @@
+package core_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sandboxd/sandbox"
+	"github.com/sandboxd/sandbox/core"
+	"github.com/sandboxd/sandbox/provider/fault"
+	"github.com/sandboxd/sandbox/provider/host"
+	"github.com/sandboxd/sandbox/store/sqlite"
+)
+
+// env is a runtime over a real SQLite file and the host provider, wrapped in the fault injector.
+type env struct {
+	rt    *core.Runtime
+	store sandbox.Store
+	prov  *fault.Provider
+	inner *host.Provider
+}
+
+func newEnv(t *testing.T, tweak ...func(*core.Config)) *env {
+	t.Helper()
+	dir := t.TempDir()
+	st, err := sqlite.Open(context.Background(), sqlite.Config{Path: filepath.Join(dir, "db")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	inner, err := host.New(host.Config{Dir: filepath.Join(dir, "host")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	prov := fault.New(inner)
+	cfg := core.Config{Store: st, Provider: prov, ReconcileInterval: -1, ProviderTimeout: 2 * time.Second}
+	for _, f := range tweak {
+		f(&cfg)
+	}
+	rt, err := core.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { rt.Close() })
+	return &env{rt: rt, store: st, prov: prov, inner: inner}
+}
+
+func spec(key string) sandbox.Spec { return sandbox.Spec{ClientRequestID: key} }
+
+func (e *env) create(t *testing.T, key string) *sandbox.Sandbox {
+	t.Helper()
+	sb, err := e.rt.Create(context.Background(), spec(key))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e.waitState(t, sb.ID, sandbox.StateReady)
+}
+
+// waitState polls until the sandbox is in want (readiness is observed in the background).
+func (e *env) waitState(t *testing.T, id sandbox.ID, want sandbox.State) *sandbox.Sandbox {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		sb, err := e.rt.Get(context.Background(), id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if sb.State == want {
+			return sb
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("sandbox %s is %s, want %s (failure %+v)", id, sb.State, want, sb.Failure)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func (e *env) events(t *testing.T, id sandbox.ID) []sandbox.Event {
+	t.Helper()
+	evs, err := e.rt.Events(context.Background(), sandbox.EventQuery{SandboxID: id})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return evs
+}
+
+// transitions renders the state_changed events of a sandbox as "from>to" steps.
+func transitions(t *testing.T, evs []sandbox.Event) string {
+	t.Helper()
+	var steps []string
+	for _, ev := range evs {
+		switch ev.Type {
+		case sandbox.EventCreated:
+			steps = append(steps, fmt.Sprintf("created@%d", ev.Generation))
+		case sandbox.EventStateChanged:
+			var d sandbox.StateChangedData
+			if err := json.Unmarshal(ev.Data, &d); err != nil {
+				t.Fatal(err)
+			}
+			steps = append(steps, string(d.From)+">"+string(d.To))
+		}
+	}
+	return strings.Join(steps, " ")
+}
+
+func TestLifecycleRecordsEveryChange(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	sb := e.create(t, "k1")
+	if sb.Generation != 1 || sb.Provider != "host" {
+		t.Fatalf("created %+v", sb)
+	}
+	if _, err := e.rt.Pause(ctx, sb.ID, 1); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := e.rt.Pause(ctx, sb.ID, 1); err != nil || got.State != sandbox.StatePaused {
+		t.Fatalf("repeated pause: %v %+v", err, got)
+	}
+	if _, err := e.rt.Resume(ctx, sb.ID, 1); err != nil {
+		t.Fatal(err)
+	}
+	got, err := e.rt.Terminate(ctx, sb.ID, 1)
+	if err != nil || got.State != sandbox.StateTerminated {
+		t.Fatalf("terminate: %v %+v", err, got)
+	}
+	got, err = e.rt.Recreate(ctx, sb.ID, 1, spec("k2"))
+	if err != nil || got.Generation != 2 {
+		t.Fatalf("recreate: %v %+v", err, got)
+	}
+	e.waitState(t, sb.ID, sandbox.StateReady)
+	want := "created@1 requested>starting starting>ready ready>pausing pausing>paused paused>resuming resuming>ready " +
+		"ready>terminating terminating>terminated created@2 terminated>requested requested>starting starting>ready"
+	if got := transitions(t, e.events(t, sb.ID)); got != want {
+		t.Fatalf("events:\n got %s\nwant %s", got, want)
+	}
+	// The first generation's key is spent; the second's returns the sandbox.
+	if _, err := e.rt.Create(ctx, spec("k1")); !errors.Is(err, sandbox.ErrIdempotencyConflict) {
+		t.Fatalf("replay of a spent key: %v", err)
+	}
+	if again, err := e.rt.Create(ctx, spec("k2")); err != nil || again.ID != sb.ID || again.Generation != 2 {
+		t.Fatalf("replay of the current key: %v %+v", err, again)
+	}
+}
+
+func TestConcurrentIdenticalCreatesAllocateOnce(t *testing.T) {
+	e := newEnv(t)
+	var wg sync.WaitGroup
+	ids := make([]sandbox.ID, 50)
+	errs := make([]error, 50)
+	for i := range 50 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sb, err := e.rt.Create(context.Background(), spec("same"))
+			errs[i] = err
+			if sb != nil {
+				ids[i] = sb.ID
+			}
+		}()
+	}
+	wg.Wait()
+	for i := range 50 {
+		if errs[i] != nil || ids[i] != ids[0] {
+			t.Fatalf("create %d: %v, id %s vs %s", i, errs[i], ids[i], ids[0])
+		}
+	}
+	if n := e.prov.Calls("Allocate"); n != 1 {
+		t.Fatalf("%d allocations, want 1", n)
+	}
+	all, _ := e.rt.List(context.Background())
+	if len(all) != 1 {
+		t.Fatalf("%d sandboxes, want 1", len(all))
+	}
+	if _, err := e.rt.Create(context.Background(), sandbox.Spec{ClientRequestID: "same", Image: "x"}); !errors.Is(err, sandbox.ErrUnsupportedCapability) {
+		t.Fatalf("image on host: %v", err)
+	}
+	if _, err := e.rt.Create(context.Background(), sandbox.Spec{ClientRequestID: "same",
+		Resources: &sandbox.Resources{CPUMillis: 5}}); !errors.Is(err, sandbox.ErrIdempotencyConflict) {
+		t.Fatalf("same key, other spec: %v", err)
+	}
+}
+
+// TestConcurrentFencedActionsNeverApplyStale races 50 recreates and terminates that all present the
+// generation they saw: exactly one recreate wins, and no action with the old generation applies after it.
+func TestConcurrentFencedActionsNeverApplyStale(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	sb := e.create(t, "fence")
+	if _, err := e.rt.Terminate(ctx, sb.ID, 1); err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	wins, conflicts := 0, 0
+	for i := range 50 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var err error
+			if i%2 == 0 {
+				_, err = e.rt.Recreate(ctx, sb.ID, 1, spec(fmt.Sprintf("fence-%d", i)))
+			} else {
+				_, err = e.rt.Terminate(ctx, sb.ID, 1)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case err == nil && i%2 == 0:
+				wins++
+			case err == nil:
+				// a terminate of generation 1 that ran before the recreate: terminated already
+			case errors.Is(err, sandbox.ErrGenerationConflict):
+				conflicts++
+			default:
+				t.Errorf("action %d: %v", i, err)
+			}
+		}()
+	}
+	wg.Wait()
+	if wins != 1 {
+		t.Fatalf("%d recreates won, want 1", wins)
+	}
+	got := e.waitState(t, sb.ID, sandbox.StateReady)
+	if got.Generation != 2 {
+		t.Fatalf("generation %d, want 2", got.Generation)
+	}
+	// Nothing stamped with generation 1 happened after the recreate.
+	evs := e.events(t, sb.ID)
+	seen2 := false
+	for _, ev := range evs {
+		if ev.Generation == 2 {
+			seen2 = true
+		} else if seen2 {
+			t.Fatalf("event of generation %d after the recreate: %+v", ev.Generation, ev)
+		}
+	}
+	if conflicts < 24 {
+		t.Fatalf("only %d conflicts", conflicts)
+	}
+}
+
+func TestCapabilityCheckComesBeforeAllocation(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	_, err := e.rt.Create(ctx, sandbox.Spec{ClientRequestID: "net", RequiredCapabilities: []sandbox.Capability{sandbox.CapNetworkPolicy}})
+	if !errors.Is(err, sandbox.ErrUnsupportedCapability) {
+		t.Fatalf("got %v", err)
+	}
+	if n := e.prov.Calls("Allocate"); n != 0 {
+		t.Fatalf("%d allocations after a refused create", n)
+	}
+	all, _ := e.rt.List(ctx)
+	evs, _ := e.rt.Events(ctx, sandbox.EventQuery{})
+	if len(all) != 0 || len(evs) != 0 {
+		t.Fatalf("a refused create recorded %d sandboxes and %d events", len(all), len(evs))
+	}
+	// The key was not spent.
+	if _, err := e.rt.Create(ctx, spec("net")); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestAllocationFailureFailsTheSandbox(t *testing.T) {
+	for name, tc := range map[string]struct {
+		hook fault.Hook[sandbox.Observation]
+		want error
+	}{
+		"unavailable": {fault.Fail[sandbox.Observation](fmt.Errorf("backend down: %w", sandbox.ErrProviderUnavailable)), sandbox.ErrProviderUnavailable},
+		"plain error": {fault.Fail[sandbox.Observation](errors.New("exploded")), sandbox.ErrProviderUnavailable},
+		"crash":       {fault.Crash[sandbox.Observation](errors.New("died mid-way")), sandbox.ErrProviderUnavailable},
+		"hang":        {fault.Hang[sandbox.Observation](), sandbox.ErrProviderUnavailable},
+		"malformed": {fault.Mangle(func(o sandbox.Observation) sandbox.Observation {
+			o.State = "half-there"
+			return o
+		}), sandbox.ErrProviderProtocol},
+		"other generation": {fault.Mangle(func(o sandbox.Observation) sandbox.Observation {
+			o.Ref.Generation++
+			return o
+		}), sandbox.ErrProviderProtocol},
+	} {
+		t.Run(name, func(t *testing.T) {
+			e := newEnv(t, func(c *core.Config) { c.ProviderTimeout = 200 * time.Millisecond })
+			e.prov.OnAllocate = tc.hook
+			ctx := context.Background()
+			_, err := e.rt.Create(ctx, spec("f"))
+			if !errors.Is(err, tc.want) {
+				t.Fatalf("got %v, want %v", err, tc.want)
+			}
+			all, _ := e.rt.List(ctx)
+			if len(all) != 1 || all[0].State != sandbox.StateFailed || all[0].Failure == nil ||
+				all[0].Failure.Code != string(sandbox.ClassOf(tc.want).Code) {
+				t.Fatalf("sandbox after failed allocation: %+v", all[0])
+			}
+			// A failed sandbox can always be terminated, and then nothing is left.
+			e.prov.SetHooks(func(p *fault.Provider) { p.OnAllocate = nil })
+			got, err := e.rt.Terminate(ctx, all[0].ID, 1)
+			if err != nil || got.State != sandbox.StateTerminated {
+				t.Fatalf("terminate a failed sandbox: %v %+v", err, got)
+			}
+			if held, _ := e.inner.Resources(ctx); len(held) != 0 {
+				t.Fatalf("left behind: %v", held)
+			}
+		})
+	}
+}
+
+func TestPauseFailureAndHangAreBounded(t *testing.T) {
+	e := newEnv(t, func(c *core.Config) { c.ProviderTimeout = 200 * time.Millisecond })
+	ctx := context.Background()
+	sb := e.create(t, "p")
+	e.prov.SetHooks(func(p *fault.Provider) { p.OnPause = fault.Hang[struct{}]() })
+	if _, err := e.rt.Pause(ctx, sb.ID, 1); !errors.Is(err, sandbox.ErrProviderUnavailable) {
+		t.Fatalf("hung pause: %v", err)
+	}
+	got, _ := e.rt.Get(ctx, sb.ID)
+	if got.State != sandbox.StateFailed || got.Failure.Code != "provider_unavailable" {
+		t.Fatalf("after a hung pause: %+v", got)
+	}
+	if got, err := e.rt.Terminate(ctx, sb.ID, 1); err != nil || got.State != sandbox.StateTerminated {
+		t.Fatalf("terminate after a hung pause: %v %+v", err, got)
+	}
+}
+
+func TestDataPlaneChecksInOrder(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	sb := e.create(t, "d")
+	if _, err := e.rt.Exec(ctx, "sbx_nope", 1, sandbox.Command{Argv: []string{"true"}}); !errors.Is(err, sandbox.ErrNotFound) {
+		t.Fatalf("unknown sandbox: %v", err)
+	}
+	if _, err := e.rt.Pause(ctx, sb.ID, 1); err != nil {
+		t.Fatal(err)
+	}
+	// Stale generation and wrong state: the generation is reported.
+	if _, err := e.rt.ReadFile(ctx, sb.ID, 7, "missing"); !errors.Is(err, sandbox.ErrGenerationConflict) {
+		t.Fatalf("stale and paused: %v", err)
+	}
+	if _, err := e.rt.Exec(ctx, sb.ID, 1, sandbox.Command{Argv: []string{"true"}}); !errors.Is(err, sandbox.ErrInvalidState) {
+		t.Fatalf("exec while paused: %v", err)
+	}
+	if _, err := e.rt.Resume(ctx, sb.ID, 1); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.rt.ReadFile(ctx, sb.ID, 1, "missing"); !errors.Is(err, sandbox.ErrNotFound) {
+		t.Fatalf("missing file: %v", err)
+	}
+	if err := e.rt.WriteFile(ctx, sb.ID, 1, "a/b.txt", []byte("hi")); err != nil {
+		t.Fatal(err)
+	}
+	res, err := e.rt.Exec(ctx, sb.ID, 1, sandbox.Command{Argv: []string{"cat", "a/b.txt"}})
+	if err != nil || res.Stdout != "hi" || res.ExitCode == nil || *res.ExitCode != 0 {
+		t.Fatalf("exec: %v %+v", err, res)
+	}
+	var types []sandbox.EventType
+	for _, ev := range e.events(t, sb.ID) {
+		types = append(types, ev.Type)
+	}
+	if n := len(types); n < 2 || types[n-2] != sandbox.EventFileWritten || types[n-1] != sandbox.EventCommandCompleted {
+		t.Fatalf("event types %v", types)
+	}
+}
+
+func TestMalformedResultsAreProtocolErrors(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	sb := e.create(t, "m")
+	e.prov.SetHooks(func(p *fault.Provider) {
+		p.OnExec = fault.Mangle(func(r sandbox.CommandResult) sandbox.CommandResult {
+			code := 999
+			r.ExitCode = &code
+			return r
+		})
+		p.OnListFiles = fault.Mangle(func([]sandbox.FileEntry) []sandbox.FileEntry {
+			return []sandbox.FileEntry{{Path: "x", Kind: "socket"}}
+		})
+		p.OnReadFile = fault.Mangle(func([]byte) []byte { return make([]byte, sandbox.MaxFileBytes+1) })
+	})
+	if _, err := e.rt.Exec(ctx, sb.ID, 1, sandbox.Command{Argv: []string{"true"}}); !errors.Is(err, sandbox.ErrProviderProtocol) {
+		t.Fatalf("exec: %v", err)
+	}
+	if _, err := e.rt.ListFiles(ctx, sb.ID, 1, "."); !errors.Is(err, sandbox.ErrProviderProtocol) {
+		t.Fatalf("list: %v", err)
+	}
+	if err := e.rt.WriteFile(ctx, sb.ID, 1, "f", nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.rt.ReadFile(ctx, sb.ID, 1, "f"); !errors.Is(err, sandbox.ErrProviderProtocol) {
+		t.Fatalf("read: %v", err)
+	}
+}
+
+func TestReconcileFindsALostResource(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	sb := e.create(t, "lost")
+	if err := e.prov.Lose(ctx, sb.Ref()); err != nil {
+		t.Fatal(err)
+	}
+	got, err := e.rt.Reconcile(ctx, sb.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.State != sandbox.StateFailed || got.Failure == nil || got.Failure.Code != "resource_lost" {
+		t.Fatalf("after losing the resource: %+v", got)
+	}
+	e.prov.SetHooks(func(p *fault.Provider) { p.OnObserve = fault.Fail[sandbox.Observation](errors.New("down")) })
+	sb2 := e.create(t, "lost2")
+	if _, err := e.rt.Reconcile(ctx, sb2.ID); !errors.Is(err, sandbox.ErrProviderUnavailable) {
+		t.Fatalf("reconcile with a failing provider: %v", err)
+	}
+}
+
+func TestStartCompletesInterruptedWorkAndRemovesOrphans(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	// A create recorded but never handed to the provider, as after a crash.
+	now := time.Now().UTC()
+	sb := &sandbox.Sandbox{ID: sandbox.NewID(), Generation: 1, State: sandbox.StateRequested, Spec: spec("crash"),
+		Provider: "host", CreatedAt: now, UpdatedAt: now}
+	canon, _ := sb.Spec.CanonicalJSON()
+	if _, _, err := e.store.Create(ctx, sb, sandbox.Intent{Key: "crash", SandboxID: sb.ID, Generation: 1, Spec: canon},
+		[]sandbox.Event{sandbox.NewEvent(sandbox.EventCreated, sb.Ref(), now, sandbox.CreatedData{ClientRequestID: "crash", Spec: sb.Spec})}); err != nil {
+		t.Fatal(err)
+	}
+	// A resource of no sandbox.
+	orphan := sandbox.Ref{ID: "sbx_orphan", Generation: 3}
+	if _, err := e.inner.Allocate(ctx, orphan, spec("o")); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.rt.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	e.waitState(t, sb.ID, sandbox.StateReady)
+	held, _ := e.inner.Resources(ctx)
+	if len(held) != 1 || held[0] != sb.Ref() {
+		t.Fatalf("resources after start: %v", held)
+	}
+}
+
+func TestTerminateRetriesAFailingRelease(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	sb := e.create(t, "r")
+	e.prov.SetHooks(func(p *fault.Provider) { p.OnRelease = fault.Fail[struct{}](errors.New("busy")) })
+	got, err := e.rt.Terminate(ctx, sb.ID, 1)
+	if err != nil || got.State != sandbox.StateTerminating {
+		t.Fatalf("terminate with a failing release: %v %+v", err, got)
+	}
+	e.prov.SetHooks(func(p *fault.Provider) { p.OnRelease = nil })
+	e.waitState(t, sb.ID, sandbox.StateTerminated)
+	if held, _ := e.inner.Resources(ctx); len(held) != 0 {
+		t.Fatalf("left behind: %v", held)
+	}
+}
+
+func TestTerminateGivesUpAfterTheBoundAndNamesTheLeftover(t *testing.T) {
+	e := newEnv(t, func(c *core.Config) { c.ReleaseBound = 50 * time.Millisecond })
+	ctx := context.Background()
+	sb := e.create(t, "g")
+	e.prov.SetHooks(func(p *fault.Provider) { p.OnRelease = fault.Fail[struct{}](errors.New("stuck")) })
+	if _, err := e.rt.Terminate(ctx, sb.ID, 1); err != nil {
+		t.Fatal(err)
+	}
+	e.waitState(t, sb.ID, sandbox.StateTerminated)
+	evs := e.events(t, sb.ID)
+	var d sandbox.StateChangedData
+	_ = json.Unmarshal(evs[len(evs)-1].Data, &d)
+	if !strings.Contains(d.Reason, sb.Ref().Name()) {
+		t.Fatalf("last event does not name the leftover: %+v", d)
+	}
+}
+
+func TestWatchSignalsWithoutBlocking(t *testing.T) {
+	e := newEnv(t)
+	ch, stop := e.rt.Watch()
+	defer stop()
+	slow, stopSlow := e.rt.Watch() // never drained
+	defer stopSlow()
+	e.create(t, "w1")
+	e.create(t, "w2") // does not block on the undrained watcher
+	select {
+	case <-ch:
+	default:
+		t.Fatal("no signal after events were appended")
+	}
+	if len(slow) != 1 {
+		t.Fatalf("undrained watcher holds %d signals, want 1", len(slow))
+	}
+}
