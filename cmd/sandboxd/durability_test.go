@@ -176,6 +176,10 @@ func TestDurabilityUnderSIGKILL(t *testing.T) {
 	}
 	d := startDaemon(t, dataDir)
 	checkRecovered(t, d, a, lastCursor)
+	t.Logf("%d kills survived; %d acknowledged creates, %d sandboxes, newest cursor seen %d", rounds, len(a.creates), len(a.gens), lastCursor)
+	if len(a.creates) == 0 {
+		t.Fatal("no create was acknowledged: the test checked nothing")
+	}
 }
 
 // busyClient creates sandboxes and acts on them until ctx ends, recording what was acknowledged.
