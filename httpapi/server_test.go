@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"strings"
 	"sync"
 	"testing"
@@ -250,14 +251,18 @@ func FuzzQueryCursor(f *testing.F) {
 	srv := httptest.NewServer(s)
 	f.Cleanup(srv.Close)
 	f.Fuzz(func(t *testing.T, after, lastEventID string) {
-		w := httptest.NewRecorder()
-		s.ServeHTTP(w, httptest.NewRequest("GET", "/v1/events?after="+after, nil))
-		fuzzCheck(t, after, w.Code, w.Body.Bytes())
+		// Requests are built with http.NewRequest, which refuses what no client could send (httptest's
+		// panics on it): the server is under test here, not URL parsing.
+		if list, err := http.NewRequest("GET", "/v1/events?after="+after, nil); err == nil {
+			w := httptest.NewRecorder()
+			s.ServeHTTP(w, list)
+			fuzzCheck(t, after, w.Code, w.Body.Bytes())
+		}
 
 		// The stream, over a real connection, given up once the status is known.
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
-		req, err := http.NewRequestWithContext(ctx, "GET", srv.URL+"/v1/events/stream?after="+after, nil)
+		req, err := http.NewRequestWithContext(ctx, "GET", srv.URL+"/v1/events/stream?after="+url.QueryEscape(after), nil)
 		if err != nil {
 			return // not a URL a client could send
 		}
