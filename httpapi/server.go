@@ -7,8 +7,9 @@
 // unclassified error is a 500 "internal" whose detail is logged and never shown. A handler panic is a
 // logged 500 too, never a dropped connection.
 //
-// Request bodies are limited to Config.MaxBodyBytes, DefaultMaxBodyBytes (32 MiB) unless set: enough for a
-// file of sandbox.MaxFileBytes (24 MiB) once base64 grows it by a third. A larger body is refused with 413
+// Request bodies are limited to Config.MaxBodyBytes, DefaultMaxBodyBytes (32 MiB) unless set. Base64 grows a
+// file by a third, so a file write of up to about 24 MiB less the JSON around it fits (16 MiB comfortably);
+// a decoded file is never larger than sandbox.MaxFileBytes. A larger body is refused with 413
 // request_too_large, before it is read when Content-Length says so.
 //
 // The main invariant: every response that is not a Server-Sent Events stream is a JSON document that
@@ -30,8 +31,8 @@ import (
 	"github.com/sandboxd/sandbox/core"
 )
 
-// DefaultMaxBodyBytes is the request body limit when Config.MaxBodyBytes is zero: room for a file of
-// sandbox.MaxFileBytes in base64 plus the JSON around it.
+// DefaultMaxBodyBytes is the request body limit when Config.MaxBodyBytes is zero: room for a file write
+// of a little under 24 MiB in base64.
 const DefaultMaxBodyBytes int64 = 32 << 20
 
 // DefaultHeartbeatInterval is how often an idle event stream gets a comment line when
