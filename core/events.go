@@ -16,6 +16,11 @@ func (r *Runtime) Events(ctx context.Context, q sandbox.EventQuery) ([]sandbox.E
 	return r.store.Events(ctx, q)
 }
 
+// LastCursor is the cursor of the newest event ever appended (0 if none).
+func (r *Runtime) LastCursor(ctx context.Context) (int64, error) {
+	return r.store.LastCursor(ctx)
+}
+
 // Watch returns a channel that receives after events are appended, and a function to stop watching. The
 // channel holds one signal: a watcher that has not drained it misses nothing (it reads the log from its
 // cursor), and a slow watcher never blocks a writer.

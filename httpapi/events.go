@@ -65,8 +65,8 @@ func (s *Server) listEvents(w http.ResponseWriter, r *http.Request, _ []byte) er
 // when the client does not read within the write timeout, when it falls behind the retained history, when
 // the runtime fails, or when the server is closed. The client resumes with Last-Event-ID.
 //
-// A stream filtered by sandboxId only advances its cursor on that sandbox's events, so a long-idle
-// filtered stream can fall behind a short history and end; it then reconnects and gets 410.
+// A stream filtered by sandboxId also moves its cursor past other sandboxes' events (up to the newest
+// cursor read before each page), so it never falls behind the retained history while its sandbox is idle.
 func (s *Server) streamEvents(w http.ResponseWriter, r *http.Request, _ []byte) error {
 	q, err := eventQuery(r, true)
 	if err != nil {
@@ -76,6 +76,12 @@ func (s *Server) streamEvents(w http.ResponseWriter, r *http.Request, _ []byte) 
 	// Watch before the first read, so an append between the read and the wait is not missed.
 	wake, stop := s.rt.Watch()
 	defer stop()
+	// mark is the newest cursor before a page was read: a filtered page that is not full holds every
+	// matching event up to it.
+	mark, err := s.rt.LastCursor(ctx)
+	if err != nil {
+		return err
+	}
 	page, err := s.rt.Events(ctx, q)
 	if err != nil {
 		return err
@@ -118,11 +124,14 @@ func (s *Server) streamEvents(w http.ResponseWriter, r *http.Request, _ []byte) 
 			q.After = page[len(page)-1].Cursor
 		}
 		if len(page) < q.Limit {
+			q.After = max(q.After, mark)
 			if !s.waitEvents(w, r, wake, ticker.C, send) {
 				return nil
 			}
 		}
-		page, err = s.rt.Events(ctx, q)
+		if mark, err = s.rt.LastCursor(ctx); err == nil {
+			page, err = s.rt.Events(ctx, q)
+		}
 		if err != nil {
 			if ctx.Err() == nil {
 				s.log.Info("event stream ended", "after", q.After, "err", err)

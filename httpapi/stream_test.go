@@ -1,0 +1,81 @@
+package httpapi
+
+import (
+	"bufio"
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sandboxd/sandbox"
+	"github.com/sandboxd/sandbox/core"
+	"github.com/sandboxd/sandbox/store/sqlite"
+)
+
+// TestFilteredStreamOutlivesShortHistory keeps a stream filtered on one idle sandbox open while other
+// sandboxes push the log far past its retention: the stream must still deliver the idle sandbox's next
+// event, not fall behind the history and end.
+func TestFilteredStreamOutlivesShortHistory(t *testing.T) {
+	ctx := context.Background()
+	st, err := sqlite.Open(ctx, sqlite.Config{Path: t.TempDir() + "/db", Retention: 8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	rt, err := core.New(core.Config{Store: st, Provider: &stubProvider{refs: map[sandbox.Ref]bool{}}, ReconcileInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = rt.Close() })
+	srv := httptest.NewServer(New(Config{Runtime: rt, HeartbeatInterval: time.Hour}))
+	defer srv.Close()
+
+	idle, err := rt.Create(ctx, sandbox.Spec{ClientRequestID: "idle"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.Get(srv.URL + "/v1/events/stream?sandboxId=" + string(idle.ID))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	lines := make(chan string, 1024)
+	go func() {
+		sc := bufio.NewScanner(resp.Body)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+		close(lines)
+	}()
+	for i := range 40 {
+		sb, err := rt.Create(ctx, sandbox.Spec{ClientRequestID: "busy-" + string(rune('a'+i%26)) + strings.Repeat("x", i)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := rt.Terminate(ctx, sb.ID, 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := rt.Terminate(ctx, idle.ID, 1); err != nil {
+		t.Fatal(err)
+	}
+	timeout := time.After(10 * time.Second)
+	for {
+		select {
+		case l, ok := <-lines:
+			if !ok {
+				t.Fatal("the filtered stream ended instead of delivering the idle sandbox's termination")
+			}
+			if strings.HasPrefix(l, "data: ") && strings.Contains(l, `"to":"terminated"`) {
+				if !strings.Contains(l, string(idle.ID)) {
+					t.Fatalf("filtered stream delivered another sandbox's event: %s", l)
+				}
+				return
+			}
+		case <-timeout:
+			t.Fatal("no termination event within 10s")
+		}
+	}
+}
