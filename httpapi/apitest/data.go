@@ -213,8 +213,9 @@ func (s *suite) testFileConfinement(t *testing.T) {
 	st := s.newStack(t, s.newProvider(t), options{})
 	sb := st.create(nil)
 	put := sbPath(sb.ID, "/files/content")
-	// ".." cannot climb above the root: the file lands at the sandbox's /escape-<id>.
-	name := "apitest-escape-" + string(sb.ID)
+	// ".." cannot climb above the root: the file lands at the sandbox's /tmp/escape-<id> (/tmp, because a
+	// provider may keep the rest of its root read-only).
+	name := "tmp/apitest-escape-" + string(sb.ID)
 	st.c.ok("PUT", put, fileBody(1, "../../../../../../"+name, []byte("inside")), 200, nil)
 	if got := st.readFile(sb.ID, "/"+name); string(got) != "inside" {
 		t.Fatalf("read /%s: %q", name, got)
