@@ -47,8 +47,12 @@ type Agent struct {
 }
 
 // Main runs the agent until ctx ends or it gets SIGTERM or SIGINT. args are the flags after the
-// subcommand: -socket (required), -root (default "/"), -workdir (default "/workspace").
+// subcommand: -socket (required), -root (default "/"), -workdir (default "/workspace"). When args
+// start with "relay" or "install", Main runs that one-shot mode instead (see relay.go).
 func Main(ctx context.Context, args []string) error {
+	if ok, err := subcommand(ctx, args); ok {
+		return err
+	}
 	fs := flag.NewFlagSet("agent", flag.ContinueOnError)
 	socket := fs.String("socket", "", "unix socket to listen on")
 	root := fs.String("root", "/", "directory file operations are confined to")
