@@ -493,3 +493,36 @@ func TestWatchSignalsWithoutBlocking(t *testing.T) {
 		t.Fatalf("undrained watcher holds %d signals, want 1", len(slow))
 	}
 }
+
+// TestTerminateDuringAllocationLeavesNothing terminates a sandbox while the provider is still allocating
+// it: the resource made after the terminate's release must be released too.
+func TestTerminateDuringAllocationLeavesNothing(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	entered, proceed := make(chan struct{}), make(chan struct{})
+	e.prov.OnAllocate = func(ctx context.Context, _ fault.Op, call func(context.Context) (sandbox.Observation, error)) (sandbox.Observation, error) {
+		close(entered)
+		<-proceed
+		return call(ctx)
+	}
+	created := make(chan error, 1)
+	go func() {
+		_, err := e.rt.Create(ctx, spec("slow"))
+		created <- err
+	}()
+	<-entered
+	all, _ := e.rt.List(ctx)
+	if got, err := e.rt.Terminate(ctx, all[0].ID, 1); err != nil || got.State != sandbox.StateTerminated {
+		t.Fatalf("terminate during allocation: %v %+v", err, got)
+	}
+	close(proceed)
+	if err := <-created; err != nil {
+		t.Fatal(err)
+	}
+	if held, _ := e.inner.Resources(ctx); len(held) != 0 {
+		t.Fatalf("left behind after a terminate during allocation: %v", held)
+	}
+	if got, _ := e.rt.Get(ctx, all[0].ID); got.State != sandbox.StateTerminated {
+		t.Fatalf("state %s after the allocation finished", got.State)
+	}
+}

@@ -79,10 +79,10 @@ func (r *Runtime) Create(ctx context.Context, spec sandbox.Spec) (*sandbox.Sandb
 // (not terminated), ErrIdempotencyConflict (the spec's clientRequestId is taken), and the provider's errors
 // as for Create.
 func (r *Runtime) Recreate(ctx context.Context, id sandbox.ID, gen sandbox.Generation, spec sandbox.Spec) (*sandbox.Sandbox, error) {
-	if _, err := r.store.Get(ctx, id); err != nil {
+	if err := validateSpec(spec); err != nil {
 		return nil, err
 	}
-	if err := validateSpec(spec); err != nil {
+	if _, err := r.store.Get(ctx, id); err != nil {
 		return nil, err
 	}
 	if err := r.checkCapabilities(spec); err != nil {
@@ -148,8 +148,16 @@ func (r *Runtime) allocate(ctx context.Context, ref sandbox.Ref, spec sandbox.Sp
 	if err != nil {
 		return nil, err
 	}
-	if sb.Generation == ref.Generation && sb.State == sandbox.StateStarting {
+	switch {
+	case sb.Generation != ref.Generation:
+	case sb.State == sandbox.StateStarting:
 		r.watchReady(ref)
+	case sb.State == sandbox.StateTerminating || sb.State == sandbox.StateTerminated:
+		// Terminated while the provider was allocating: the terminate's release may have run before the
+		// resource existed, so release again rather than leave it to the next periodic reconcile.
+		if err := r.call(ctx, "release", func(ctx context.Context) error { return r.prov.Release(ctx, ref) }); err != nil {
+			r.log.Warn("release after a terminate during allocation", "sandbox", ref.ID, "generation", ref.Generation, "err", err)
+		}
 	}
 	return sb, nil
 }
