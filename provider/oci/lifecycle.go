@@ -74,9 +74,17 @@ func checkResources(r sandbox.Resources) error {
 	return nil
 }
 
-// create lays out the sandbox directory and starts the container. The metadata is written first, so
-// that Resources and Release find even an allocation that fails half-way.
+// create lays out the sandbox directory and starts the container.
 func (p *Provider) create(ctx context.Context, b *box, res sandbox.Resources) error {
+	if err := p.prepare(ctx, b, res); err != nil {
+		return err
+	}
+	return p.runc.run(ctx, b.l, b.ref.Name())
+}
+
+// prepare lays out the sandbox directory and its bundle without starting anything. The metadata is
+// written first, so that Resources and Release find even an allocation that fails half-way.
+func (p *Provider) prepare(ctx context.Context, b *box, res sandbox.Resources) error {
 	l := b.l
 	m := meta{Ref: b.ref, Resources: res, Disk: res.DiskMiB > 0,
 		CgroupPath: "/sandboxd-" + p.cgTag + "-" + b.ref.Name()}
@@ -105,10 +113,7 @@ func (p *Provider) create(ctx context.Context, b *box, res sandbox.Resources) er
 			return err
 		}
 	}
-	if err := writeJSONFile(filepath.Join(l.dir, "config.json"), p.containerSpec(l, m)); err != nil {
-		return err
-	}
-	return p.runc.run(ctx, l, b.ref.Name())
+	return writeJSONFile(filepath.Join(l.dir, "config.json"), p.containerSpec(l, m))
 }
 
 // waitReady polls the agent's health until it answers, ctx ends or ReadyTimeout passes.

@@ -1,0 +1,233 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// oneMiBCommand prints exactly 1 MiB of printable text, the default output cap.
+var oneMiBCommand = []string{"sh", "-c", "yes 0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ | head -c 1048576"}
+
+// apiCases measures the cases that need one ready sandbox, and create-to-ready, on the daemon.
+func apiCases(ctx context.Context, c *client, b Bounds, prefix string) ([]Result, error) {
+	var out []Result
+	add := func(r Result, err error) error {
+		if err != nil {
+			return fmt.Errorf("%s: %w", r.Name, err)
+		}
+		out = append(out, r)
+		return nil
+	}
+
+	// create-to-ready: each sandbox made is terminated, untimed, before the next one.
+	var made []sandboxDoc
+	r, err := sequential(ctx, "create-to-ready", b, func(i int) error {
+		sb, err := c.create(ctx, fmt.Sprintf("%s-ctr-%d", prefix, i))
+		if err == nil {
+			made = append(made, sb)
+		}
+		return err
+	})
+	r.Name = "create-to-ready"
+	r.Note = "POST /v1/sandboxes until state ready, cold"
+	if err := add(r, err); err != nil {
+		return out, err
+	}
+	for _, sb := range made {
+		if err := c.terminate(ctx, sb); err != nil {
+			return out, err
+		}
+	}
+
+	sb, err := c.create(ctx, prefix+"-work")
+	if err != nil {
+		return out, err
+	}
+	defer c.terminate(context.WithoutCancel(ctx), sb)
+
+	steps := []struct {
+		name, note string
+		op         func(i int) error
+	}{
+		{"exec true", "POST commands, argv [true]", func(int) error { _, err := c.exec(ctx, sb, "true"); return err }},
+		{"exec 1 MiB output", "POST commands, 1 MiB of stdout", func(int) error {
+			res, err := c.exec(ctx, sb, oneMiBCommand...)
+			if err == nil && len(res.Stdout) != 1<<20 {
+				err = fmt.Errorf("got %d bytes of output", len(res.Stdout))
+			}
+			return err
+		}},
+	}
+	for _, size := range []int{4 << 10, 1 << 20} {
+		data := bytes.Repeat([]byte("sandboxd"), size/8)
+		label := sizeLabel(size)
+		path := "bench-" + label + ".bin"
+		steps = append(steps,
+			struct {
+				name, note string
+				op         func(i int) error
+			}{"file write " + label, "PUT files/content", func(int) error { return c.writeFile(ctx, sb, path, data) }},
+			struct {
+				name, note string
+				op         func(i int) error
+			}{"file read " + label, "GET files/content", func(int) error {
+				got, err := c.readFile(ctx, sb, path)
+				if err == nil && len(got) != size {
+					err = fmt.Errorf("read %d bytes, wrote %d", len(got), size)
+				}
+				return err
+			}})
+	}
+	for _, s := range steps {
+		r, err := sequential(ctx, s.name, b, s.op)
+		r.Name, r.Note = s.name, s.note
+		if err := add(r, err); err != nil {
+			return out, err
+		}
+	}
+
+	r, err = concurrent(ctx, "get 64 clients", 64, Bounds{Count: max(b.Count*20, 2000), Duration: b.Duration}, func() error {
+		_, err := c.get(ctx, sb.ID)
+		return err
+	})
+	r.Name, r.Note = "get, 64 clients", "GET /v1/sandboxes/{id}, 64 concurrent clients"
+	if err := add(r, err); err != nil {
+		return out, err
+	}
+
+	for _, n := range []int{1, 100} {
+		r, err := eventDelivery(ctx, c, sb, n, b)
+		r.Name = fmt.Sprintf("event delivery, %d subscriber(s)", n)
+		r.Note = "from sending a file write to its event on every SSE stream"
+		if err := add(r, err); err != nil {
+			return out, err
+		}
+	}
+	return out, nil
+}
+
+func sizeLabel(n int) string {
+	if n >= 1<<20 {
+		return strconv.Itoa(n>>20) + " MiB"
+	}
+	return strconv.Itoa(n>>10) + " KiB"
+}
+
+// receipt is one subscriber seeing the event of one sample.
+type receipt struct {
+	path string
+	at   time.Time
+}
+
+// eventDelivery opens n SSE streams on the sandbox's events, then writes a small file per sample and
+// times, for every stream, from sending the write to reading its file_written event.
+func eventDelivery(ctx context.Context, c *client, sb sandboxDoc, n int, b Bounds) (Result, error) {
+	after, err := c.lastCursor(ctx, sb.ID)
+	if err != nil {
+		return Result{}, err
+	}
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	got := make(chan receipt, 4*n)
+	ready := make(chan error, n)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer cancel()
+	q := url.Values{"after": {strconv.FormatInt(after, 10)}, "sandboxId": {sb.ID}}
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			subscribe(sctx, c, "/v1/events/stream?"+q.Encode(), ready, got)
+		}()
+	}
+	for i := 0; i < n; i++ {
+		if err := <-ready; err != nil {
+			return Result{}, err
+		}
+	}
+	count := min(b.Count, 100)
+	var d []time.Duration
+	start := time.Now()
+	for i := 0; i < count && (i == 0 || time.Since(start) < b.Duration); i++ {
+		path := fmt.Sprintf("ev-%d-%d.txt", n, i)
+		t0 := time.Now()
+		if err := c.writeFile(ctx, sb, path, []byte("x")); err != nil {
+			return Result{}, err
+		}
+		timeout := time.After(10 * time.Second)
+		for seen := 0; seen < n; {
+			select {
+			case rc := <-got:
+				if rc.path == path {
+					d = append(d, rc.at.Sub(t0))
+					seen++
+				}
+			case <-timeout:
+				return Result{}, fmt.Errorf("%d of %d subscribers saw the event of %s within 10s", seen, n, path)
+			}
+		}
+	}
+	return summarize("", d, time.Since(start)), nil
+}
+
+// subscribe reads one event stream and reports the path of every file_written event it carries.
+func subscribe(ctx context.Context, c *client, path string, ready chan<- error, got chan<- receipt) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.base+path, nil)
+	if err != nil {
+		ready <- err
+		return
+	}
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		ready <- err
+		return
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		ready <- fmt.Errorf("event stream: status %d", resp.StatusCode)
+		return
+	}
+	br := bufio.NewReader(resp.Body)
+	first := true
+	for {
+		line, err := br.ReadString('\n')
+		if err != nil {
+			if first {
+				ready <- err
+			}
+			return
+		}
+		if first { // the stream's opening comment: it is established
+			first = false
+			ready <- nil
+		}
+		data, ok := strings.CutPrefix(line, "data: ")
+		if !ok {
+			continue
+		}
+		var ev struct {
+			Type string `json:"type"`
+			Data struct {
+				Path string `json:"path"`
+			} `json:"data"`
+		}
+		if json.Unmarshal([]byte(data), &ev) != nil || ev.Type != "sandbox.file_written" {
+			continue
+		}
+		select {
+		case got <- receipt{path: ev.Data.Path, at: time.Now()}:
+		case <-ctx.Done():
+			return
+		}
+	}
+}

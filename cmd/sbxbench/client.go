@@ -1,0 +1,160 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"time"
+)
+
+// client is a minimal client of the daemon's HTTP API, enough to drive the cases.
+type client struct {
+	base string
+	hc   *http.Client
+}
+
+func newClient(base string) *client {
+	tr := &http.Transport{MaxIdleConns: 512, MaxIdleConnsPerHost: 512, IdleConnTimeout: time.Minute, DisableCompression: true}
+	return &client{base: base, hc: &http.Client{Transport: tr}}
+}
+
+// sandboxDoc is the part of a sandbox resource the bench reads.
+type sandboxDoc struct {
+	ID         string `json:"id"`
+	Generation int64  `json:"generation"`
+	State      string `json:"state"`
+}
+
+// do sends one request and decodes a JSON answer with the wanted status into out (when not nil).
+func (c *client) do(ctx context.Context, method, path string, in any, want int, out any) error {
+	var body io.Reader
+	if in != nil {
+		raw, err := json.Marshal(in)
+		if err != nil {
+			return err
+		}
+		body = bytes.NewReader(raw)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, c.base+path, body)
+	if err != nil {
+		return err
+	}
+	if in != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != want {
+		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+		return fmt.Errorf("%s %s: status %d, want %d: %s", method, path, resp.StatusCode, want, bytes.TrimSpace(msg))
+	}
+	if out == nil {
+		_, err = io.Copy(io.Discard, resp.Body)
+		return err
+	}
+	return json.NewDecoder(resp.Body).Decode(out)
+}
+
+// create makes a sandbox and waits until it is ready.
+func (c *client) create(ctx context.Context, key string) (sandboxDoc, error) {
+	var sb sandboxDoc
+	if err := c.do(ctx, http.MethodPost, "/v1/sandboxes", map[string]any{"clientRequestId": key}, http.StatusCreated, &sb); err != nil {
+		return sb, err
+	}
+	for sb.State != "ready" {
+		if sb.State == "failed" || sb.State == "terminated" {
+			return sb, fmt.Errorf("sandbox %s is %s", sb.ID, sb.State)
+		}
+		select {
+		case <-ctx.Done():
+			return sb, ctx.Err()
+		case <-time.After(time.Millisecond):
+		}
+		var err error
+		if sb, err = c.get(ctx, sb.ID); err != nil {
+			return sb, err
+		}
+	}
+	return sb, nil
+}
+
+func (c *client) get(ctx context.Context, id string) (sandboxDoc, error) {
+	var sb sandboxDoc
+	err := c.do(ctx, http.MethodGet, "/v1/sandboxes/"+id, nil, http.StatusOK, &sb)
+	return sb, err
+}
+
+func (c *client) list(ctx context.Context) (int, error) {
+	var l struct {
+		Sandboxes []json.RawMessage `json:"sandboxes"`
+	}
+	err := c.do(ctx, http.MethodGet, "/v1/sandboxes", nil, http.StatusOK, &l)
+	return len(l.Sandboxes), err
+}
+
+func (c *client) terminate(ctx context.Context, sb sandboxDoc) error {
+	return c.do(ctx, http.MethodPost, "/v1/sandboxes/"+sb.ID+"/actions/terminate",
+		map[string]any{"expectedGeneration": sb.Generation}, http.StatusOK, nil)
+}
+
+// execResult is the part of a command result the bench checks.
+type execResult struct {
+	ExitCode *int   `json:"exitCode"`
+	Stdout   string `json:"stdout"`
+}
+
+func (c *client) exec(ctx context.Context, sb sandboxDoc, argv ...string) (execResult, error) {
+	var res execResult
+	err := c.do(ctx, http.MethodPost, "/v1/sandboxes/"+sb.ID+"/commands",
+		map[string]any{"expectedGeneration": sb.Generation, "argv": argv}, http.StatusOK, &res)
+	if err == nil && (res.ExitCode == nil || *res.ExitCode != 0) {
+		err = fmt.Errorf("%q did not exit 0: %v", argv, res.ExitCode)
+	}
+	return res, err
+}
+
+func (c *client) writeFile(ctx context.Context, sb sandboxDoc, path string, data []byte) error {
+	return c.do(ctx, http.MethodPut, "/v1/sandboxes/"+sb.ID+"/files/content", map[string]any{
+		"expectedGeneration": sb.Generation, "path": path, "contentBase64": base64.StdEncoding.EncodeToString(data),
+	}, http.StatusOK, nil)
+}
+
+func (c *client) readFile(ctx context.Context, sb sandboxDoc, path string) ([]byte, error) {
+	var res struct {
+		ContentBase64 string `json:"contentBase64"`
+	}
+	q := url.Values{"path": {path}, "expectedGeneration": {strconv.FormatInt(sb.Generation, 10)}}
+	if err := c.do(ctx, http.MethodGet, "/v1/sandboxes/"+sb.ID+"/files/content?"+q.Encode(), nil, http.StatusOK, &res); err != nil {
+		return nil, err
+	}
+	return base64.StdEncoding.DecodeString(res.ContentBase64)
+}
+
+// lastCursor is the newest cursor of the sandbox's events, 0 when it has none.
+func (c *client) lastCursor(ctx context.Context, id string) (int64, error) {
+	var after int64
+	for {
+		var page struct {
+			Events []struct {
+				Cursor int64 `json:"cursor"`
+			} `json:"events"`
+		}
+		q := url.Values{"after": {strconv.FormatInt(after, 10)}, "sandboxId": {id}}
+		if err := c.do(ctx, http.MethodGet, "/v1/events?"+q.Encode(), nil, http.StatusOK, &page); err != nil {
+			return 0, err
+		}
+		if len(page.Events) == 0 {
+			return after, nil
+		}
+		after = page.Events[len(page.Events)-1].Cursor
+	}
+}

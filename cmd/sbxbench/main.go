@@ -1,0 +1,286 @@
+// Command sbxbench measures a sandboxd daemon over its HTTP API on loopback, and, in the same run, the
+// floors beside it: fork/exec of /bin/true, and `runc run -d` and `runc exec` of a bundle identical to the
+// oci provider's. It reports p50, p90, p99 and throughput per case, the ratios to the floors, the daemon's
+// memory per idle sandbox and how cost grows with the number of live sandboxes; a text table, or JSON
+// with --json.
+//
+// Its invariant: every case is bounded (--count samples, --duration of wall time), every sandbox it
+// makes is terminated before it exits, and it talks to nothing but loopback.
+//
+//	sbxbench --start --provider oci --sandboxd /tmp/sandboxd          # start a daemon on a temp dir
+//	sbxbench --url http://127.0.0.1:8080 --pid 1234 --data-dir DIR     # drive a running one
+//
+// `sbxbench agent ...` runs the sandbox agent, so the binary can serve as its own agent for the floors.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/url"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/sandboxd/sandbox/agent"
+)
+
+// Report is everything one run measured.
+type Report struct {
+	When     time.Time    `json:"when"`
+	Host     string       `json:"host"`
+	CPUs     int          `json:"cpus"`
+	Provider string       `json:"provider"`
+	Cases    []Result     `json:"cases"`
+	Floors   []Result     `json:"floors"`
+	Ratios   []Ratio      `json:"ratios"`
+	Growth   []GrowthStep `json:"growth,omitempty"`
+	Notes    []string     `json:"notes,omitempty"`
+}
+
+// Ratio compares the p50 of a case with the p50 of its floor.
+type Ratio struct {
+	Case  string  `json:"case"`
+	Floor string  `json:"floor"`
+	P50   float64 `json:"p50Ratio"`
+}
+
+type options struct {
+	url, provider, growthProvider, sandboxd, dataDir string
+	start, jsonOut, floors                           bool
+	pid                                              int
+	bounds                                           Bounds
+	growth                                           []int
+}
+
+func main() {
+	if len(os.Args) > 1 && os.Args[1] == "agent" {
+		if err := agent.Main(context.Background(), os.Args[2:]); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		return
+	}
+	opts, err := parseFlags(os.Args[1:], os.Stderr)
+	if err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return
+		}
+		fmt.Fprintln(os.Stderr, "sbxbench:", err)
+		os.Exit(2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	rep, err := run(ctx, opts)
+	if rep != nil {
+		if opts.jsonOut {
+			enc := json.NewEncoder(os.Stdout)
+			enc.SetIndent("", "  ")
+			enc.Encode(rep)
+		} else {
+			printText(os.Stdout, rep)
+		}
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "sbxbench:", err)
+		os.Exit(1)
+	}
+}
+
+func parseFlags(args []string, stderr io.Writer) (options, error) {
+	var o options
+	fs := flag.NewFlagSet("sbxbench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&o.url, "url", "", "base URL of a running daemon (loopback only)")
+	fs.BoolVar(&o.start, "start", false, "start a daemon (--sandboxd) on a temporary data directory")
+	fs.StringVar(&o.provider, "provider", "oci", "provider of the started daemon: oci or host")
+	fs.StringVar(&o.growthProvider, "growth-provider", "", "with --start, run the growth steps on a second daemon with this provider (default: --provider)")
+	fs.StringVar(&o.sandboxd, "sandboxd", "", "the sandboxd binary, to start a daemon and as the floors' agent (default: sandboxd from PATH, else this binary as agent)")
+	fs.StringVar(&o.dataDir, "data-dir", "", "data directory of a running daemon, to measure provider state on disk")
+	fs.IntVar(&o.pid, "pid", 0, "pid of a running daemon, to read its memory from /proc")
+	fs.IntVar(&o.bounds.Count, "count", 200, "at most this many samples per case")
+	fs.DurationVar(&o.bounds.Duration, "duration", 5*time.Second, "no new sample of a case after this long")
+	fs.BoolVar(&o.jsonOut, "json", false, "print JSON instead of tables")
+	fs.BoolVar(&o.floors, "floors", true, "measure fork/exec and runc floors (runc ones need root and runc)")
+	growth := fs.String("growth", "10,100,1000", "live sandbox counts of the growth steps; empty skips them")
+	if err := fs.Parse(args); err != nil {
+		return o, err
+	}
+	if fs.NArg() > 0 {
+		return o, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	if o.start == (o.url != "") {
+		return o, errors.New("give exactly one of --url and --start")
+	}
+	if o.bounds.Count < 1 || o.bounds.Duration <= 0 {
+		return o, errors.New("--count and --duration must be positive")
+	}
+	if o.url != "" {
+		u, err := url.Parse(o.url)
+		if err != nil || u.Scheme != "http" || !loopback(u.Hostname()) {
+			return o, fmt.Errorf("--url %q: want http:// on a loopback address", o.url)
+		}
+		o.url = strings.TrimRight(o.url, "/")
+	}
+	for _, f := range strings.Split(*growth, ",") {
+		if f = strings.TrimSpace(f); f == "" {
+			continue
+		}
+		n, err := strconv.Atoi(f)
+		if err != nil || n < 1 {
+			return o, fmt.Errorf("--growth: %q is not a positive count", f)
+		}
+		o.growth = append(o.growth, n)
+	}
+	if o.growthProvider == "" {
+		o.growthProvider = o.provider
+	}
+	if o.sandboxd == "" {
+		o.sandboxd, _ = exec.LookPath("sandboxd")
+	}
+	if o.start && o.sandboxd == "" {
+		return o, errors.New("--start needs the daemon binary: --sandboxd PATH (go build -o /tmp/sandboxd ./cmd/sandboxd)")
+	}
+	return o, nil
+}
+
+func loopback(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+func run(ctx context.Context, o options) (*Report, error) {
+	host, _ := os.Hostname()
+	rep := &Report{When: time.Now().UTC(), Host: host, CPUs: runtime.NumCPU(), Provider: o.provider}
+	tmp, err := os.MkdirTemp("", "sbxbench-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(tmp)
+	prefix := "sbxbench-" + strconv.FormatInt(time.Now().UnixNano(), 36)
+
+	d := daemonInfo{pid: o.pid, provider: o.provider, dataDir: o.dataDir}
+	base := o.url
+	if o.start {
+		dm, err := startDaemon(ctx, o.sandboxd, o.provider, filepath.Join(tmp, "daemon"))
+		if err != nil {
+			return nil, err
+		}
+		defer dm.stop()
+		base, d.pid, d.dataDir = dm.url, dm.pid(), dm.dataDir
+	} else {
+		rep.Provider = "(running daemon)"
+		if m, err := runtimeProvider(ctx, newClient(base)); err == nil {
+			rep.Provider, d.provider = m, m
+		}
+	}
+	c := newClient(base)
+
+	cases, err := apiCases(ctx, c, o.bounds, prefix)
+	rep.Cases = cases
+	if err != nil {
+		return rep, err
+	}
+
+	if o.floors {
+		r, err := forkExecFloor(ctx, o.bounds)
+		if err != nil {
+			return rep, err
+		}
+		rep.Floors = append(rep.Floors, r)
+		agentPath, agentArgs := o.sandboxd, []string{"agent"}
+		if agentPath == "" {
+			if agentPath, err = os.Executable(); err != nil {
+				return rep, err
+			}
+		}
+		rs, err := runcFloors(ctx, filepath.Join(tmp, "floors"), agentPath, agentArgs, o.bounds)
+		rep.Floors = append(rep.Floors, rs...)
+		if err != nil {
+			rep.Notes = append(rep.Notes, "runc floors not measured: "+err.Error())
+		}
+		rep.Ratios = ratios(rep)
+	}
+
+	if len(o.growth) > 0 {
+		gc, gd := c, d
+		if o.start && o.growthProvider != o.provider {
+			dm, err := startDaemon(ctx, o.sandboxd, o.growthProvider, filepath.Join(tmp, "growth"))
+			if err != nil {
+				return rep, err
+			}
+			defer dm.stop()
+			gc = newClient(dm.url)
+			gd = daemonInfo{pid: dm.pid(), provider: o.growthProvider, dataDir: dm.dataDir}
+		}
+		steps, err := growth(ctx, gc, gd, o.growth, o.bounds, prefix)
+		rep.Growth = steps
+		if err != nil {
+			return rep, err
+		}
+		if len(steps) > 0 && gd.pid == 0 {
+			rep.Notes = append(rep.Notes, "daemon memory not measured: give --pid")
+		}
+	}
+	return rep, nil
+}
+
+func runtimeProvider(ctx context.Context, c *client) (string, error) {
+	var rt struct {
+		Provider struct {
+			Name string `json:"name"`
+		} `json:"provider"`
+	}
+	if err := c.do(ctx, "GET", "/v1/runtime", nil, 200, &rt); err != nil {
+		return "", err
+	}
+	return rt.Provider.Name, nil
+}
+
+// ratios compares cases with their floors, p50 to p50.
+func ratios(rep *Report) []Ratio {
+	find := func(rs []Result, name string) *Result {
+		for i := range rs {
+			if rs[i].Name == name {
+				return &rs[i]
+			}
+		}
+		return nil
+	}
+	pairs := [][2]string{
+		{"create-to-ready", "floor: runc run -d"},
+		{"create-to-ready", "floor: runc run -d + agent answer"},
+		{"exec true", "floor: fork/exec /bin/true"},
+		{"exec true", "floor: runc exec true"},
+		{"oci provider exec true (in-process)", "floor: fork/exec /bin/true"},
+	}
+	var out []Ratio
+	for _, p := range pairs {
+		c := find(rep.Cases, p[0])
+		if c == nil {
+			c = find(rep.Floors, p[0])
+		}
+		f := find(rep.Floors, p[1])
+		if strings.HasPrefix(p[1], "floor: runc") && rep.Provider != "oci" {
+			continue // a runc floor says nothing of another provider
+		}
+		if c == nil || f == nil || f.P50 == 0 {
+			continue
+		}
+		out = append(out, Ratio{Case: p[0], Floor: p[1], P50: c.P50 / f.P50})
+	}
+	return out
+}

@@ -1,0 +1,79 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+)
+
+// procKiB reads a "Name:   123 kB" field of a /proc file, 0 when absent.
+func procKiB(path, field string) int64 {
+	f, err := os.Open(path)
+	if err != nil {
+		return 0
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		rest, ok := strings.CutPrefix(sc.Text(), field+":")
+		if !ok {
+			continue
+		}
+		n, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
+		return n
+	}
+	return 0
+}
+
+// rssKiB is the resident set of pid.
+func rssKiB(pid int) int64 { return procKiB("/proc/"+strconv.Itoa(pid)+"/status", "VmRSS") }
+
+// AgentMemory sums what the sandbox agents on this host hold.
+type AgentMemory struct {
+	Count  int   `json:"count"`
+	RSSKiB int64 `json:"rssKiB"` // resident, shared pages counted in each
+	PSSKiB int64 `json:"pssKiB"` // proportional: shared pages split between their users
+}
+
+// agentMemory finds every process whose argv[0] is the in-container agent path of the oci provider.
+func agentMemory() AgentMemory {
+	var m AgentMemory
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		raw, err := os.ReadFile("/proc/" + e.Name() + "/cmdline")
+		if err != nil {
+			continue
+		}
+		argv0, _, _ := bytes.Cut(raw, []byte{0})
+		if string(argv0) != "/.sandboxd/agent" {
+			continue
+		}
+		m.Count++
+		m.RSSKiB += rssKiB(pid)
+		m.PSSKiB += procKiB("/proc/"+e.Name()+"/smaps_rollup", "Pss")
+	}
+	return m
+}
+
+// diskKiB is the space allocated to the files under dir (not following mounts or symlinks).
+func diskKiB(dir string) int64 {
+	var total int64
+	filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return nil
+		}
+		if info, err := d.Info(); err == nil {
+			total += allocated(info)
+		}
+		return nil
+	})
+	return total / 1024
+}

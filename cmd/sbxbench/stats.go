@@ -1,0 +1,109 @@
+package main
+
+import (
+	"context"
+	"slices"
+	"sync"
+	"time"
+)
+
+// Result is one measured case: latency percentiles in milliseconds and throughput in operations per
+// second of wall time.
+type Result struct {
+	Name       string  `json:"name"`
+	N          int     `json:"n"`
+	P50        float64 `json:"p50Ms"`
+	P90        float64 `json:"p90Ms"`
+	P99        float64 `json:"p99Ms"`
+	Mean       float64 `json:"meanMs"`
+	Throughput float64 `json:"perSecond"`
+	Note       string  `json:"note,omitempty"`
+}
+
+// summarize turns samples into a Result. wall is the time the samples took together.
+func summarize(name string, d []time.Duration, wall time.Duration) Result {
+	r := Result{Name: name, N: len(d)}
+	if len(d) == 0 {
+		return r
+	}
+	s := slices.Clone(d)
+	slices.Sort(s)
+	var sum time.Duration
+	for _, v := range s {
+		sum += v
+	}
+	q := func(p float64) float64 { return ms(s[int(p*float64(len(s)-1)+0.5)]) }
+	r.P50, r.P90, r.P99 = q(0.50), q(0.90), q(0.99)
+	r.Mean = ms(sum / time.Duration(len(s)))
+	if wall > 0 {
+		r.Throughput = float64(len(s)) / wall.Seconds()
+	}
+	return r
+}
+
+func ms(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e6 }
+
+// Bounds limit every case: at most Count samples, and no new sample once Duration has passed (at least
+// one is always taken).
+type Bounds struct {
+	Count    int
+	Duration time.Duration
+}
+
+// sequential times op until the bounds say stop. op's error ends the case.
+func sequential(ctx context.Context, name string, b Bounds, op func(i int) error) (Result, error) {
+	d := make([]time.Duration, 0, b.Count)
+	start := time.Now()
+	for i := 0; i < b.Count && (i == 0 || time.Since(start) < b.Duration); i++ {
+		if err := ctx.Err(); err != nil {
+			return Result{}, err
+		}
+		t := time.Now()
+		if err := op(i); err != nil {
+			return Result{}, err
+		}
+		d = append(d, time.Since(t))
+	}
+	return summarize(name, d, time.Since(start)), nil
+}
+
+// concurrent times op from n goroutines until the bounds say stop; Count bounds the samples of all of
+// them together.
+func concurrent(ctx context.Context, name string, n int, b Bounds, op func() error) (Result, error) {
+	var (
+		mu    sync.Mutex
+		all   = make([]time.Duration, 0, b.Count)
+		first error
+		wg    sync.WaitGroup
+	)
+	start := time.Now()
+	deadline := start.Add(b.Duration)
+	for g := 0; g < n; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for ctx.Err() == nil && time.Now().Before(deadline) {
+				mu.Lock()
+				stop := len(all) >= b.Count || first != nil
+				mu.Unlock()
+				if stop {
+					return
+				}
+				t := time.Now()
+				err := op()
+				el := time.Since(t)
+				mu.Lock()
+				if err != nil && first == nil {
+					first = err
+				}
+				all = append(all, el)
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	if first != nil {
+		return Result{}, first
+	}
+	return summarize(name, all, time.Since(start)), nil
+}

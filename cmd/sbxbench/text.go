@@ -1,0 +1,47 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"text/tabwriter"
+)
+
+// printText writes the report as tables for people.
+func printText(w io.Writer, rep *Report) {
+	fmt.Fprintf(w, "sbxbench %s on %s (%d CPUs), provider %s\n\n", rep.When.Format("2006-01-02 15:04:05Z"), rep.Host, rep.CPUs, rep.Provider)
+	fmt.Fprintf(w, "%-38s %6s %9s %9s %9s %9s %9s  %s\n", "case", "n", "p50 ms", "p90 ms", "p99 ms", "mean ms", "ops/s", "note")
+	for _, group := range [][]Result{rep.Cases, rep.Floors} {
+		for _, r := range group {
+			fmt.Fprintf(w, "%-38s %6d %9.3f %9.3f %9.3f %9.3f %9.1f  %s\n", r.Name, r.N, r.P50, r.P90, r.P99, r.Mean, r.Throughput, r.Note)
+		}
+	}
+	if len(rep.Ratios) > 0 {
+		fmt.Fprintln(w)
+		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "ratio (p50 / p50)\t\t")
+		for _, r := range rep.Ratios {
+			fmt.Fprintf(tw, "%s / %s\t%.2fx\t\n", r.Case, r.Floor, r.P50)
+		}
+		tw.Flush()
+	}
+	if len(rep.Growth) > 0 {
+		fmt.Fprintln(w)
+		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+		fmt.Fprintln(tw, "live\tprovider\tcreate p50 ms\tcreate p90 ms\tlist p50 ms\tlist p99 ms\tdaemon RSS MiB\tdaemon KiB/sandbox\tagents\tagent RSS KiB each\tagent PSS KiB each\tstate KiB each\t")
+		for _, g := range rep.Growth {
+			agents, rss, pss, state := "-", "-", "-", "-"
+			if a := g.Agents; a != nil && a.Count > 0 {
+				agents = fmt.Sprint(a.Count)
+				rss = fmt.Sprint(a.RSSKiB / int64(a.Count))
+				pss = fmt.Sprint(a.PSSKiB / int64(a.Count))
+				state = fmt.Sprint(g.StateKiB / int64(g.Live))
+			}
+			fmt.Fprintf(tw, "%d\t%s\t%.3f\t%.3f\t%.3f\t%.3f\t%.1f\t%.0f\t%s\t%s\t%s\t%s\t\n", g.Live, g.Provider,
+				g.Create.P50, g.Create.P90, g.List.P50, g.List.P99, float64(g.DaemonRSSKiB)/1024, g.PerSandboxKB, agents, rss, pss, state)
+		}
+		tw.Flush()
+	}
+	for _, n := range rep.Notes {
+		fmt.Fprintln(w, "note:", n)
+	}
+}

@@ -1,0 +1,49 @@
+package oci
+
+import (
+	"context"
+	"fmt"
+	"os"
+
+	"github.com/sandboxd/sandbox"
+)
+
+// RawBundle is one generation's bundle laid out exactly as Allocate lays it out, but not started: what a
+// benchmark hands to the runtime binary itself, to measure the provider beside its floor.
+type RawBundle struct {
+	Runtime string // the runtime binary
+	Root    string // its state root, for --root
+	Dir     string // the bundle directory, for --bundle
+	Name    string // the container name
+	Socket  string // the host path of the agent's socket once the container runs
+}
+
+// PrepareBundle lays out the bundle of ref as Allocate would, and returns it without starting it. The
+// caller may run it with `Runtime --root Root run -d --bundle Dir Name`; Release(ref) removes it, started
+// or not. Errors: ErrInvalidRequest for unusable resources, ErrProviderUnavailable otherwise (an
+// existing generation of the same name included).
+func (p *Provider) PrepareBundle(ctx context.Context, ref sandbox.Ref, spec sandbox.Spec) (RawBundle, error) {
+	var res sandbox.Resources
+	if spec.Resources != nil {
+		res = *spec.Resources
+	}
+	if err := checkResources(res); err != nil {
+		return RawBundle{}, err
+	}
+	b := p.box(ref)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if _, err := os.Stat(b.l.dir); err == nil {
+		return RawBundle{}, fmt.Errorf("prepare %s: it exists: %w", ref, sandbox.ErrProviderUnavailable)
+	}
+	if err := p.prepare(ctx, b, res); err != nil {
+		if cerr := p.releaseLocked(context.WithoutCancel(ctx), b); cerr != nil {
+			p.log.Error("cleaning up a failed bundle", "sandbox", ref, "err", cerr)
+		}
+		return RawBundle{}, fmt.Errorf("prepare %s: %v: %w", ref, err, sandbox.ErrProviderUnavailable)
+	}
+	// The container will be started behind the provider's back: the next data call looks at it first.
+	b.known.Store(false)
+	b.gone.Store(false)
+	return RawBundle{Runtime: p.runc.path, Root: p.runc.root, Dir: b.l.dir, Name: ref.Name(), Socket: b.l.socket()}, nil
+}
