@@ -1,0 +1,113 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"github.com/sandboxd/sandbox"
+	"github.com/sandboxd/sandbox/client"
+)
+
+// specFlags are the flags that describe a sandbox, shared by create and run.
+type specFlags struct {
+	image, template, requestID string
+	cpu, memory, disk          int64
+	require, extensions        []string
+}
+
+func (f *specFlags) bind(fs *pflag.FlagSet) {
+	fs.StringVar(&f.image, "image", "", "image reference to start from (needs the imageReference capability)")
+	fs.StringVar(&f.template, "template", "", "template to start from (needs the templateReference capability)")
+	fs.Int64Var(&f.cpu, "cpu", 0, "CPU limit in millicores")
+	fs.Int64Var(&f.memory, "memory", 0, "memory limit in MiB")
+	fs.Int64Var(&f.disk, "disk", 0, "disk limit in MiB")
+	fs.StringArrayVar(&f.require, "require", nil, "a capability the provider must have (repeatable)")
+	fs.StringArrayVar(&f.extensions, "extension", nil, "a provider extension as KEY=JSON (repeatable)")
+	fs.StringVar(&f.requestID, "request-id", "", "clientRequestId: repeating a create with the same id returns the same sandbox (default: random)")
+}
+
+// spec builds the sandbox spec from the flags.
+func (f *specFlags) spec() (sandbox.Spec, error) {
+	if f.image != "" && f.template != "" {
+		return sandbox.Spec{}, usagef("--image and --template exclude each other")
+	}
+	s := sandbox.Spec{ClientRequestID: f.requestID, Image: f.image, Template: f.template}
+	if s.ClientRequestID == "" {
+		s.ClientRequestID = client.NewRequestID()
+	}
+	if f.cpu < 0 || f.memory < 0 || f.disk < 0 {
+		return sandbox.Spec{}, usagef("--cpu, --memory and --disk are positive")
+	}
+	if f.cpu > 0 || f.memory > 0 || f.disk > 0 {
+		s.Resources = &sandbox.Resources{CPUMillis: f.cpu, MemoryMiB: f.memory, DiskMiB: f.disk}
+	}
+	for _, c := range f.require {
+		s.RequiredCapabilities = append(s.RequiredCapabilities, sandbox.Capability(c))
+	}
+	for _, kv := range f.extensions {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok || k == "" || !json.Valid([]byte(v)) {
+			return sandbox.Spec{}, usagef("--extension %q: want KEY=JSON, e.g. acme.gpu={\"count\":1}", kv)
+		}
+		if s.Extensions == nil {
+			s.Extensions = map[string]json.RawMessage{}
+		}
+		s.Extensions[k] = json.RawMessage(v)
+	}
+	return s, nil
+}
+
+var capabilityNames = []string{
+	"commandExecution", "fileAccess", "interactiveTerminal", "portForwarding", "pauseResume", "filesystemSnapshot",
+	"memorySnapshot", "persistentVolume", "networkPolicy", "imageReference", "templateReference", "resourceLimits",
+}
+
+func (a *app) createCmd() *cobra.Command {
+	var f specFlags
+	var wait bool
+	cmd := &cobra.Command{
+		Use:   "create [flags]",
+		Short: "Create a sandbox and print its id",
+		Long: `Create a sandbox and print its id. The sandbox starts in the background; with --wait,
+sbx waits until it is ready and fails with the reason if it fails to start.`,
+		Example: `  sbx create
+  id=$(sbx create --wait --cpu 500 --memory 256)
+  sbx create --require pauseResume --extension acme.gpu='{"count":1}'
+  sbx create --request-id deploy-42   # repeat it safely: the same sandbox comes back`,
+		Args: exactArgs(0, "no arguments"),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			spec, err := f.spec()
+			if err != nil {
+				return err
+			}
+			sb, err := a.create(spec, wait)
+			if err != nil {
+				return err
+			}
+			if a.json() {
+				return a.writeJSON(sb)
+			}
+			a.printf("%s\n", sb.ID)
+			return nil
+		},
+	}
+	f.bind(cmd.Flags())
+	cmd.Flags().BoolVar(&wait, "wait", false, "wait until the sandbox is ready")
+	_ = cmd.RegisterFlagCompletionFunc("require", cobra.FixedCompletions(capabilityNames, cobra.ShellCompDirectiveNoFileComp))
+	return cmd
+}
+
+// create creates a sandbox and, with wait, waits until it is ready, with a spinner on a terminal.
+func (a *app) create(spec sandbox.Spec, wait bool) (*sandbox.Sandbox, error) {
+	sb, err := a.c.Create(a.ctx, spec)
+	if err != nil || !wait {
+		return sb, err
+	}
+	s := a.spin(fmt.Sprintf("waiting for %s to be ready", sb.ID))
+	defer s.Stop()
+	return a.c.WaitReady(a.ctx, sb.ID)
+}
