@@ -30,6 +30,7 @@ type Main struct {
 	DataDir           string
 	Provider          string
 	EventRetention    int
+	EventMaxAge       time.Duration
 	ShutdownTimeout   time.Duration
 	ReconcileInterval time.Duration
 	LogFormat         string
@@ -83,6 +84,7 @@ func (m *Main) ParseFlags(args []string) error {
 	fs.StringVar(&m.DataDir, "data-dir", m.DataDir, "directory of the database and the providers' state")
 	fs.StringVar(&m.Provider, "provider", m.Provider, "provider: "+strings.Join(providerNames(), ", "))
 	fs.IntVar(&m.EventRetention, "event-retention", m.EventRetention, "how many events the log keeps")
+	fs.DurationVar(&m.EventMaxAge, "event-max-age", m.EventMaxAge, "how long the log keeps an event (0: no age bound)")
 	fs.DurationVar(&m.ShutdownTimeout, "shutdown-timeout", m.ShutdownTimeout, "how long in-flight requests may run on after SIGTERM")
 	fs.DurationVar(&m.ReconcileInterval, "reconcile-interval", m.ReconcileInterval, "how often every live sandbox is reconciled")
 	fs.StringVar(&m.LogFormat, "log-format", m.LogFormat, "log format: text or json")
@@ -125,7 +127,7 @@ func (m *Main) Run(ctx context.Context) error {
 	if err := os.MkdirAll(m.DataDir, 0o700); err != nil {
 		return fmt.Errorf("data dir: %w", err)
 	}
-	st, err := sqlite.Open(ctx, sqlite.Config{Path: filepath.Join(m.DataDir, "sandboxd.db"), Retention: m.EventRetention})
+	st, err := sqlite.Open(ctx, sqlite.Config{Path: filepath.Join(m.DataDir, "sandboxd.db"), Retention: m.EventRetention, MaxAge: m.EventMaxAge})
 	if err != nil {
 		return fmt.Errorf("open store: %w", err)
 	}
