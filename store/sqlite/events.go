@@ -61,6 +61,7 @@ func (s *Store) appendEvents(ctx context.Context, tx *sql.Tx, events []sandbox.E
 	if err := s.prune(ctx, tx); err != nil {
 		return nil, err
 	}
+	s.pend.evs = append(s.pend.evs, cloneEvents(withCursors(events, cursors))...)
 	return cursors, nil
 }
 
@@ -101,6 +102,7 @@ func (s *Store) prune(ctx context.Context, tx *sql.Tx) error {
 	if _, err := s.ws.exec(ctx, tx, qSetPruned, through); err != nil {
 		return fmt.Errorf("prune: %w", err)
 	}
+	s.pend.pruned = through
 	return nil
 }
 
@@ -116,6 +118,9 @@ func (s *Store) Events(ctx context.Context, q sandbox.EventQuery) ([]sandbox.Eve
 	limit := q.Limit
 	if limit == 0 || limit > sandbox.MaxEventPage {
 		limit = sandbox.MaxEventPage
+	}
+	if out, ok := s.tail.page(q, limit); ok {
+		return out, nil
 	}
 	// One read transaction: the history check and the page see the same snapshot.
 	tx, err := s.r.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})

@@ -60,6 +60,8 @@ type Store struct {
 	ws        *stmts     // prepared on w
 	rs        *stmts     // prepared on r
 	cache     cache
+	tail      tail    // the newest committed events
+	pend      pending // what the write in progress adds to tail; guarded by wmu
 	retention int64
 	slack     int64 // events above retention tolerated before a count prune
 	maxAge    time.Duration
@@ -130,6 +132,10 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		s.Close()
 		return nil, fmt.Errorf("sqlite store: open %s: %w", cfg.Path, err)
 	}
+	if err := s.startTail(ctx); err != nil {
+		s.Close()
+		return nil, fmt.Errorf("sqlite store: open %s: %w", cfg.Path, err)
+	}
 	return s, nil
 }
 
@@ -182,6 +188,7 @@ func (s *Store) write(ctx context.Context, fn func(tx *sql.Tx) error, committed 
 	if err != nil {
 		return fmt.Errorf("begin write: %w", err)
 	}
+	s.pend = pending{}
 	if err := fn(tx); err != nil {
 		tx.Rollback()
 		return err
@@ -189,6 +196,8 @@ func (s *Store) write(ctx context.Context, fn func(tx *sql.Tx) error, committed 
 	if err := tx.Commit(); err != nil {
 		return fmt.Errorf("commit: %w", err)
 	}
+	s.tail.commit(s.pend)
+	s.pend = pending{}
 	if committed != nil {
 		committed()
 	}

@@ -1,0 +1,114 @@
+package sqlite
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"sync"
+
+	sandbox "github.com/sandboxd/sandbox"
+)
+
+// tailMax is how many of the newest events the tail keeps; it drops the older half past it.
+const tailMax = 4096
+
+// tail holds the newest committed events in memory, so that a reader at the head of the log (an event
+// stream woken by an append) costs no query. Like the sandbox cache it is written only after a commit,
+// while the write lock is held, so it never runs ahead of the file. It holds every event with a cursor
+// above base, in order, and the pruned cursor as committed; a query it cannot answer exactly goes to
+// the file.
+type tail struct {
+	mu     sync.RWMutex
+	ok     bool
+	base   int64
+	pruned int64
+	evs    []sandbox.Event
+}
+
+// pending is what the write transaction in progress will add to the tail once it commits.
+type pending struct {
+	evs    []sandbox.Event
+	pruned int64
+}
+
+// reset starts the tail empty at the log's current head.
+func (t *tail) reset(last, pruned int64) {
+	t.mu.Lock()
+	t.ok, t.base, t.pruned, t.evs = true, last, pruned, nil
+	t.mu.Unlock()
+}
+
+// commit records what a committed transaction appended and pruned.
+func (t *tail) commit(p pending) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if !t.ok {
+		return
+	}
+	if len(p.evs) > 0 {
+		if p.evs[0].Cursor != t.base+int64(len(t.evs))+1 {
+			// Not the next cursor: start again after these events rather than hold a gap.
+			t.base, t.evs = p.evs[len(p.evs)-1].Cursor, nil
+		} else {
+			t.evs = append(t.evs, p.evs...)
+		}
+	}
+	if p.pruned > t.pruned {
+		t.pruned = p.pruned
+	}
+	drop := 0
+	if len(t.evs) > tailMax {
+		drop = len(t.evs) - tailMax/2
+	}
+	if n := int(t.pruned - t.base); n > drop {
+		drop = min(n, len(t.evs))
+	}
+	if drop > 0 {
+		t.base += int64(drop)
+		t.evs = append([]sandbox.Event(nil), t.evs[drop:]...)
+	}
+}
+
+// page answers q from memory when it can: q.After at or past both the tail's base and the pruned
+// cursor. ok is false when the file must answer.
+func (t *tail) page(q sandbox.EventQuery, limit int) (out []sandbox.Event, ok bool) {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	if !t.ok || q.After < t.base || q.After < t.pruned {
+		return nil, false
+	}
+	out = []sandbox.Event{}
+	for i := min(int(q.After-t.base), len(t.evs)); i < len(t.evs) && len(out) < limit; i++ {
+		if q.SandboxID == "" || t.evs[i].SandboxID == q.SandboxID {
+			out = append(out, t.evs[i])
+		}
+	}
+	return out, true
+}
+
+// startTail reads the head of the log and starts the tail there.
+func (s *Store) startTail(ctx context.Context) error {
+	var pruned, last int64
+	if err := s.w.QueryRowContext(ctx, qPruned).Scan(&pruned); err != nil {
+		return fmt.Errorf("event tail: %w", err)
+	}
+	if err := s.w.QueryRowContext(ctx, qLastCursor).Scan(&last); err != nil {
+		return fmt.Errorf("event tail: %w", err)
+	}
+	s.wmu.Lock()
+	s.tail.reset(last, pruned)
+	s.wmu.Unlock()
+	return nil
+}
+
+// cloneEvents copies events for the tail, data included, so no caller's buffer is shared.
+func cloneEvents(evs []sandbox.Event) []sandbox.Event {
+	out := make([]sandbox.Event, len(evs))
+	for i, e := range evs {
+		if e.Data != nil {
+			e.Data = bytes.Clone(e.Data)
+		}
+		out[i] = e
+	}
+	return out
+}
