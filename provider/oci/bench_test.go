@@ -145,14 +145,13 @@ func BenchmarkRawRuncRun(b *testing.B) {
 		if err := json.Unmarshal(raw, &spec); err != nil {
 			b.Fatal(err)
 		}
-		spec.Root.Path = filepath.Join(src, "rootfs")
 		spec.Linux.CgroupsPath = "/sandboxd-bench-" + name
 		for j, m := range spec.Mounts {
 			switch m.Destination {
 			case "/.sandboxd/run":
 				spec.Mounts[j].Source = filepath.Join(bundle, "run")
-			case "/workspace":
-				spec.Mounts[j].Options = []string{"lowerdir=" + filepath.Join(src, "lower"),
+			case "/workspace": // the lower directory is the provider's shared one, as the root is
+				spec.Mounts[j].Options = []string{m.Options[0],
 					"upperdir=" + filepath.Join(bundle, "upper"), "workdir=" + filepath.Join(bundle, "work")}
 			}
 		}

@@ -1,10 +1,14 @@
 package oci
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
@@ -27,8 +31,6 @@ type layout struct {
 }
 
 func (l layout) meta() string     { return filepath.Join(l.dir, "meta.json") }
-func (l layout) rootfs() string   { return filepath.Join(l.dir, "rootfs") }
-func (l layout) lower() string    { return filepath.Join(l.dir, "lower") }
 func (l layout) runDir() string   { return filepath.Join(l.dir, "run") }
 func (l layout) socket() string   { return filepath.Join(l.runDir(), "agent.sock") }
 func (l layout) diskImg() string  { return filepath.Join(l.dir, "disk.img") }
@@ -66,10 +68,76 @@ var hostEtcBinds = []struct {
 // rootSymlinks are the top-level names that are symlinks into /usr on a merged-/usr host.
 var rootSymlinks = []string{"bin", "sbin", "lib", "lib32", "lib64", "libx32"}
 
-// buildRootfs makes the skeleton root: empty mount points, symlinks into /usr as on the host, and a
-// generated /etc. It is mounted read-only; only /tmp and /workspace are writable in the sandbox.
-func buildRootfs(l layout) error {
-	root := l.rootfs()
+// baseVersion changes whenever buildRootfs lays out something new, so that an old base is never reused.
+const baseVersion = "1"
+
+// etcFiles are the generated files of the sandbox's /etc.
+var etcFiles = map[string]string{
+	"passwd":        "root:x:0:0:root:/workspace:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n",
+	"group":         "root:x:0:\nnogroup:x:65534:\n",
+	"hosts":         "127.0.0.1\tlocalhost " + guestHostname + "\n::1\tlocalhost ip6-localhost ip6-loopback\n",
+	"hostname":      guestHostname + "\n",
+	"resolv.conf":   "# no network: loopback only\n",
+	"nsswitch.conf": "passwd: files\ngroup: files\nhosts: files\n",
+}
+
+// base is the read-only part shared by every sandbox of a provider: the skeleton root and the empty
+// lower directory of the /workspace overlay. Nothing in a sandbox can write to either (the root is
+// mounted read-only, and an overlay never writes to its lower directory), so one copy serves all.
+type base struct {
+	dir string
+}
+
+func (b base) rootfs() string { return filepath.Join(b.dir, "rootfs") }
+func (b base) lower() string  { return filepath.Join(b.dir, "lower") }
+
+// prepareBase returns the base under stateDir, making it if needed. Its directory is named from what it
+// holds, so a base of another layout or host is never reused, and a base is never changed or removed
+// once made (running sandboxes may use it).
+func prepareBase(stateDir string) (base, error) {
+	h := sha256.New()
+	fmt.Fprintf(h, "v%s\n", baseVersion)
+	for _, name := range rootSymlinks {
+		target, _ := os.Readlink("/" + name)
+		fmt.Fprintf(h, "link %s %s\n", name, target)
+	}
+	for _, name := range slices.Sorted(maps.Keys(etcFiles)) {
+		fmt.Fprintf(h, "file %s %q\n", name, etcFiles[name])
+	}
+	for _, b := range hostEtcBinds {
+		_, err := os.Stat(b.path)
+		fmt.Fprintf(h, "bind %s %v %v\n", b.path, b.dir, err == nil)
+	}
+	b := base{dir: filepath.Join(stateDir, "base-"+hex.EncodeToString(h.Sum(nil))[:16])}
+	if _, err := os.Stat(b.dir); err == nil {
+		return b, nil
+	}
+	tmp, err := os.MkdirTemp(stateDir, ".base-")
+	if err != nil {
+		return base{}, err
+	}
+	defer os.RemoveAll(tmp) // a no-op once renamed
+	if err := os.Chmod(tmp, 0o755); err != nil {
+		return base{}, err
+	}
+	if err := os.Mkdir(filepath.Join(tmp, "lower"), 0o755); err != nil {
+		return base{}, err
+	}
+	if err := buildRootfs(filepath.Join(tmp, "rootfs")); err != nil {
+		return base{}, err
+	}
+	if err := os.Rename(tmp, b.dir); err != nil {
+		if _, serr := os.Stat(b.dir); serr == nil {
+			return b, nil // another provider on the same directory made it first
+		}
+		return base{}, err
+	}
+	return b, nil
+}
+
+// buildRootfs makes the skeleton root at root: empty mount points, symlinks into /usr as on the host,
+// and a generated /etc. It is mounted read-only; only /tmp and /workspace are writable in the sandbox.
+func buildRootfs(root string) error {
 	for _, d := range []string{"usr", "etc", "proc", "dev", "sys", "tmp", "workspace", "run", "var/tmp", ".sandboxd/run"} {
 		if err := os.MkdirAll(filepath.Join(root, d), 0o755); err != nil {
 			return err
@@ -88,15 +156,7 @@ func buildRootfs(l layout) error {
 		}
 	}
 	etc := filepath.Join(root, "etc")
-	files := map[string]string{
-		"passwd":        "root:x:0:0:root:/workspace:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n",
-		"group":         "root:x:0:\nnogroup:x:65534:\n",
-		"hosts":         "127.0.0.1\tlocalhost " + guestHostname + "\n::1\tlocalhost ip6-localhost ip6-loopback\n",
-		"hostname":      guestHostname + "\n",
-		"resolv.conf":   "# no network: loopback only\n",
-		"nsswitch.conf": "passwd: files\ngroup: files\nhosts: files\n",
-	}
-	for name, content := range files {
+	for name, content := range etcFiles {
 		if err := os.WriteFile(filepath.Join(etc, name), []byte(content), 0o644); err != nil {
 			return err
 		}
@@ -162,7 +222,7 @@ func (p *Provider) containerSpec(l layout, m meta) *specs.Spec {
 			Options: []string{"nosuid", "nodev", "mode=1777", fmt.Sprintf("size=%dm", p.cfg.TmpMiB)}},
 		specs.Mount{Destination: "/run", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "nodev", "mode=755", "size=1m"}},
 		specs.Mount{Destination: guestWorkdir, Type: "overlay", Source: "overlay", Options: []string{
-			"lowerdir=" + l.lower(), "upperdir=" + filepath.Join(upper, "upper"), "workdir=" + filepath.Join(upper, "work")}},
+			"lowerdir=" + p.base.lower(), "upperdir=" + filepath.Join(upper, "upper"), "workdir=" + filepath.Join(upper, "work")}},
 		specs.Mount{Destination: guestAgent, Type: "bind", Source: p.cfg.AgentPath, Options: []string{"bind", "ro", "nosuid", "nodev"}},
 		specs.Mount{Destination: guestRunDir, Type: "bind", Source: l.runDir(), Options: []string{"bind", "rw", "nosuid", "nodev", "noexec"}},
 	)
@@ -171,7 +231,7 @@ func (p *Provider) containerSpec(l layout, m meta) *specs.Spec {
 	return &specs.Spec{
 		Version:  specs.Version,
 		Hostname: guestHostname,
-		Root:     &specs.Root{Path: "rootfs", Readonly: true},
+		Root:     &specs.Root{Path: p.base.rootfs(), Readonly: true},
 		Process: &specs.Process{
 			Args: args,
 			Env: []string{
@@ -207,7 +267,7 @@ func (p *Provider) containerSpec(l layout, m meta) *specs.Spec {
 }
 
 func writeJSONFile(path string, v any) error {
-	raw, err := json.MarshalIndent(v, "", "\t")
+	raw, err := json.Marshal(v)
 	if err != nil {
 		return err
 	}

@@ -94,13 +94,8 @@ func (p *Provider) prepare(ctx context.Context, b *box, res sandbox.Resources) e
 	if err := writeJSONFile(l.meta(), m); err != nil {
 		return err
 	}
-	for _, d := range []string{l.lower(), l.runDir()} {
-		if err := os.Mkdir(d, 0o755); err != nil {
-			return err
-		}
-	}
-	if err := buildRootfs(l); err != nil {
-		return fmt.Errorf("root filesystem: %w", err)
+	if err := os.Mkdir(l.runDir(), 0o755); err != nil {
+		return err
 	}
 	if m.Disk {
 		if err := makeDisk(ctx, l.diskImg(), l.diskDir(), res.DiskMiB); err != nil {
@@ -120,7 +115,14 @@ func (p *Provider) prepare(ctx context.Context, b *box, res sandbox.Resources) e
 func (p *Provider) waitReady(ctx context.Context, b *box) (sandbox.Observation, error) {
 	ctx, cancel := context.WithTimeout(ctx, p.cfg.ReadyTimeout)
 	defer cancel()
-	for delay := 500 * time.Microsecond; ; delay = min(2*delay, 20*time.Millisecond) {
+	// The agent answers a few milliseconds after runc returns: retry in a tight loop (a refused or
+	// missing socket fails in microseconds), and back off only once it is clearly slow.
+	start := time.Now()
+	for {
+		delay := 200 * time.Microsecond
+		if time.Since(start) > time.Second {
+			delay = 20 * time.Millisecond
+		}
 		hctx, hcancel := context.WithTimeout(ctx, time.Second)
 		_, err := b.client.Health(hctx)
 		hcancel()

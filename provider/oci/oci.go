@@ -54,6 +54,7 @@ type Provider struct {
 	log    *slog.Logger
 	runc   runc
 	boxDir string
+	base   base   // the read-only skeleton every sandbox shares
 	cgTag  string // distinguishes the cgroups of providers on different state directories
 
 	mu    sync.Mutex
@@ -156,6 +157,9 @@ func New(cfg Config) (*Provider, error) {
 		if err := os.MkdirAll(d, 0o700); err != nil {
 			return nil, fmt.Errorf("oci: %w", err)
 		}
+	}
+	if p.base, err = prepareBase(cfg.StateDir); err != nil {
+		return nil, fmt.Errorf("oci: base root filesystem: %w", err)
 	}
 	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
 		return nil, fmt.Errorf("oci: become a child subreaper: %w", err)
