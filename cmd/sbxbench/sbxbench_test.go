@@ -1,0 +1,151 @@
+package main
+
+import (
+	"context"
+	"log/slog"
+	"net/http/httptest"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sandboxd/sandbox/core"
+	"github.com/sandboxd/sandbox/httpapi"
+	"github.com/sandboxd/sandbox/provider/host"
+	"github.com/sandboxd/sandbox/store/sqlite"
+)
+
+// inProcess serves the real API (SQLite store, core, host provider) on 127.0.0.1:0 and returns a client.
+func inProcess(t testing.TB) *client {
+	t.Helper()
+	dir := t.TempDir()
+	ctx := context.Background()
+	st, err := sqlite.Open(ctx, sqlite.Config{Path: filepath.Join(dir, "sandboxd.db")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := slog.New(slog.DiscardHandler)
+	prov, err := host.New(host.Config{Dir: filepath.Join(dir, "host"), Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rt, err := core.New(core.Config{Store: st, Provider: prov, Logger: log, ReconcileInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	api := httpapi.New(httpapi.Config{Runtime: rt, Logger: log})
+	srv := httptest.NewServer(api)
+	t.Cleanup(func() {
+		srv.Close()
+		api.Close()
+		rt.Close()
+		st.Close()
+	})
+	return newClient(srv.URL)
+}
+
+// TestAPICasesAndGrowth runs every API case and two growth steps, a few samples each, against a real
+// daemon stack, and checks that each case took its samples and that the report prints.
+func TestAPICasesAndGrowth(t *testing.T) {
+	c := inProcess(t)
+	ctx := context.Background()
+	b := Bounds{Count: 3, Duration: time.Minute}
+	cases, err := apiCases(ctx, c, b, "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"create-to-ready", "exec true", "exec 1 MiB output", "file write 4 KiB", "file read 4 KiB",
+		"file write 1 MiB", "file read 1 MiB", "get, 64 clients", "event delivery, 1 subscriber(s)", "event delivery, 100 subscriber(s)"}
+	if len(cases) != len(want) {
+		t.Fatalf("got %d cases, want %d", len(cases), len(want))
+	}
+	for i, r := range cases {
+		if r.Name != want[i] || r.N < 3 || r.P50 <= 0 || r.P50 > r.P99 {
+			t.Errorf("case %d: %+v", i, r)
+		}
+	}
+	if n := cases[9].N; n != 300 { // 3 samples seen by each of 100 subscribers
+		t.Errorf("event delivery with 100 subscribers took %d samples, want 300", n)
+	}
+	steps, err := growth(ctx, c, daemonInfo{provider: "host"}, []int{2, 5}, b, "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(steps) != 2 || steps[0].Live != 2 || steps[1].Live != 5 || steps[1].Create.N != 3 || steps[1].List.N != 3 {
+		t.Fatalf("growth steps %+v", steps)
+	}
+	var sb strings.Builder
+	printText(&sb, &Report{Provider: "host", Cases: cases, Growth: steps})
+	if !strings.Contains(sb.String(), "event delivery, 100 subscriber(s)") {
+		t.Fatalf("report lacks a case:\n%s", sb.String())
+	}
+}
+
+func TestFlags(t *testing.T) {
+	for _, args := range [][]string{
+		{},                                // neither --url nor --start
+		{"--url", "http://10.0.0.1:8080"}, // not loopback
+		{"--url", "http://127.0.0.1:1", "--start", "--sandboxd", "/bin/true"},
+		{"--url", "http://127.0.0.1:1", "--growth", "10,x"},
+		{"--url", "http://127.0.0.1:1", "--count", "0"},
+	} {
+		if _, err := parseFlags(args, &strings.Builder{}); err == nil {
+			t.Errorf("%q accepted", args)
+		}
+	}
+	o, err := parseFlags([]string{"--url", "http://[::1]:8080/", "--growth", "10, 100"}, &strings.Builder{})
+	if err != nil || o.url != "http://[::1]:8080" || len(o.growth) != 2 || o.growth[1] != 100 {
+		t.Fatalf("%+v %v", o, err)
+	}
+}
+
+func TestSummarize(t *testing.T) {
+	var d []time.Duration
+	for i := 100; i >= 1; i-- {
+		d = append(d, time.Duration(i)*time.Millisecond)
+	}
+	r := summarize("x", d, time.Second)
+	if r.N != 100 || r.P50 != 51 || r.P90 != 90 || r.P99 != 99 || r.Throughput != 100 || r.Mean != 50.5 {
+		t.Fatalf("%+v", r)
+	}
+	if d[0] != 100*time.Millisecond {
+		t.Fatal("summarize reordered its input")
+	}
+}
+
+// BenchmarkAPIGet64 is GET of one sandbox from 64 goroutines, in process, for a CPU profile of the
+// API's read path.
+func BenchmarkAPIGet64(b *testing.B) {
+	c := inProcess(b)
+	ctx := context.Background()
+	sb, err := c.create(ctx, "bench")
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.SetParallelism(32) // 64 goroutines on 2 CPUs
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			if _, err := c.get(ctx, sb.ID); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+}
+
+// BenchmarkAPIExecTrue is the exec round trip of true over HTTP, in process, on the host provider.
+func BenchmarkAPIExecTrue(b *testing.B) {
+	c := inProcess(b)
+	ctx := context.Background()
+	sb, err := c.create(ctx, "bench")
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if _, err := c.exec(ctx, sb, "true"); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
