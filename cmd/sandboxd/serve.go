@@ -42,6 +42,7 @@ type Main struct {
 	store    *sqlite.Store
 	runtime  *core.Runtime
 	closer   io.Closer // the provider, when it holds resources of its own
+	api      *httpapi.Server
 	server   *http.Server
 	listener net.Listener
 	served   chan error
@@ -154,8 +155,9 @@ func (m *Main) Run(ctx context.Context) error {
 		return err
 	}
 	m.listener = ln
+	m.api = httpapi.New(httpapi.Config{Runtime: rt, Logger: m.log})
 	m.server = &http.Server{
-		Handler:           httpapi.New(httpapi.Config{Runtime: rt, Logger: m.log}),
+		Handler:           m.api,
 		ReadHeaderTimeout: 10 * time.Second, // a slow-header client is cut off
 		IdleTimeout:       2 * time.Minute,
 		ErrorLog:          slog.NewLogLogger(h, slog.LevelWarn),
@@ -174,6 +176,7 @@ func (m *Main) Addr() string { return m.listener.Addr().String() }
 func (m *Main) Close() error {
 	var errs []error
 	if m.server != nil {
+		m.api.Close() // ends event streams, which would otherwise hold Shutdown for its whole bound
 		ctx, cancel := context.WithTimeout(context.Background(), m.ShutdownTimeout)
 		if err := m.server.Shutdown(ctx); err != nil {
 			errs = append(errs, fmt.Errorf("shutdown: %w", err))

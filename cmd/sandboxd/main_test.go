@@ -1,0 +1,105 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sandboxd/sandbox"
+)
+
+// startMain runs the whole daemon in-process on 127.0.0.1:0 with the host provider.
+func startMain(t *testing.T, args ...string) (*Main, string) {
+	t.Helper()
+	var logs bytes.Buffer
+	m := NewMain(&logs)
+	if err := m.ParseFlags(append([]string{"--listen", "127.0.0.1:0", "--data-dir", t.TempDir(), "--provider", "host"}, args...)); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Run(context.Background()); err != nil {
+		t.Fatalf("run: %v\n%s", err, logs.String())
+	}
+	return m, "http://" + m.Addr()
+}
+
+// TestGracefulShutdown closes the daemon while a command runs and an event stream is open: the command's
+// request finishes with its result, the stream ends, and new connections are refused.
+func TestGracefulShutdown(t *testing.T) {
+	m, url := startMain(t)
+	ctx := context.Background()
+	var sb sandbox.Sandbox
+	if st := call(ctx, "POST", url+"/v1/sandboxes", map[string]any{"clientRequestId": "g"}, &sb); st != 201 {
+		t.Fatalf("create: %d", st)
+	}
+	stream, err := http.Get(url + "/v1/events/stream")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stream.Body.Close()
+	result := make(chan int, 1)
+	var res sandbox.CommandResult
+	go func() {
+		result <- call(ctx, "POST", fmt.Sprintf("%s/v1/sandboxes/%s/commands", url, sb.ID),
+			map[string]any{"expectedGeneration": 1, "argv": []string{"sh", "-c", "sleep 0.5; echo done"}}, &res)
+	}()
+	time.Sleep(100 * time.Millisecond) // let the command start
+	if err := m.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if st := <-result; st != 200 || strings.TrimSpace(res.Stdout) != "done" {
+		t.Fatalf("in-flight command: status %d, %+v", st, res)
+	}
+	if _, err := io.ReadAll(stream.Body); err != nil {
+		t.Fatalf("the event stream did not end cleanly: %v", err)
+	}
+	if _, err := http.Get(url + "/healthz"); err == nil {
+		t.Fatal("the daemon still accepts connections after Close")
+	}
+}
+
+func TestFlagsAndEnvironment(t *testing.T) {
+	t.Setenv("SANDBOXD_EVENT_RETENTION", "42")
+	t.Setenv("SANDBOXD_LISTEN", "127.0.0.1:9")
+	m := NewMain(io.Discard)
+	if err := m.ParseFlags([]string{"--listen", "127.0.0.1:10"}); err != nil {
+		t.Fatal(err)
+	}
+	if m.EventRetention != 42 || m.Listen != "127.0.0.1:10" {
+		t.Fatalf("retention %d (env), listen %s (flag wins): %+v", m.EventRetention, m.Listen, m)
+	}
+	for _, bad := range [][]string{{"--event-retention", "0"}, {"--nope"}, {"extra"}} {
+		if err := NewMain(io.Discard).ParseFlags(bad); err == nil {
+			t.Errorf("%v accepted", bad)
+		}
+	}
+	t.Setenv("SANDBOXD_EVENT_RETENTION", "many")
+	if err := NewMain(io.Discard).ParseFlags(nil); err == nil {
+		t.Error("a bad environment value was accepted")
+	}
+	t.Setenv("SANDBOXD_EVENT_RETENTION", "42")
+	m = NewMain(io.Discard)
+	if err := m.ParseFlags([]string{"--provider", "warp"}); err != nil {
+		t.Fatal(err)
+	}
+	m.DataDir = t.TempDir()
+	if err := m.Run(context.Background()); err == nil || !strings.Contains(err.Error(), "unknown provider") {
+		m.Close()
+		t.Fatalf("unknown provider: %v", err)
+	}
+	m.Close()
+}
+
+func TestVersionAndUsage(t *testing.T) {
+	var out, errOut bytes.Buffer
+	if err := run(context.Background(), []string{"version"}, &out, &errOut); err != nil || !strings.HasPrefix(out.String(), "sandboxd ") {
+		t.Fatalf("version: %v %q", err, out.String())
+	}
+	if err := run(context.Background(), []string{"frobnicate"}, &out, &errOut); err == nil || !strings.Contains(errOut.String(), "unknown command") {
+		t.Fatalf("unknown command: %v %q", err, errOut.String())
+	}
+}
