@@ -1,7 +1,8 @@
 // Package httpapi serves the sandbox runtime's HTTP contract (api.OpenAPI) over a core.Runtime.
 //
 // Every request goes through the same steps, in this order: route and method (unknown route 404, known path
-// with another method 405 with an Allow header), the body limit (413), validation against the embedded
+// with another method 405 with an Allow header), authentication when Config.Tokens is set (401; GET /healthz
+// stays open), the body limit (413), validation against the embedded
 // OpenAPI document (400), strict decoding into domain types (400), then the runtime. Every error, whatever
 // its origin, is written by one function (writeError) from the one class table, sandbox.ClassOf; an
 // unclassified error is a 500 "internal" whose detail is logged and never shown. A handler panic is a
@@ -49,6 +50,9 @@ type Config struct {
 	Logger            *slog.Logger  // slog.Default() if nil
 	MaxBodyBytes      int64         // DefaultMaxBodyBytes if zero
 	HeartbeatInterval time.Duration // DefaultHeartbeatInterval if zero
+	// Tokens, when set, turns authentication on: every operation but GET /healthz needs an
+	// "Authorization: Bearer <token>" header with one of them, or is answered 401 unauthenticated.
+	Tokens *Tokens
 }
 
 // Server is the HTTP handler of the API. It is safe for concurrent use.
@@ -58,6 +62,7 @@ type Server struct {
 	maxBody      int64
 	heartbeat    time.Duration
 	writeTimeout time.Duration
+	tokens       *Tokens
 	contract     *openapi3.T
 	mux          *http.ServeMux
 	handler      http.Handler
@@ -86,6 +91,7 @@ func New(cfg Config) *Server {
 		log:          cfg.Logger,
 		maxBody:      cfg.MaxBodyBytes,
 		heartbeat:    cfg.HeartbeatInterval,
+		tokens:       cfg.Tokens,
 		writeTimeout: DefaultStreamWriteTimeout,
 		mux:          http.NewServeMux(),
 		done:         make(chan struct{}),
@@ -133,7 +139,7 @@ func (s *Server) routes() {
 	var paths []string
 	for _, rt := range routes {
 		op := s.operation(rt.method, rt.path)
-		s.mux.Handle(rt.method+" "+rt.path, s.endpoint(op, rt.h))
+		s.mux.Handle(rt.method+" "+rt.path, s.guard(rt.path, s.endpoint(op, rt.h)))
 		if _, ok := allowed[rt.path]; !ok {
 			paths = append(paths, rt.path)
 		}

@@ -35,6 +35,8 @@ type Main struct {
 	ReconcileInterval time.Duration
 	LogFormat         string
 	OCIRuntime        string
+	AuthTokenFile     string        // bearer tokens, one a line; required unless Listen is loopback
+	ReadHeaderTimeout time.Duration // a client slower than this to send its headers is cut off
 
 	logOut io.Writer
 	log    *slog.Logger
@@ -46,6 +48,7 @@ type Main struct {
 	server   *http.Server
 	listener net.Listener
 	served   chan error
+	stopAuth func() // stops the token reloads on SIGHUP
 }
 
 // NewMain returns a daemon with the defaults, logging to logOut.
@@ -58,6 +61,7 @@ func NewMain(logOut io.Writer) *Main {
 		ShutdownTimeout:   10 * time.Second,
 		ReconcileInterval: core.DefaultReconcileInterval,
 		LogFormat:         "text",
+		ReadHeaderTimeout: 10 * time.Second,
 		logOut:            logOut,
 	}
 }
@@ -89,6 +93,8 @@ func (m *Main) ParseFlags(args []string) error {
 	fs.DurationVar(&m.ShutdownTimeout, "shutdown-timeout", m.ShutdownTimeout, "how long in-flight requests may run on after SIGTERM")
 	fs.DurationVar(&m.ReconcileInterval, "reconcile-interval", m.ReconcileInterval, "how often every live sandbox is reconciled")
 	fs.StringVar(&m.LogFormat, "log-format", m.LogFormat, "log format: text or json")
+	fs.StringVar(&m.AuthTokenFile, "auth-token-file", m.AuthTokenFile, "file of accepted bearer tokens, one a line, reloaded on SIGHUP; required unless --listen is loopback")
+	fs.DurationVar(&m.ReadHeaderTimeout, "read-header-timeout", m.ReadHeaderTimeout, "how long a client may take to send its request headers")
 	fs.StringVar(&m.OCIRuntime, "oci-runtime", m.OCIRuntime, "the OCI runtime binary of the oci provider (default: runc from PATH)")
 	var envErr error
 	fs.VisitAll(func(f *flag.Flag) {
@@ -114,7 +120,10 @@ func (m *Main) ParseFlags(args []string) error {
 	if m.EventRetention < 1 {
 		return fmt.Errorf("--event-retention must be at least 1, got %d", m.EventRetention)
 	}
-	return nil
+	if m.ReadHeaderTimeout <= 0 {
+		return fmt.Errorf("--read-header-timeout must be positive, got %v", m.ReadHeaderTimeout)
+	}
+	return m.checkAuthNeeded()
 }
 
 // Run opens the store, starts the provider and the runtime, reconciles, and starts serving. It returns
@@ -125,6 +134,14 @@ func (m *Main) Run(ctx context.Context) error {
 		h = slog.NewJSONHandler(m.logOut, nil)
 	}
 	m.log = slog.New(h)
+	if err := m.checkAuthNeeded(); err != nil {
+		return err
+	}
+	tokens, stopAuth, err := m.openTokens()
+	if err != nil {
+		return err
+	}
+	m.stopAuth = stopAuth
 	if err := os.MkdirAll(m.DataDir, 0o700); err != nil {
 		return fmt.Errorf("data dir: %w", err)
 	}
@@ -155,16 +172,16 @@ func (m *Main) Run(ctx context.Context) error {
 		return err
 	}
 	m.listener = ln
-	m.api = httpapi.New(httpapi.Config{Runtime: rt, Logger: m.log})
+	m.api = httpapi.New(httpapi.Config{Runtime: rt, Logger: m.log, Tokens: tokens})
 	m.server = &http.Server{
 		Handler:           m.api,
-		ReadHeaderTimeout: 10 * time.Second, // a slow-header client is cut off
+		ReadHeaderTimeout: m.ReadHeaderTimeout, // a slow-header client is cut off
 		IdleTimeout:       2 * time.Minute,
 		ErrorLog:          slog.NewLogLogger(h, slog.LevelWarn),
 	}
 	m.served = make(chan error, 1)
 	go func() { m.served <- m.server.Serve(ln) }()
-	m.log.Info("serving", "addr", ln.Addr().String(), "data_dir", m.DataDir, "version", Version)
+	m.log.Info("serving", "addr", ln.Addr().String(), "data_dir", m.DataDir, "version", Version, "auth", tokens != nil)
 	return nil
 }
 
@@ -187,6 +204,10 @@ func (m *Main) Close() error {
 			errs = append(errs, err)
 		}
 		m.server = nil
+	}
+	if m.stopAuth != nil {
+		m.stopAuth()
+		m.stopAuth = nil
 	}
 	if m.runtime != nil {
 		errs = append(errs, m.runtime.Close())
