@@ -1,0 +1,114 @@
+package main
+
+import (
+	"context"
+	"encoding/base64"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sandboxd/sandbox"
+	"github.com/sandboxd/sandbox/provider/oci"
+)
+
+// TestOCISandboxesSurviveDaemonSIGKILL kills a daemon running real runc sandboxes with SIGKILL, restarts it
+// on the same data dir, and finds the sandboxes ready with their files, commands working, a sandbox whose
+// container vanished meanwhile failed with a reason, and nothing left of a terminated one.
+func TestOCISandboxesSurviveDaemonSIGKILL(t *testing.T) {
+	if ok, why := oci.Available(); !ok {
+		if os.Getenv("CI") != "" {
+			t.Fatalf("the oci provider must run in CI: %s", why)
+		}
+		t.Skipf("oci provider unavailable here: %s", why)
+	}
+	ctx := context.Background()
+	dataDir := t.TempDir()
+	d := startDaemon(t, dataDir, "--provider", "oci")
+
+	mk := func(key string) sandbox.Sandbox {
+		var sb sandbox.Sandbox
+		if st := call(ctx, "POST", d.url+"/v1/sandboxes", map[string]any{"clientRequestId": key}, &sb); st != 201 {
+			t.Fatalf("create %s: %d", key, st)
+		}
+		waitFor(t, d.url, sb.ID, sandbox.StateReady)
+		return sb
+	}
+	kept, vanished, gone := mk("kept"), mk("vanished"), mk("gone")
+	t.Cleanup(func() {
+		// Whatever happens, leave no container behind.
+		for _, sb := range []sandbox.Sandbox{kept, vanished, gone} {
+			call(ctx, "POST", fmt.Sprintf("%s/v1/sandboxes/%s/actions/terminate", d.url, sb.ID), map[string]any{"expectedGeneration": 1}, nil)
+		}
+	})
+	put := fmt.Sprintf("%s/v1/sandboxes/%s/files/content", d.url, kept.ID)
+	if st := call(ctx, "PUT", put, map[string]any{"expectedGeneration": 1, "path": "state.txt",
+		"contentBase64": base64.StdEncoding.EncodeToString([]byte("kept across a crash"))}, nil); st != 200 {
+		t.Fatalf("write: %d", st)
+	}
+	if st := call(ctx, "POST", fmt.Sprintf("%s/v1/sandboxes/%s/actions/terminate", d.url, gone.ID), map[string]any{"expectedGeneration": 1}, nil); st != 200 {
+		t.Fatalf("terminate: %d", st)
+	}
+
+	d.kill()
+	// Behind the dead daemon's back, the container of one sandbox goes away.
+	runc := func(args ...string) {
+		out, err := runCmd("runc", append([]string{"--root", dataDir + "/oci/runc"}, args...)...)
+		if err != nil {
+			t.Logf("runc %v: %v\n%s", args, err, out)
+		}
+	}
+	runc("kill", vanished.Ref().Name(), "KILL")
+	time.Sleep(200 * time.Millisecond)
+	runc("delete", "--force", vanished.Ref().Name())
+
+	d = startDaemon(t, dataDir, "--provider", "oci")
+	var got sandbox.Sandbox
+	call(ctx, "GET", d.url+"/v1/sandboxes/"+string(kept.ID), nil, &got)
+	if got.State != sandbox.StateReady || got.Generation != 1 {
+		t.Fatalf("kept sandbox after restart: %+v", got)
+	}
+	var file struct{ ContentBase64 string }
+	if st := call(ctx, "GET", fmt.Sprintf("%s/v1/sandboxes/%s/files/content?path=state.txt&expectedGeneration=1", d.url, kept.ID), nil, &file); st != 200 {
+		t.Fatalf("read after restart: %d", st)
+	}
+	if b, _ := base64.StdEncoding.DecodeString(file.ContentBase64); string(b) != "kept across a crash" {
+		t.Fatalf("file after restart: %q", b)
+	}
+	var res sandbox.CommandResult
+	if st := call(ctx, "POST", fmt.Sprintf("%s/v1/sandboxes/%s/commands", d.url, kept.ID),
+		map[string]any{"expectedGeneration": 1, "argv": []string{"cat", "state.txt"}}, &res); st != 200 || res.Stdout != "kept across a crash" {
+		t.Fatalf("exec after restart: %d %+v", st, res)
+	}
+	failed := waitFor(t, d.url, vanished.ID, sandbox.StateFailed)
+	if failed.Failure == nil || failed.Failure.Code == "" {
+		t.Fatalf("vanished sandbox failed without a reason: %+v", failed)
+	}
+	if out, _ := runCmd("runc", "--root", dataDir+"/oci/runc", "list", "-q"); strings.Contains(out, string(gone.ID)) {
+		t.Fatalf("a terminated sandbox's container is still there:\n%s", out)
+	}
+}
+
+// waitFor polls a sandbox until it reaches want, for at most 30 s.
+func waitFor(t *testing.T, url string, id sandbox.ID, want sandbox.State) sandbox.Sandbox {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		var sb sandbox.Sandbox
+		call(context.Background(), "GET", url+"/v1/sandboxes/"+string(id), nil, &sb)
+		if sb.State == want {
+			return sb
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("sandbox %s is %s, want %s (failure %+v)", id, sb.State, want, sb.Failure)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func runCmd(name string, args ...string) (string, error) {
+	out, err := exec.Command(name, args...).CombinedOutput()
+	return string(out), err
+}
