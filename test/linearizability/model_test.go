@@ -13,7 +13,9 @@ func op(client int, call, ret int64, in Input, out Output) porcupine.Operation {
 	return porcupine.Operation{ClientId: client, Input: in, Call: call, Output: out, Return: ret}
 }
 
-func ok200(g sandbox.Generation, st sandbox.State) Output { return Output{Status: 200, Gen: g, State: st} }
+func ok200(g sandbox.Generation, st sandbox.State) Output {
+	return Output{Status: 200, Gen: g, State: st}
+}
 
 var conflict = Output{Status: 409, Code: sandbox.CodeGenerationConflict}
 var invalid = Output{Status: 409, Code: sandbox.CodeInvalidState}
