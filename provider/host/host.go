@@ -179,37 +179,46 @@ func (p *Provider) Release(ctx context.Context, ref sandbox.Ref) error {
 	if err := r.Close(ctx); err != nil {
 		return fmt.Errorf("host provider: release %s: %v: %w", ref, err, sandbox.ErrProviderUnavailable)
 	}
-	if err := os.RemoveAll(dir); err != nil {
+	// The marker goes first: a release cut short in between leaves the directory, which Resources lists
+	// and the next release removes.
+	if err := os.Remove(dir + pausedSuffix); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("host provider: release %s: %v: %w", ref, err, sandbox.ErrProviderUnavailable)
 	}
-	if err := os.Remove(dir + pausedSuffix); err != nil && !errors.Is(err, fs.ErrNotExist) {
+	if err := os.RemoveAll(dir); err != nil {
 		return fmt.Errorf("host provider: release %s: %v: %w", ref, err, sandbox.ErrProviderUnavailable)
 	}
 	p.log.Debug("released", "sandbox", ref.ID, "generation", ref.Generation)
 	return nil
 }
 
-// Resources lists the generations that have a directory. Entries that do not parse as a generation's
-// name are not the provider's and are left alone.
+// Resources lists the generations that have a directory or a pause marker (a marker left by a pause that
+// raced with a release, or by a crash). Entries that do not parse as a generation's name are not the
+// provider's and are left alone.
 func (p *Provider) Resources(context.Context) ([]sandbox.Ref, error) {
 	entries, err := os.ReadDir(p.dir)
 	if err != nil {
 		return nil, fmt.Errorf("host provider: list %s: %v: %w", p.dir, err, sandbox.ErrProviderUnavailable)
 	}
 	var refs []sandbox.Ref
+	seen := map[sandbox.Ref]bool{}
 	for _, e := range entries {
+		name := e.Name()
 		if !e.IsDir() {
-			continue
+			var marker bool
+			if name, marker = strings.CutSuffix(name, pausedSuffix); !marker {
+				continue
+			}
 		}
-		i := strings.LastIndex(e.Name(), "-g")
+		i := strings.LastIndex(name, "-g")
 		if i <= 0 {
 			continue
 		}
-		gen, err := strconv.ParseInt(e.Name()[i+2:], 10, 64)
-		ref := sandbox.Ref{ID: sandbox.ID(e.Name()[:i]), Generation: sandbox.Generation(gen)}
-		if err != nil || gen < 1 || ref.Name() != e.Name() {
+		gen, err := strconv.ParseInt(name[i+2:], 10, 64)
+		ref := sandbox.Ref{ID: sandbox.ID(name[:i]), Generation: sandbox.Generation(gen)}
+		if err != nil || gen < 1 || ref.Name() != name || seen[ref] {
 			continue
 		}
+		seen[ref] = true
 		refs = append(refs, ref)
 	}
 	return refs, nil
@@ -284,6 +293,11 @@ func (p *Provider) Pause(_ context.Context, ref sandbox.Ref) error {
 	}
 	if err := os.WriteFile(dir+pausedSuffix, nil, 0o644); err != nil {
 		return fmt.Errorf("host provider: pause %s: %v: %w", ref, err, sandbox.ErrProviderUnavailable)
+	}
+	if _, err := p.live(ref); err != nil {
+		// A release ran between the check and the marker: take the marker back.
+		_ = os.Remove(dir + pausedSuffix)
+		return err
 	}
 	p.runner(ref, dir).Stop()
 	return nil
