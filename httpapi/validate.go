@@ -7,13 +7,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"mime"
 	"net/http"
 	"strconv"
-	"strings"
 
 	"github.com/getkin/kin-openapi/openapi3"
-	"github.com/getkin/kin-openapi/openapi3filter"
 	"github.com/getkin/kin-openapi/routers"
 
 	"github.com/sandboxd/sandbox"
@@ -43,16 +40,11 @@ func (s *Server) operation(method, path string) *routers.Route {
 	return &routers.Route{Spec: s.contract, Path: path, PathItem: item, Method: method, Operation: item.GetOperation(method)}
 }
 
-// validateOptions: defaults are applied by the handlers (after=0, path="."), not written back into the
-// request; there is no security scheme in the contract.
-var validateOptions = &openapi3filter.Options{
-	SkipSettingDefaults: true,
-	AuthenticationFunc:  openapi3filter.NoopAuthenticationFunc,
-}
-
 // endpoint wraps an operation's handler with the body limit and request validation, and writes any error.
+// The operation's validator is compiled before the first request (validatorFor), never per request.
 func (s *Server) endpoint(op *routers.Route, h handlerFunc) http.Handler {
 	hasBody := op.Operation.RequestBody != nil
+	v := validatorFor(op.Method, op.Path)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var body []byte
 		if hasBody {
@@ -62,7 +54,7 @@ func (s *Server) endpoint(op *routers.Route, h handlerFunc) http.Handler {
 				return
 			}
 		}
-		if err := s.validate(r, op, body); err != nil {
+		if err := v.validate(r, body); err != nil {
 			s.writeError(w, r, err)
 			return
 		}
@@ -87,67 +79,6 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, error
 		return nil, fmt.Errorf("reading the request body: %v: %w", err, sandbox.ErrInvalidRequest)
 	}
 	return body, nil
-}
-
-// validate checks the request's parameters and body against the contract. A body without a Content-Type
-// is taken as JSON, the only media type of the contract; any other media type is refused.
-func (s *Server) validate(r *http.Request, op *routers.Route, body []byte) error {
-	params := map[string]string{}
-	for _, p := range op.PathItem.Parameters {
-		if p.Value != nil && p.Value.In == openapi3.ParameterInPath {
-			params[p.Value.Name] = r.PathValue(p.Value.Name)
-		}
-	}
-	// Validation reads the request; give it a copy so the handler's view stays as the client sent it.
-	vr := r.Clone(r.Context())
-	if op.Operation.RequestBody != nil {
-		ct := r.Header.Get("Content-Type")
-		if ct == "" {
-			ct = "application/json"
-		} else if mt, _, err := mime.ParseMediaType(ct); err != nil || mt != "application/json" {
-			return fmt.Errorf("Content-Type %q: the request body must be application/json: %w", ct, sandbox.ErrInvalidRequest)
-		}
-		vr.Header.Set("Content-Type", ct)
-		vr.Body = io.NopCloser(bytes.NewReader(body))
-		vr.ContentLength = int64(len(body))
-		vr.GetBody = nil
-	}
-	in := &openapi3filter.RequestValidationInput{Request: vr, PathParams: params, Route: op, Options: validateOptions}
-	if err := openapi3filter.ValidateRequest(r.Context(), in); err != nil {
-		return fmt.Errorf("%s: %w", validationMessage(err), sandbox.ErrInvalidRequest)
-	}
-	return nil
-}
-
-// validationMessage makes a validation error one readable line: where it is and what is wrong, without
-// the schema dump the validator appends.
-func validationMessage(err error) string {
-	var me openapi3.MultiError
-	if errors.As(err, &me) && len(me) > 0 {
-		err = me[0]
-	}
-	where, detail := "request", err.Error()
-	var re *openapi3filter.RequestError
-	if errors.As(err, &re) {
-		switch {
-		case re.Parameter != nil:
-			where = fmt.Sprintf("%s parameter %q", re.Parameter.In, re.Parameter.Name)
-		case re.RequestBody != nil:
-			where = "request body"
-		}
-		if re.Err != nil {
-			detail = re.Err.Error()
-		} else {
-			detail = re.Reason
-		}
-	}
-	if i := strings.Index(detail, "\nSchema:"); i >= 0 {
-		detail = detail[:i]
-	}
-	detail = strings.TrimPrefix(strings.TrimSpace(detail), "validation failed due to: ")
-	// The contract's one "not" is SandboxSpec's: image and template exclude each other.
-	detail = strings.Replace(detail, "'not' failed", "image and template cannot both be set", 1)
-	return where + ": " + strings.Join(strings.Fields(detail), " ")
 }
 
 // decodeStrict decodes a validated JSON body into v, refusing unknown fields and trailing data.

@@ -1,0 +1,96 @@
+package httpapi
+
+import (
+	"context"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/sandboxd/sandbox"
+)
+
+const benchCreateBody = `{"clientRequestId":"bench-1","image":"docker.io/library/alpine:3","resources":{"cpuMillis":500,"memoryMiB":256},"requiredCapabilities":["commandExecution","fileAccess"],"extensions":{"acme.tier":"gold"}}`
+
+// BenchmarkValidateCreate is the contract check of one create body, without the handler.
+func BenchmarkValidateCreate(b *testing.B) {
+	v := validatorFor(http.MethodPost, "/v1/sandboxes")
+	body := []byte(benchCreateBody)
+	r := httptest.NewRequest(http.MethodPost, "/v1/sandboxes", nil)
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := v.validate(r, body); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkValidateCommand is the contract check of one command body and its path parameter.
+func BenchmarkValidateCommand(b *testing.B) {
+	v := validatorFor(http.MethodPost, "/v1/sandboxes/{sandboxId}/commands")
+	body := []byte(`{"expectedGeneration":1,"argv":["sh","-c","true"],"env":{"A":"B"},"timeoutSeconds":30,"maxOutputBytes":65536}`)
+	r := httptest.NewRequest(http.MethodPost, "/v1/sandboxes/sbx_1/commands", nil)
+	r.SetPathValue("sandboxId", "sbx_1")
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := v.validate(r, body); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// benchSandbox is a server with one sandbox, and the path of that sandbox.
+func benchSandbox(b *testing.B) (*Server, string) {
+	rt := newRuntime(b)
+	s := New(Config{Runtime: rt, Logger: slog.New(slog.DiscardHandler)})
+	sb, err := rt.Create(context.Background(), sandbox.Spec{ClientRequestID: "bench"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return s, "/v1/sandboxes/" + string(sb.ID)
+}
+
+// BenchmarkGetSandbox is GET /v1/sandboxes/{id} through the whole Server: routing, validation, the
+// runtime and the JSON response.
+func BenchmarkGetSandbox(b *testing.B) {
+	s, path := benchSandbox(b)
+	b.ReportAllocs()
+	for b.Loop() {
+		w := httptest.NewRecorder()
+		s.ServeHTTP(w, httptest.NewRequest(http.MethodGet, path, nil))
+		if w.Code != http.StatusOK {
+			b.Fatalf("status %d: %s", w.Code, w.Body)
+		}
+	}
+}
+
+// BenchmarkGetSandboxParallel is BenchmarkGetSandbox from GOMAXPROCS goroutines at once.
+func BenchmarkGetSandboxParallel(b *testing.B) {
+	s, path := benchSandbox(b)
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			w := httptest.NewRecorder()
+			s.ServeHTTP(w, httptest.NewRequest(http.MethodGet, path, nil))
+			if w.Code != http.StatusOK {
+				b.Errorf("status %d: %s", w.Code, w.Body)
+				return
+			}
+		}
+	})
+}
+
+// BenchmarkCreateInvalid is a create refused by the contract: the 400 path, message included.
+func BenchmarkCreateInvalid(b *testing.B) {
+	s := New(Config{Runtime: newRuntime(b), Logger: slog.New(slog.DiscardHandler)})
+	body := `{"clientRequestId":"a","image":"x","template":"y"}`
+	b.ReportAllocs()
+	for b.Loop() {
+		w := httptest.NewRecorder()
+		s.ServeHTTP(w, httptest.NewRequest(http.MethodPost, "/v1/sandboxes", strings.NewReader(body)))
+		if w.Code != http.StatusBadRequest {
+			b.Fatalf("status %d: %s", w.Code, w.Body)
+		}
+	}
+}

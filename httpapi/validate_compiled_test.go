@@ -1,0 +1,259 @@
+package httpapi
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/getkin/kin-openapi/openapi3filter"
+	"github.com/getkin/kin-openapi/routers"
+
+	"github.com/sandboxd/sandbox"
+)
+
+const (
+	opCreate   = "POST /v1/sandboxes"
+	opGet      = "GET /v1/sandboxes/{sandboxId}"
+	opPause    = "POST /v1/sandboxes/{sandboxId}/actions/pause"
+	opRecreate = "POST /v1/sandboxes/{sandboxId}/actions/recreate"
+	opCommand  = "POST /v1/sandboxes/{sandboxId}/commands"
+	opRead     = "GET /v1/sandboxes/{sandboxId}/files/content"
+	opWrite    = "PUT /v1/sandboxes/{sandboxId}/files/content"
+	opEntries  = "GET /v1/sandboxes/{sandboxId}/files/entries"
+	opEvents   = "GET /v1/events"
+	opStream   = "GET /v1/events/stream"
+)
+
+// validationCase is one request against one operation. want is "" for a valid request, else words the
+// one-line message must contain: where the rule is and which rule it is, so that a request refused
+// for another reason than the rule under test fails.
+type validationCase struct {
+	name   string
+	op     string // "METHOD /pattern"
+	target string // path and query
+	body   string
+	want   []string
+}
+
+var validationCases = []validationCase{
+	// Create: SandboxSpec.
+	{"create minimal", opCreate, "/v1/sandboxes", `{"clientRequestId":"a"}`, nil},
+	{"create full", opCreate, "/v1/sandboxes", benchCreateBody, nil},
+	{"create template", opCreate, "/v1/sandboxes", `{"clientRequestId":"a","template":"t"}`, nil},
+	{"create extensions any value", opCreate, "/v1/sandboxes", `{"clientRequestId":"a","extensions":{"acme.x":{"deep":[1,null]},"b2-c.Y_z.1":true}}`, nil},
+	{"body required", opCreate, "/v1/sandboxes", ``, []string{"request body", "required"}},
+	{"body not JSON", opCreate, "/v1/sandboxes", `{"clientRequestId":`, []string{"request body", "JSON"}},
+	{"body null", opCreate, "/v1/sandboxes", `null`, []string{"request body: /:", "want object"}},
+	{"body array", opCreate, "/v1/sandboxes", `[]`, []string{"request body: /:", "want object"}},
+	{"unknown field", opCreate, "/v1/sandboxes", `{"clientRequestId":"a","colour":"blue"}`, []string{"/:", `unknown field "colour"`}},
+	{"unknown field other case", opCreate, "/v1/sandboxes", `{"clientRequestId":"a","ClientRequestID":"b"}`, []string{`unknown field "ClientRequestID"`}},
+	{"required clientRequestId", opCreate, "/v1/sandboxes", `{"image":"x"}`, []string{`missing required field "clientRequestId"`}},
+	{"clientRequestId type", opCreate, "/v1/sandboxes", `{"clientRequestId":7}`, []string{"/clientRequestId:", "want string"}},
+	{"clientRequestId minLength", opCreate, "/v1/sandboxes", `{"clientRequestId":""}`, []string{"/clientRequestId:", "minLength"}},
+	{"clientRequestId pattern", opCreate, "/v1/sandboxes", `{"clientRequestId":" \t "}`, []string{"/clientRequestId:", `does not match pattern "\\S"`}},
+	{"image pattern", opCreate, "/v1/sandboxes", `{"clientRequestId":"a","image":"  "}`, []string{"/image:", "pattern"}},
+	{"template minLength", opCreate, "/v1/sandboxes", `{"clientRequestId":"a","template":""}`, []string{"/template:", "minLength"}},
+	{"image null", opCreate, "/v1/sandboxes", `{"clientRequestId":"a","image":null}`, []string{"/image:", "got null"}},
+	{"not image and template", opCreate, "/v1/sandboxes", `{"clientRequestId":"a","image":"x","template":"y"}`, []string{"/:", "image and template cannot both be set"}},
+	{"resources unknown field", opCreate, "/v1/sandboxes", `{"clientRequestId":"a","resources":{"gpus":1}}`, []string{"/resources:", `unknown field "gpus"`}},
+	{"cpuMillis minimum", opCreate, "/v1/sandboxes", `{"clientRequestId":"a","resources":{"cpuMillis":0}}`, []string{"/resources/cpuMillis:", "must be >= 1, got 0"}},
+	{"memoryMiB minimum", opCreate, "/v1/sandboxes", `{"clientRequestId":"a","resources":{"memoryMiB":-1}}`, []string{"/resources/memoryMiB:", "must be >= "}},
+	{"diskMiB integer", opCreate, "/v1/sandboxes", `{"clientRequestId":"a","resources":{"diskMiB":1.5}}`, []string{"/resources/diskMiB:", "want integer"}},
+	{"diskMiB string", opCreate, "/v1/sandboxes", `{"clientRequestId":"a","resources":{"diskMiB":"1"}}`, []string{"/resources/diskMiB:", "want integer"}},
+	{"cpuMillis huge", opCreate, "/v1/sandboxes", `{"clientRequestId":"a","resources":{"cpuMillis":1e400}}`, nil},
+	{"capability enum", opCreate, "/v1/sandboxes", `{"clientRequestId":"a","requiredCapabilities":["teleport"]}`, []string{"/requiredCapabilities/0:", "commandExecution"}},
+	{"capabilities uniqueItems", opCreate, "/v1/sandboxes", `{"clientRequestId":"a","requiredCapabilities":["fileAccess","fileAccess"]}`, []string{"/requiredCapabilities:", "uniqueItems", "equal"}},
+	{"capabilities type", opCreate, "/v1/sandboxes", `{"clientRequestId":"a","requiredCapabilities":"fileAccess"}`, []string{"/requiredCapabilities:", "want array"}},
+	{"extension key no namespace", opCreate, "/v1/sandboxes", `{"clientRequestId":"a","extensions":{"plain":1}}`, []string{"/extensions:", `key "plain"`, "pattern"}},
+	{"extension key upper", opCreate, "/v1/sandboxes", `{"clientRequestId":"a","extensions":{"Acme.x":1}}`, []string{`key "Acme.x"`, "pattern"}},
+	{"extension key empty name", opCreate, "/v1/sandboxes", `{"clientRequestId":"a","extensions":{"acme.":1}}`, []string{`key "acme."`}},
+	{"extensions type", opCreate, "/v1/sandboxes", `{"clientRequestId":"a","extensions":[1]}`, []string{"/extensions:", "want object"}},
+	{"key with a slash and a newline", opCreate, "/v1/sandboxes", `{"clientRequestId":"a","resources":{"a/b\n":1}}`, []string{`unknown field "a/b\n"`}},
+	{"media type", opCreate, "/v1/sandboxes", "\x00text/plain", []string{"Content-Type", "application/json"}},
+
+	// Path parameter.
+	{"get", opGet, "/v1/sandboxes/sbx_1", ``, nil},
+	{"sandboxId minLength", opGet, "/v1/sandboxes/", ``, []string{`path parameter "sandboxId"`, "required"}},
+
+	// ExpectedGeneration body, through a $ref to components/requestBodies.
+	{"pause", opPause, "/v1/sandboxes/s/actions/pause", `{"expectedGeneration":1}`, nil},
+	{"pause empty object", opPause, "/v1/sandboxes/s/actions/pause", `{}`, []string{`missing required field "expectedGeneration"`}},
+	{"pause minimum", opPause, "/v1/sandboxes/s/actions/pause", `{"expectedGeneration":0}`, []string{"/expectedGeneration:", "must be >= "}},
+	{"pause string", opPause, "/v1/sandboxes/s/actions/pause", `{"expectedGeneration":"1"}`, []string{"/expectedGeneration:", "want integer"}},
+	{"pause fraction", opPause, "/v1/sandboxes/s/actions/pause", `{"expectedGeneration":1.5}`, []string{"/expectedGeneration:", "want integer"}},
+	{"pause unknown field", opPause, "/v1/sandboxes/s/actions/pause", `{"expectedGeneration":1,"force":true}`, []string{`unknown field "force"`}},
+
+	// Recreate: an inline body with a nested SandboxSpec.
+	{"recreate", opRecreate, "/v1/sandboxes/s/actions/recreate", `{"expectedGeneration":1,"spec":{"clientRequestId":"x"}}`, nil},
+	{"recreate spec required", opRecreate, "/v1/sandboxes/s/actions/recreate", `{"expectedGeneration":1}`, []string{`missing required field "spec"`}},
+	{"recreate nested not", opRecreate, "/v1/sandboxes/s/actions/recreate", `{"expectedGeneration":1,"spec":{"clientRequestId":"x","image":"a","template":"b"}}`, []string{"/spec:", "image and template cannot both be set"}},
+	{"recreate nested extension key", opRecreate, "/v1/sandboxes/s/actions/recreate", `{"expectedGeneration":1,"spec":{"clientRequestId":"x","extensions":{"x":1}}}`, []string{"/spec/extensions:", `key "x"`}},
+
+	// CommandRequest.
+	{"command", opCommand, "/v1/sandboxes/s/commands", `{"expectedGeneration":1,"argv":["true"],"timeoutSeconds":3600,"maxOutputBytes":10485760}`, nil},
+	{"command tiny timeout", opCommand, "/v1/sandboxes/s/commands", `{"expectedGeneration":1,"argv":["true"],"timeoutSeconds":1e-300}`, nil},
+	{"command integer as 1.0", opCommand, "/v1/sandboxes/s/commands", `{"expectedGeneration":1.0,"argv":["true"]}`, nil},
+	{"argv required", opCommand, "/v1/sandboxes/s/commands", `{"expectedGeneration":1}`, []string{`missing required field "argv"`}},
+	{"argv minItems", opCommand, "/v1/sandboxes/s/commands", `{"expectedGeneration":1,"argv":[]}`, []string{"/argv:", "minItems"}},
+	{"argv item type", opCommand, "/v1/sandboxes/s/commands", `{"expectedGeneration":1,"argv":[1]}`, []string{"/argv/0:", "want string"}},
+	{"env value type", opCommand, "/v1/sandboxes/s/commands", `{"expectedGeneration":1,"argv":["x"],"env":{"A":1}}`, []string{"/env/A:", "want string"}},
+	{"timeout exclusiveMinimum", opCommand, "/v1/sandboxes/s/commands", `{"expectedGeneration":1,"argv":["x"],"timeoutSeconds":0}`, []string{"/timeoutSeconds:", "must be > 0, got 0"}},
+	{"timeout maximum", opCommand, "/v1/sandboxes/s/commands", `{"expectedGeneration":1,"argv":["x"],"timeoutSeconds":3600.5}`, []string{"/timeoutSeconds:", "must be <= 3600, got 3600.5"}},
+	{"maxOutputBytes maximum", opCommand, "/v1/sandboxes/s/commands", `{"expectedGeneration":1,"argv":["x"],"maxOutputBytes":10485761}`, []string{"/maxOutputBytes:", "must be <= 10485760, got 10485761"}},
+	{"maxOutputBytes minimum", opCommand, "/v1/sandboxes/s/commands", `{"expectedGeneration":1,"argv":["x"],"maxOutputBytes":0}`, []string{"/maxOutputBytes:", "must be >= "}},
+	{"command unknown field", opCommand, "/v1/sandboxes/s/commands", `{"expectedGeneration":1,"argv":["x"],"shell":true}`, []string{`unknown field "shell"`}},
+
+	// FileWriteRequest.
+	{"write", opWrite, "/v1/sandboxes/s/files/content", `{"expectedGeneration":1,"path":"a","contentBase64":""}`, nil},
+	{"write contentBase64 required", opWrite, "/v1/sandboxes/s/files/content", `{"expectedGeneration":1,"path":"b"}`, []string{`missing required field "contentBase64"`}},
+	{"write unknown field", opWrite, "/v1/sandboxes/s/files/content", `{"expectedGeneration":1,"path":"b","contentBase64":"","mode":"0600"}`, []string{`unknown field "mode"`}},
+
+	// Query parameters.
+	{"read", opRead, "/v1/sandboxes/s/files/content?path=a&expectedGeneration=1", ``, nil},
+	{"read path required", opRead, "/v1/sandboxes/s/files/content?expectedGeneration=1", ``, []string{`query parameter "path"`, "required"}},
+	{"read expectedGeneration required", opRead, "/v1/sandboxes/s/files/content?path=a", ``, []string{`query parameter "expectedGeneration"`, "required"}},
+	{"read expectedGeneration minimum", opRead, "/v1/sandboxes/s/files/content?path=a&expectedGeneration=0", ``, []string{`query parameter "expectedGeneration"`, "must be >= "}},
+	{"read expectedGeneration integer", opRead, "/v1/sandboxes/s/files/content?path=a&expectedGeneration=one", ``, []string{`query parameter "expectedGeneration"`, `"one" is not an integer`}},
+	{"read expectedGeneration empty", opRead, "/v1/sandboxes/s/files/content?path=a&expectedGeneration=", ``, []string{`query parameter "expectedGeneration"`, "empty"}},
+	{"read first non-empty value", opRead, "/v1/sandboxes/s/files/content?path=a&expectedGeneration=&expectedGeneration=0", ``, []string{`query parameter "expectedGeneration"`, "must be >= "}},
+	{"read empty path is the handler's", opRead, "/v1/sandboxes/s/files/content?path=&expectedGeneration=1", ``, nil},
+	{"entries path optional", opEntries, "/v1/sandboxes/s/files/entries?expectedGeneration=2", ``, nil},
+	{"entries expectedGeneration required", opEntries, "/v1/sandboxes/s/files/entries?path=.", ``, []string{`query parameter "expectedGeneration"`, "required"}},
+	{"events", opEvents, "/v1/events?after=0&sandboxId=x", ``, nil},
+	{"events no query", opEvents, "/v1/events", ``, nil},
+	{"after minimum", opEvents, "/v1/events?after=-1", ``, []string{`query parameter "after"`, "must be >= "}},
+	{"after integer", opEvents, "/v1/events?after=1.5", ``, []string{`query parameter "after"`, "not an integer"}},
+	{"after out of range", opEvents, "/v1/events?after=99999999999999999999", ``, []string{`query parameter "after"`, "not an integer"}},
+	{"after empty", opEvents, "/v1/events?after=", ``, []string{`query parameter "after"`, "empty"}},
+	{"stream after minimum", opStream, "/v1/events/stream?after=-5", ``, []string{`query parameter "after"`, "must be >= "}},
+}
+
+// newValidationRequest builds tc's request, with the path values the mux would set and the
+// Content-Type of a body starting with a NUL byte.
+func newValidationRequest(t testing.TB, tc validationCase) (*http.Request, []byte) {
+	t.Helper()
+	method, pattern, _ := strings.Cut(tc.op, " ")
+	body := []byte(tc.body)
+	r := httptest.NewRequest(method, tc.target, bytes.NewReader(body))
+	if ct, ok := bytes.CutPrefix(body, []byte{0}); ok {
+		r.Header.Set("Content-Type", string(ct))
+		body = []byte(`{"clientRequestId":"a"}`)
+	}
+	segs, got := strings.Split(pattern, "/"), strings.Split(r.URL.Path, "/")
+	if len(segs) != len(got) {
+		t.Fatalf("%s: %s does not fit %s", tc.name, r.URL.Path, pattern)
+	}
+	for i, s := range segs {
+		if name, ok := strings.CutPrefix(s, "{"); ok {
+			r.SetPathValue(strings.TrimSuffix(name, "}"), got[i])
+		}
+	}
+	return r, body
+}
+
+func TestValidatorRules(t *testing.T) {
+	for _, tc := range validationCases {
+		t.Run(tc.name, func(t *testing.T) {
+			method, pattern, _ := strings.Cut(tc.op, " ")
+			r, body := newValidationRequest(t, tc)
+			err := validatorFor(method, pattern).validate(r, body)
+			if tc.want == nil {
+				if err != nil {
+					t.Fatalf("refused: %v", err)
+				}
+				return
+			}
+			if !errors.Is(err, sandbox.ErrInvalidRequest) {
+				t.Fatalf("got %v, want ErrInvalidRequest", err)
+			}
+			msg := err.Error()
+			if strings.ContainsAny(msg, "\n\r") || strings.Contains(msg, "Schema:") {
+				t.Errorf("message is not one line: %q", msg)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(msg, w) {
+					t.Errorf("message %q does not say %q", msg, w)
+				}
+			}
+		})
+	}
+}
+
+// kinValidate is the per-request kin-openapi validation the precompiled validators replace: the
+// reference they must agree with.
+func kinValidate(t testing.TB, s *Server, tc validationCase) error {
+	t.Helper()
+	method, pattern, _ := strings.Cut(tc.op, " ")
+	r, body := newValidationRequest(t, tc)
+	item := s.contract.Paths.Value(pattern)
+	op := &routers.Route{Spec: s.contract, Path: pattern, PathItem: item, Method: method, Operation: item.GetOperation(method)}
+	params := map[string]string{}
+	for _, p := range item.Parameters {
+		if p.Value.In == "path" {
+			params[p.Value.Name] = r.PathValue(p.Value.Name)
+		}
+	}
+	if op.Operation.RequestBody != nil {
+		if ct := r.Header.Get("Content-Type"); ct != "" && ct != "application/json" {
+			return sandbox.ErrInvalidRequest // checked before kin-openapi was called
+		}
+		r.Header.Set("Content-Type", "application/json")
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		r.ContentLength = int64(len(body))
+	}
+	return openapi3filter.ValidateRequest(context.Background(), &openapi3filter.RequestValidationInput{
+		Request: r, PathParams: params, Route: op,
+		Options: &openapi3filter.Options{SkipSettingDefaults: true, AuthenticationFunc: openapi3filter.NoopAuthenticationFunc},
+	})
+}
+
+// TestValidatorAgreesWithKinOpenAPI: every request the precompiled validators accept, kin-openapi's
+// per-request validation accepts, and the same for refusals.
+func TestValidatorAgreesWithKinOpenAPI(t *testing.T) {
+	s := New(Config{Runtime: newRuntime(t)})
+	for _, tc := range validationCases {
+		method, pattern, _ := strings.Cut(tc.op, " ")
+		r, body := newValidationRequest(t, tc)
+		ours := validatorFor(method, pattern).validate(r, body)
+		theirs := kinValidate(t, s, tc)
+		if (ours == nil) != (theirs == nil) {
+			t.Errorf("%s: precompiled %v, kin-openapi %v", tc.name, ours, theirs)
+		}
+	}
+}
+
+// TestEveryOperationCompiles: each operation of the contract has a validator, and only those.
+func TestEveryOperationCompiles(t *testing.T) {
+	all, err := requestValidators()
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc, err := loadContract()
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for path, item := range doc.Paths.Map() {
+		for method, op := range item.Operations() {
+			n++
+			v := all[method+" "+path]
+			if v == nil {
+				t.Fatalf("%s %s: no validator", method, path)
+			}
+			if (v.body != nil) != (op.RequestBody != nil) {
+				t.Errorf("%s %s: body schema %v, contract request body %v", method, path, v.body != nil, op.RequestBody != nil)
+			}
+			if want := len(item.Parameters) + len(op.Parameters); len(v.params) != want {
+				t.Errorf("%s %s: %d parameters, contract %d", method, path, len(v.params), want)
+			}
+		}
+	}
+	if len(all) != n {
+		t.Errorf("%d validators for %d operations", len(all), n)
+	}
+}
