@@ -6,7 +6,6 @@ import (
 	"errors"
 	"io"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"testing"
 
@@ -139,7 +138,10 @@ func newValidationRequest(t testing.TB, tc validationCase) (*http.Request, []byt
 	t.Helper()
 	method, pattern, _ := strings.Cut(tc.op, " ")
 	body := []byte(tc.body)
-	r := httptest.NewRequest(method, tc.target, bytes.NewReader(body))
+	r, err := http.NewRequest(method, tc.target, bytes.NewReader(body))
+	if err != nil {
+		t.Fatalf("%s: %v", tc.name, err)
+	}
 	if ct, ok := bytes.CutPrefix(body, []byte{0}); ok {
 		r.Header.Set("Content-Type", string(ct))
 		body = []byte(`{"clientRequestId":"a"}`)
@@ -256,4 +258,56 @@ func TestEveryOperationCompiles(t *testing.T) {
 	if len(all) != n {
 		t.Errorf("%d validators for %d operations", len(all), n)
 	}
+}
+
+// FuzzValidatorAgreesWithKinOpenAPI: for any body or query of the operations that take one, the
+// precompiled validators accept exactly what kin-openapi's per-request validation accepts, and every
+// refusal is ErrInvalidRequest with a one-line message.
+func FuzzValidatorAgreesWithKinOpenAPI(f *testing.F) {
+	ops := []validationCase{
+		{op: opCreate, target: "/v1/sandboxes"},
+		{op: opRecreate, target: "/v1/sandboxes/s/actions/recreate"},
+		{op: opCommand, target: "/v1/sandboxes/s/commands"},
+		{op: opWrite, target: "/v1/sandboxes/s/files/content"},
+		{op: opPause, target: "/v1/sandboxes/s/actions/pause"},
+		{op: opRead, target: "/v1/sandboxes/s/files/content?"},
+		{op: opEvents, target: "/v1/events?"},
+	}
+	for _, tc := range validationCases {
+		for i, op := range ops {
+			if op.op == tc.op {
+				if strings.HasSuffix(op.target, "?") {
+					_, q, _ := strings.Cut(tc.target, "?")
+					f.Add(uint8(i), q)
+				} else if !strings.HasPrefix(tc.body, "\x00") {
+					f.Add(uint8(i), tc.body)
+				}
+			}
+		}
+	}
+	s := New(Config{Runtime: newRuntime(f)})
+	f.Fuzz(func(t *testing.T, which uint8, input string) {
+		tc := ops[int(which)%len(ops)]
+		if strings.HasSuffix(tc.target, "?") {
+			if _, err := http.NewRequest(http.MethodGet, tc.target+input, nil); err != nil || strings.Contains(input, "#") {
+				return // not a query a client could send
+			}
+			tc.target += input
+		} else {
+			tc.body = input
+		}
+		if strings.HasPrefix(tc.body, "\x00") {
+			return // the Content-Type marker of newValidationRequest
+		}
+		method, pattern, _ := strings.Cut(tc.op, " ")
+		r, body := newValidationRequest(t, tc)
+		ours := validatorFor(method, pattern).validate(r, body)
+		theirs := kinValidate(t, s, tc)
+		if (ours == nil) != (theirs == nil) {
+			t.Fatalf("%s %q: precompiled %v, kin-openapi %v", tc.op, input, ours, theirs)
+		}
+		if ours != nil && (!errors.Is(ours, sandbox.ErrInvalidRequest) || strings.ContainsAny(ours.Error(), "\r\n")) {
+			t.Fatalf("%s %q: %q", tc.op, input, ours)
+		}
+	})
 }
