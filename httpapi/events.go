@@ -13,6 +13,9 @@ import (
 	"github.com/sandboxd/sandbox"
 )
 
+// streamPage is how many events a stream reads from the log at a time.
+const streamPage = 64
+
 // EventList is the body of GET /v1/events.
 type EventList struct {
 	Events []sandbox.Event `json:"events"`
@@ -72,6 +75,9 @@ func (s *Server) streamEvents(w http.ResponseWriter, r *http.Request, _ []byte) 
 	if err != nil {
 		return err
 	}
+	// A stream reads the log in small pages, so that thousands of streams whose clients lag hold little
+	// memory between them: each holds at most one page while its write waits.
+	q.Limit = streamPage
 	ctx := r.Context()
 	// Watch before the first read, so an append between the read and the wait is not missed.
 	wake, stop := s.rt.Watch()
