@@ -43,7 +43,7 @@ const (
 	workDir       = "/workspace"
 )
 
-var simpleID = regexp.MustCompile(`^sbx_[a-z0-9]{1,40}$`)
+var simpleID = regexp.MustCompile(`^sbx_[a-z0-9]{1,38}$`)
 
 // podName is the DNS-safe name of ref's Pod: "sbx-<rest of the id>-g<generation>" for the runtime's own
 // ids, and for any other id a cleaned prefix and a hash of the whole id, so that distinct ids never
@@ -61,7 +61,7 @@ func podName(ref sandbox.Ref) string {
 		} else if b.Len() > 0 && !strings.HasSuffix(b.String(), "-") {
 			b.WriteByte('-')
 		}
-		if b.Len() >= 30 {
+		if b.Len() >= 20 {
 			break
 		}
 	}
