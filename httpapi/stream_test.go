@@ -49,6 +49,18 @@ func TestFilteredStreamOutlivesShortHistory(t *testing.T) {
 		}
 		close(lines)
 	}()
+	// The stream has read its first page once its opening comment arrives: only then may history go.
+	if resp.StatusCode != 200 {
+		t.Fatalf("stream answered %d", resp.StatusCode)
+	}
+	select {
+	case l := <-lines:
+		if l != ": stream" {
+			t.Fatalf("first line %q", l)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the stream did not open")
+	}
 	for i := range 40 {
 		sb, err := rt.Create(ctx, sandbox.Spec{ClientRequestID: "busy-" + string(rune('a'+i%26)) + strings.Repeat("x", i)})
 		if err != nil {
