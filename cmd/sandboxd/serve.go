@@ -35,6 +35,7 @@ type Main struct {
 	ReconcileInterval time.Duration
 	LogFormat         string
 	OCIRuntime        string
+	K8s               K8sFlags      // the kubernetes provider's settings
 	AuthTokenFile     string        // bearer tokens, one a line; required unless Listen is loopback
 	ReadHeaderTimeout time.Duration // a client slower than this to send its headers is cut off
 
@@ -96,6 +97,7 @@ func (m *Main) ParseFlags(args []string) error {
 	fs.StringVar(&m.AuthTokenFile, "auth-token-file", m.AuthTokenFile, "file of accepted bearer tokens, one a line, reloaded on SIGHUP; required unless --listen is loopback")
 	fs.DurationVar(&m.ReadHeaderTimeout, "read-header-timeout", m.ReadHeaderTimeout, "how long a client may take to send its request headers")
 	fs.StringVar(&m.OCIRuntime, "oci-runtime", m.OCIRuntime, "the OCI runtime binary of the oci provider (default: runc from PATH)")
+	m.K8s.register(fs)
 	var envErr error
 	fs.VisitAll(func(f *flag.Flag) {
 		name := "SANDBOXD_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
@@ -244,11 +246,12 @@ var providers = map[string]func(m *Main) (sandbox.Provider, error){
 			Logger:    m.log,
 		})
 	},
+	"kubernetes": func(m *Main) (sandbox.Provider, error) { return m.K8s.open(m.log) },
 }
 
 func providerNames() []string {
 	names := []string{"auto"}
-	for _, n := range []string{"host", "oci"} {
+	for _, n := range []string{"host", "oci", "kubernetes"} {
 		if _, ok := providers[n]; ok {
 			names = append(names, n)
 		}

@@ -1,0 +1,60 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"log/slog"
+	"time"
+
+	"github.com/sandboxd/sandbox"
+	"github.com/sandboxd/sandbox/provider/kubernetes"
+)
+
+// K8sFlags are the settings of the kubernetes provider.
+type K8sFlags struct {
+	Kubeconfig    string // empty: in-cluster, else $KUBECONFIG or ~/.kube/config
+	Namespace     string
+	DefaultImage  string
+	AgentImage    string
+	PodTemplate   string // a YAML or JSON v1 Pod file of defaults
+	NetworkPolicy bool
+	Instance      string
+}
+
+func (k *K8sFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&k.Kubeconfig, "kubeconfig", k.Kubeconfig, "kubernetes provider: kubeconfig file (default: in-cluster, else $KUBECONFIG or ~/.kube/config)")
+	fs.StringVar(&k.Namespace, "namespace", "default", "kubernetes provider: namespace of the sandboxes' Pods")
+	fs.StringVar(&k.DefaultImage, "default-image", k.DefaultImage, "kubernetes provider: image of a sandbox whose spec names none")
+	fs.StringVar(&k.AgentImage, "agent-image", k.AgentImage, "kubernetes provider: image holding this static sandboxd binary as /sandboxd")
+	fs.StringVar(&k.PodTemplate, "pod-template", k.PodTemplate, "kubernetes provider: YAML or JSON Pod whose spec supplies defaults (resources, node selector, tolerations, pull policy, runtime class)")
+	fs.BoolVar(&k.NetworkPolicy, "network-policy", k.NetworkPolicy, "kubernetes provider: the cluster enforces NetworkPolicy; isolate each sandbox with one and claim the capability")
+	fs.StringVar(&k.Instance, "instance", "default", "kubernetes provider: label value telling apart daemons that share a namespace")
+}
+
+func (k *K8sFlags) open(log *slog.Logger) (sandbox.Provider, error) {
+	if k.DefaultImage == "" || k.AgentImage == "" {
+		return nil, errors.New("the kubernetes provider needs --default-image and --agent-image")
+	}
+	cfg, err := kubernetes.RESTConfig(k.Kubeconfig)
+	if err != nil {
+		return nil, err
+	}
+	c := kubernetes.Config{
+		REST:          cfg,
+		Namespace:     k.Namespace,
+		DefaultImage:  k.DefaultImage,
+		AgentImage:    k.AgentImage,
+		NetworkPolicy: k.NetworkPolicy,
+		Instance:      k.Instance,
+		Logger:        log,
+	}
+	if k.PodTemplate != "" {
+		if c.Template, err = kubernetes.LoadTemplate(k.PodTemplate); err != nil {
+			return nil, err
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	return kubernetes.New(ctx, c)
+}
