@@ -26,7 +26,7 @@ func isTerminal(w io.Writer) bool {
 // colorOn reports whether stdout gets colour: never with NO_COLOR or -o json, always with
 // --color=always, otherwise only on a terminal that is not "dumb".
 func (a *app) colorOn() bool {
-	if _, ok := os.LookupEnv("NO_COLOR"); ok || a.json() {
+	if os.Getenv("NO_COLOR") != "" || a.json() {
 		return false
 	}
 	switch a.color {

@@ -1,0 +1,113 @@
+package main
+
+import (
+	"context"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/rogpeppe/go-internal/testscript"
+
+	"github.com/sandboxd/sandbox/core"
+	"github.com/sandboxd/sandbox/httpapi"
+	"github.com/sandboxd/sandbox/provider/host"
+	"github.com/sandboxd/sandbox/store/sqlite"
+)
+
+func TestMain(m *testing.M) {
+	testscript.Main(m, map[string]func(){
+		"sbx": func() { os.Exit(Main()) },
+	})
+}
+
+// TestScripts runs the txtar scripts of testdata/script, each against its own daemon (the real stack with
+// the host provider on a free loopback port), with SANDBOXD_URL pointing at it and sbx on PATH.
+func TestScripts(t *testing.T) {
+	testscript.Run(t, testscript.Params{
+		Dir:   "testdata/script",
+		Setup: setupDaemon,
+		Cmds: map[string]func(ts *testscript.TestScript, neg bool, args []string){
+			// capture NAME sets $NAME to the last command's stdout, trimmed.
+			"capture": func(ts *testscript.TestScript, neg bool, args []string) {
+				if neg || len(args) != 1 {
+					ts.Fatalf("usage: capture NAME")
+				}
+				ts.Setenv(args[0], strings.TrimSpace(ts.ReadFile("stdout")))
+			},
+		},
+	})
+}
+
+// setupDaemon starts the daemon of one script and stops it when the script ends.
+func setupDaemon(env *testscript.Env) error {
+	ctx := context.Background()
+	dir := filepath.Join(env.WorkDir, ".sandboxd")
+	logger := slog.New(slog.DiscardHandler)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	st, err := sqlite.Open(ctx, sqlite.Config{Path: filepath.Join(dir, "sandboxd.db"), Retention: 1000})
+	if err != nil {
+		return err
+	}
+	prov, err := host.New(host.Config{Dir: filepath.Join(dir, "sandboxes"), Logger: logger})
+	if err != nil {
+		st.Close()
+		return err
+	}
+	rt, err := core.New(core.Config{Store: st, Provider: prov, Logger: logger})
+	if err != nil {
+		st.Close()
+		return err
+	}
+	if err := rt.Start(ctx); err != nil {
+		st.Close()
+		return err
+	}
+	api := httpapi.New(httpapi.Config{Runtime: rt, Logger: logger})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		rt.Close()
+		st.Close()
+		return err
+	}
+	srv := &http.Server{Handler: api}
+	go srv.Serve(ln)
+	env.Defer(func() {
+		api.Close()
+		srv.Close()
+		rt.Close()
+		st.Close()
+	})
+	env.Setenv("SANDBOXD_URL", "http://"+ln.Addr().String())
+	return nil
+}
+
+// TestImports checks that sbx depends on the client and the domain only, never on the daemon's internals.
+func TestImports(t *testing.T) {
+	out, err := exec.Command("go", "list", "-deps", ".").Output()
+	if err != nil {
+		t.Fatalf("go list -deps: %v", err)
+	}
+	const mod = "github.com/sandboxd/sandbox/"
+	var ours []string
+	for _, pkg := range strings.Fields(string(out)) {
+		if !strings.HasPrefix(pkg, mod) {
+			continue
+		}
+		ours = append(ours, pkg)
+		switch rel := strings.TrimPrefix(pkg, mod); {
+		case rel == "client", rel == "cmd/sbx":
+		default:
+			t.Errorf("sbx depends on %s; it may use only the client package and the domain", pkg)
+		}
+	}
+	if len(ours) < 2 {
+		t.Errorf("go list -deps found %v; want at least the client package", ours)
+	}
+}
