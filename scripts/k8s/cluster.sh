@@ -2,7 +2,7 @@
 # A real single-node Kubernetes (etcd, kube-apiserver, controller-manager, scheduler, kubelet on containerd+runc)
 # for the kubernetes provider's integration tests, built from source through the Go module proxy.
 #
-# Usage (as root): cluster.sh build|images|up|down|env
+# Usage (as root): cluster.sh build|images|up|down|print-env
 #                  cluster.sh image-sandboxd BINARY TAG   (a local image holding a static sandboxd as /sandboxd)
 #   build   builds etcd, kube-apiserver, kubelet, kube-controller-manager, kube-scheduler and kubectl once per
 #           version into $CACHE (outside the clone, so a repeated CI run on the same machine skips it):
@@ -10,7 +10,7 @@
 #   images  builds the pause and busybox image tars (no registry is needed or used).
 #   up      starts the cluster (~15 s) and imports the images; KUBECONFIG=$BASE/admin.kubeconfig afterwards.
 #   down    stops everything and removes its mounts, bridge, iptables chains and cgroups.
-#   env     prints the KUBECONFIG and PATH lines to eval.
+#   print-env prints the KUBECONFIG and PATH lines to eval.
 # Needs: apt-get install -y --no-install-recommends containerd runc containernetworking-plugins busybox-static
 # Env: BASE (run state, default /tmp/sandboxd-k8s), CACHE (default /var/cache/sandboxd-k8s), K8S_VERSION (1.34.2),
 #      ETCD_VERSION (3.6.4). Pods must use imagePullPolicy: Never with local.test/busybox:1 or imported images.
@@ -207,7 +207,7 @@ down() {
   rm -rf "$BASE/run" "$BASE/data" "$BASE/containerd" "$BASE/kubelet" "$BASE/cni"
 }
 
-env() {
+print-env() {
   echo "export KUBECONFIG=$BASE/admin.kubeconfig"
   echo "export PATH=$BIN:\$PATH"
 }
