@@ -26,8 +26,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/getkin/kin-openapi/openapi3"
-
 	"github.com/sandboxd/sandbox"
 	"github.com/sandboxd/sandbox/core"
 )
@@ -63,7 +61,6 @@ type Server struct {
 	heartbeat    time.Duration
 	writeTimeout time.Duration
 	tokens       *Tokens
-	contract     *openapi3.T
 	mux          *http.ServeMux
 	handler      http.Handler
 
@@ -105,11 +102,9 @@ func New(cfg Config) *Server {
 	if s.heartbeat <= 0 {
 		s.heartbeat = DefaultHeartbeatInterval
 	}
-	doc, err := loadContract()
-	if err != nil {
+	if _, err := requestValidators(); err != nil {
 		panic(fmt.Sprintf("httpapi: embedded contract: %v", err))
 	}
-	s.contract = doc
 	s.routes()
 	s.handler = s.recoverer(s.mux)
 	return s

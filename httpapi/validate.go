@@ -2,7 +2,6 @@ package httpapi
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -10,41 +9,20 @@ import (
 	"net/http"
 	"strconv"
 
-	"github.com/getkin/kin-openapi/openapi3"
-	"github.com/getkin/kin-openapi/routers"
-
 	"github.com/sandboxd/sandbox"
-	"github.com/sandboxd/sandbox/api"
 )
 
-// loadContract loads and checks the embedded OpenAPI document.
-func loadContract() (*openapi3.T, error) {
-	loader := openapi3.NewLoader()
-	doc, err := loader.LoadFromData(api.OpenAPI)
-	if err != nil {
-		return nil, err
-	}
-	if err := doc.Validate(context.Background()); err != nil {
-		return nil, err
-	}
-	return doc, nil
-}
-
-// operation returns the contract's route for method and path; it panics when the contract has none, which
-// only a mismatch between the route table and the embedded document can cause.
-func (s *Server) operation(method, path string) *routers.Route {
-	item := s.contract.Paths.Value(path)
-	if item == nil || item.GetOperation(method) == nil {
-		panic(fmt.Sprintf("httpapi: the contract has no operation %s %s", method, path))
-	}
-	return &routers.Route{Spec: s.contract, Path: path, PathItem: item, Method: method, Operation: item.GetOperation(method)}
+// operation returns the contract's precompiled validator for method and path; it panics when the
+// contract has none or does not compile, which only a mismatch between the route table and the embedded
+// document can cause.
+func (s *Server) operation(method, path string) *requestValidator {
+	return validatorFor(method, path)
 }
 
 // endpoint wraps an operation's handler with the body limit and request validation, and writes any error.
-// The operation's validator is compiled before the first request (validatorFor), never per request.
-func (s *Server) endpoint(op *routers.Route, h handlerFunc) http.Handler {
-	hasBody := op.Operation.RequestBody != nil
-	v := validatorFor(op.Method, op.Path)
+// The operation's validator is compiled before the first request, never per request.
+func (s *Server) endpoint(v *requestValidator, h handlerFunc) http.Handler {
+	hasBody := v.body != nil
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var body []byte
 		if hasBody {

@@ -1,0 +1,177 @@
+package schema
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+)
+
+// Operation is the request side of one OpenAPI operation, compiled.
+type Operation struct {
+	Method string // upper case
+	Path   string // as in the document, with {param}
+	// Params are the path item's parameters, then the operation's, in the document's order; an
+	// operation's parameter replaces the path item's of the same name and place.
+	Params []*Param
+	Body   *Body // nil: the operation takes no request body
+}
+
+// Param is a path or query parameter serialized the default way (simple in a path, form in a query)
+// with a schema of one primitive type.
+type Param struct {
+	In, Name        string // In is "path" or "query"
+	Required        bool
+	AllowEmptyValue bool
+	Type            string // "string", "integer", "number" or "boolean"
+	Schema          *Schema
+}
+
+// Body is an application/json request body.
+type Body struct {
+	Required bool
+	Schema   *Schema
+}
+
+var methods = []string{"get", "put", "post", "delete", "options", "head", "patch", "trace"}
+
+// Operations compiles the request side of every operation of an OpenAPI 3.1 document, keyed by
+// "METHOD /path/{param}". It fails on anything it would not enforce: a parameter that is not a path or
+// query one of a primitive type, a body that is not JSON, a schema keyword it does not know.
+func (d *Document) Operations() (map[string]*Operation, error) {
+	paths, ok := d.root.(map[string]any)["paths"].(map[string]any)
+	if !ok {
+		return nil, errors.New("schema: the document has no paths")
+	}
+	out := map[string]*Operation{}
+	for path, raw := range paths {
+		itemPtr := Pointer("#/paths", path)
+		item, itemPtr, err := d.Deref(raw, itemPtr)
+		if err != nil {
+			return nil, err
+		}
+		for _, method := range methods {
+			raw, ok := item[method]
+			if !ok {
+				continue
+			}
+			opPtr := Pointer(itemPtr, method)
+			op, ok := raw.(map[string]any)
+			if !ok {
+				return nil, fmt.Errorf("%s: not an object", opPtr)
+			}
+			o, err := d.operation(item, itemPtr, op, opPtr)
+			if err != nil {
+				return nil, fmt.Errorf("%s %s: %w", strings.ToUpper(method), path, err)
+			}
+			o.Method, o.Path = strings.ToUpper(method), path
+			out[o.Method+" "+path] = o
+		}
+	}
+	return out, nil
+}
+
+func (d *Document) operation(item map[string]any, itemPtr string, op map[string]any, opPtr string) (*Operation, error) {
+	o := &Operation{}
+	own, err := d.params(op, opPtr)
+	if err != nil {
+		return nil, err
+	}
+	inherited, err := d.params(item, itemPtr)
+	if err != nil {
+		return nil, err
+	}
+	for _, p := range inherited {
+		if !slices.ContainsFunc(own, func(q *Param) bool { return q.In == p.In && q.Name == p.Name }) {
+			o.Params = append(o.Params, p)
+		}
+	}
+	o.Params = append(o.Params, own...)
+	if raw, ok := op["requestBody"]; ok {
+		rb, ptr, err := d.Deref(raw, Pointer(opPtr, "requestBody"))
+		if err != nil {
+			return nil, err
+		}
+		content, _ := rb["content"].(map[string]any)
+		media, _ := content["application/json"].(map[string]any)
+		if len(content) != 1 || media == nil || media["schema"] == nil {
+			return nil, errors.New("a request body must have exactly one media type, application/json, with a schema")
+		}
+		for k := range media {
+			if k != "schema" && !annotations[k] {
+				return nil, fmt.Errorf("request body: media type field %q is not supported", k)
+			}
+		}
+		s, err := d.compile(media["schema"], Pointer(ptr, "content", "application/json", "schema"))
+		if err != nil {
+			return nil, err
+		}
+		required, _ := rb["required"].(bool)
+		o.Body = &Body{Required: required, Schema: s}
+	}
+	return o, nil
+}
+
+// params compiles the "parameters" list of a path item or an operation.
+func (d *Document) params(holder map[string]any, ptr string) ([]*Param, error) {
+	raw, ok := holder["parameters"]
+	if !ok {
+		return nil, nil
+	}
+	list, ok := raw.([]any)
+	if !ok {
+		return nil, fmt.Errorf("%s/parameters: not a list", ptr)
+	}
+	var out []*Param
+	for i, e := range list {
+		m, mptr, err := d.Deref(e, fmt.Sprintf("%s/parameters/%d", ptr, i))
+		if err != nil {
+			return nil, err
+		}
+		p, err := d.param(m, mptr)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, p)
+	}
+	return out, nil
+}
+
+func (d *Document) param(m map[string]any, ptr string) (*Param, error) {
+	p := &Param{}
+	p.In, _ = m["in"].(string)
+	p.Name, _ = m["name"].(string)
+	p.Required, _ = m["required"].(bool)
+	p.AllowEmptyValue, _ = m["allowEmptyValue"].(bool)
+	if p.In != "path" && p.In != "query" {
+		return nil, fmt.Errorf("parameter %q: only path and query parameters are supported, not %q", p.Name, p.In)
+	}
+	for k := range m {
+		switch k {
+		case "in", "name", "required", "allowEmptyValue", "schema", "description", "deprecated", "example", "examples":
+		default:
+			// style, explode, content, allowReserved: serializations this validator does not decode.
+			if !strings.HasPrefix(k, "x-") {
+				return nil, fmt.Errorf("parameter %q: only a schema with the default style is supported, not %q", p.Name, k)
+			}
+		}
+	}
+	raw, ok := m["schema"]
+	if !ok {
+		return nil, fmt.Errorf("parameter %q: no schema", p.Name)
+	}
+	s, err := d.compile(raw, Pointer(ptr, "schema"))
+	if err != nil {
+		return nil, err
+	}
+	if len(s.types) != 1 {
+		return nil, fmt.Errorf("parameter %q: only a schema of one type is supported", p.Name)
+	}
+	switch p.Type = s.types[0]; p.Type {
+	case "string", "integer", "number", "boolean":
+	default:
+		return nil, fmt.Errorf("parameter %q: type %s is not supported", p.Name, p.Type)
+	}
+	p.Schema = s
+	return p, nil
+}
