@@ -11,7 +11,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"math/big"
 	"regexp"
 	"slices"
 	"strconv"
@@ -585,10 +584,4 @@ func jsonText(v any) string {
 		return fmt.Sprint(v)
 	}
 	return string(b)
-}
-
-// rat is the exact value of a JSON number; ok is false when math/big will not represent it (an
-// exponent past a million), which JSON Schema validators built on it treat as no number of any kind.
-func rat(n json.Number) (*big.Rat, bool) {
-	return new(big.Rat).SetString(string(n))
 }
