@@ -9,7 +9,8 @@
 // Reaping: by default proc waits for each leader itself, with wait4 on its pid. A PID-1 agent, whose
 // own wait4(-1) loop would otherwise steal those exit statuses, sets Runner.Waiter to a Reaper (or its
 // own Waiter): then only the reaper calls wait4, and proc registers each pid with it under the
-// reaper's lock around the fork.
+// reaper's lock around the fork. Such a process also sets Runner.KillWait, so that Run returns only
+// once the group's members are reaped and their pids free again.
 package proc
 
 import (
@@ -18,7 +19,9 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -45,11 +48,24 @@ type Waiter interface {
 
 // Runner runs commands and keeps track of the process groups of those still running, so they can be
 // stopped, continued or killed together. The zero value is ready to use. A Runner is safe for
-// concurrent use.
+// concurrent use. Its fields must not change once it has run a command.
 type Runner struct {
 	Env       []string      // the base environment, "KEY=value"; a command's Env is added on top
 	Waiter    Waiter        // nil: proc waits for its children itself
 	PipeGrace time.Duration // zero: DefaultPipeGrace
+
+	// KillWait is how long Run keeps killing a command's group, once its leader is gone, until the
+	// group is empty: every member dead and reaped, so a fork bomb's pids are free again when Run
+	// returns. Zero: one SIGKILL, and members left as zombies are reaped later by their new parent.
+	// Set it only where orphans are reaped promptly (a Reaper as Waiter in a subreaper or PID 1):
+	// an unreaped zombie keeps its group non-empty until KillWait runs out.
+	KillWait time.Duration
+
+	// OOMScoreAdj, when not zero, is written to each command's /proc/PID/oom_score_adj right after
+	// the fork (so the command runs briefly with the runner's own score), making the command rather
+	// than the runner the choice of an out-of-memory kill. Best effort: a value out of -1000..1000,
+	// or one below the runner's own without CAP_SYS_RESOURCE, leaves the command's score unchanged.
+	OOMScoreAdj int
 
 	mu      sync.Mutex
 	running map[int]context.CancelCauseFunc // pgid -> cancel of the Run that owns it
@@ -129,7 +145,14 @@ func (r *Runner) Run(ctx context.Context, dir string, cmd sandbox.Command) (sand
 		waiter = directWaiter{}
 	}
 	// Fork under the lock, so that Stop cannot miss a group that is being born.
-	pgid, exited, startErr := waiter.Start(func() (int, error) { return syscall.ForkExec(path, cmd.Argv, attr) })
+	pgid, exited, startErr := waiter.Start(func() (int, error) {
+		pid, err := syscall.ForkExec(path, cmd.Argv, attr)
+		if err == nil && r.OOMScoreAdj != 0 {
+			// The waiter cannot have reaped pid yet, so the pid is still the command's.
+			_ = os.WriteFile("/proc/"+strconv.Itoa(pid)+"/oom_score_adj", []byte(strconv.Itoa(r.OOMScoreAdj)), 0)
+		}
+		return pid, err
+	})
 	if startErr == nil {
 		if r.running == nil {
 			r.running = make(map[int]context.CancelCauseFunc)
@@ -167,7 +190,7 @@ func (r *Runner) Run(ctx context.Context, dir string, cmd sandbox.Command) (sand
 		ws = <-exited
 	}
 	// The leader is gone: kill whatever is left of its group, then unregister it.
-	_ = unix.Kill(-pgid, unix.SIGKILL)
+	killGroup(pgid, r.KillWait)
 	r.mu.Lock()
 	delete(r.running, pgid)
 	r.mu.Unlock()
@@ -233,6 +256,24 @@ func (r *Runner) Close(ctx context.Context) error {
 		return nil
 	case <-ctx.Done():
 		return fmt.Errorf("close runner: %w", ctx.Err())
+	}
+}
+
+// killGroup kills the process group pgid, and keeps killing it for up to wait until it is empty.
+// kill(-pgid) is atomic with respect to fork, so a fork bomb inside the group cannot outrun it; a
+// zombie stays in the group until it is reaped, so an empty group also means its pids are free.
+func killGroup(pgid int, wait time.Duration) {
+	_ = unix.Kill(-pgid, unix.SIGKILL)
+	deadline := time.Now().Add(wait)
+	for i := 0; time.Now().Before(deadline); i++ {
+		if err := unix.Kill(-pgid, unix.SIGKILL); err != nil {
+			return // ESRCH: the group is empty
+		}
+		if i == 0 {
+			runtime.Gosched()
+			continue
+		}
+		time.Sleep(time.Millisecond)
 	}
 }
 

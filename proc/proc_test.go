@@ -328,6 +328,53 @@ func TestReaper(t *testing.T) {
 	}
 }
 
+// TestKillWait: with a reaper in a subreaper, Run returns only once the members of the command's
+// group are dead and reaped, so the group is empty.
+func TestKillWait(t *testing.T) {
+	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0)
+	reaper := NewReaper()
+	defer reaper.Stop()
+	r := &Runner{Env: baseEnv, Waiter: reaper, KillWait: time.Minute}
+	res := run(t, r, t.TempDir(), sh("for i in 1 2 3 4 5 6 7 8; do sleep 300 & done; echo $$"))
+	wantExit(t, res, 0)
+	pgid, err := strconv.Atoi(strings.TrimSpace(res.Stdout))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Kill(-pgid, 0); !errors.Is(err, unix.ESRCH) {
+		t.Fatalf("group %d not empty when Run returned: %v", pgid, err)
+	}
+}
+
+// TestOOMScoreAdj: a command gets the runner's OOMScoreAdj, not the runner's own score.
+func TestOOMScoreAdj(t *testing.T) {
+	own, err := os.ReadFile("/proc/self/oom_score_adj")
+	if err != nil {
+		t.Fatal(err)
+	}
+	score, err := strconv.Atoi(strings.TrimSpace(string(own)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := score + 1
+	if score == 1000 {
+		want = score - 1
+	}
+	r := &Runner{Env: baseEnv, OOMScoreAdj: want}
+	// The score is written right after the fork: the command waits until it sees it.
+	w := strconv.Itoa(want)
+	cmd := sh(`until [ "$(cat /proc/$$/oom_score_adj)" = ` + w + ` ]; do sleep 0.01; done; cat /proc/$$/oom_score_adj`)
+	cmd.Timeout = time.Minute
+	res := run(t, r, t.TempDir(), cmd)
+	wantExit(t, res, 0)
+	if res.Stdout != w+"\n" {
+		t.Fatalf("oom_score_adj %q, want %s", res.Stdout, w)
+	}
+}
+
 func TestMain(m *testing.M) {
 	// Every Run must leave no goroutine behind: pipe readers and waiters end with the command.
 	goleak.VerifyTestMain(m)
