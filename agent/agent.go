@@ -28,6 +28,7 @@ import (
 
 	"github.com/sandboxd/sandbox"
 	"github.com/sandboxd/sandbox/fsroot"
+	"github.com/sandboxd/sandbox/proc"
 )
 
 // Version is what the agent reports on its health check.
@@ -37,9 +38,7 @@ const Version = "sandbox-agent/0.1"
 type Agent struct {
 	root    *fsroot.Root
 	workdir string
-	env     []string
-	devNull *os.File
-	reaper  *reaper
+	runner  *proc.Runner // its Waiter is the agent's reaper
 	log     *slog.Logger
 
 	mu   sync.Mutex
@@ -80,21 +79,15 @@ func Main(ctx context.Context, args []string) error {
 		return fmt.Errorf("agent: %w", err)
 	}
 	defer r.Close()
-	devNull, err := os.Open(os.DevNull)
-	if err != nil {
-		return fmt.Errorf("agent: %w", err)
-	}
-	defer devNull.Close()
+	reaper := proc.NewReaper()
+	defer reaper.Stop()
 	a := &Agent{
 		root:    r,
 		workdir: *workdir,
-		env:     os.Environ(),
-		devNull: devNull,
-		reaper:  newReaper(),
+		runner:  newRunner(reaper),
 		log:     log,
 		runs:    make(map[string]chan struct{}),
 	}
-	defer a.reaper.stop()
 
 	_ = os.Remove(*socket) // a stale socket of an earlier run
 	ln, err := net.Listen("unix", *socket)
