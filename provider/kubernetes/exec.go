@@ -101,12 +101,13 @@ func (c *streamConn) Write(b []byte) (int, error) { return c.inW.Write(b) }
 func (c *streamConn) Close() error {
 	c.once.Do(func() {
 		c.inW.Close()
-		c.outR.Close()
+		go io.Copy(io.Discard, c.outR) // whatever the relay still sends, until the stream ends
 		select {
 		case <-c.done:
 		case <-time.After(2 * time.Second):
 		}
 		c.cancel()
+		c.outR.Close()
 	})
 	return nil
 }
@@ -153,7 +154,7 @@ func (b *limitedBuffer) Bytes() []byte {
 }
 
 // usable returns the box of ref when its Pod exists and runs. Errors: ErrNotFound when there is no
-// Pod, ErrProviderUnavailable when it does not run.
+// Pod or it is being deleted, ErrProviderUnavailable when it does not run.
 func (p *Provider) usable(ctx context.Context, ref sandbox.Ref) (*box, error) {
 	b := p.box(ref)
 	ctx, cancel := context.WithTimeout(ctx, p.cfg.CallTimeout)
@@ -162,10 +163,10 @@ func (p *Provider) usable(ctx context.Context, ref sandbox.Ref) (*box, error) {
 	if err != nil {
 		return nil, err
 	}
-	if pod == nil {
-		return nil, fmt.Errorf("sandbox %s: no Pod: %w", ref, sandbox.ErrNotFound)
+	if pod == nil || pod.DeletionTimestamp != nil {
+		return nil, fmt.Errorf("sandbox %s: no Pod, or one being deleted: %w", ref, sandbox.ErrNotFound)
 	}
-	if pod.Status.Phase != corev1.PodRunning || pod.DeletionTimestamp != nil {
+	if pod.Status.Phase != corev1.PodRunning {
 		return nil, fmt.Errorf("sandbox %s: Pod %s is %s: %w", ref, pod.Name, pod.Status.Phase, sandbox.ErrProviderUnavailable)
 	}
 	return b, nil
