@@ -360,8 +360,9 @@ func validateSchema(doc *openapi3.T, name string, body []byte) error {
 
 // coverage records which documented (operation, status) pairs the suite has seen.
 type coverage struct {
-	mu   sync.Mutex
-	seen map[string]bool
+	mu      sync.Mutex
+	seen    map[string]bool
+	noPause bool // the provider lacks pauseResume: pause and resume can only be refused
 }
 
 func newCoverage(t *testing.T) *coverage { return &coverage{seen: map[string]bool{}} }
@@ -388,6 +389,9 @@ func (c *coverage) check(t *testing.T) {
 		for _, op := range item.Operations() {
 			for status := range op.Responses.Map() {
 				key := op.OperationID + " " + status
+				if c.noPause && (op.OperationID == "pauseSandbox" || op.OperationID == "resumeSandbox") {
+					continue // a provider without pauseResume only ever refuses them (422), which Actions checks
+				}
 				if !c.seen[key] && unreachable[key] == "" {
 					missing = append(missing, key)
 				}

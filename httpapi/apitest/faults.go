@@ -1,6 +1,7 @@
 package apitest
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"testing"
@@ -110,11 +111,15 @@ func (s *suite) testDataPlaneUnsupported(t *testing.T) {
 // providerErrors drives every operation that calls the provider into a provider error of class want.
 func (s *suite) providerErrors(t *testing.T, want error, status int, code sandbox.ErrorCode) {
 	f := fault.New(s.newProvider(t))
+	pausable := supports(t, f, sandbox.CapPauseResume)
 	st := s.newStack(t, f, options{})
 	sb := st.create(nil)
-	paused := st.create(nil)
-	st.c.ok("POST", sbPath(paused.ID, "/actions/pause"), gen(1), 200, nil)
-	st.waitState(paused.ID, sandbox.StatePaused)
+	var paused *sandbox.Sandbox
+	if pausable {
+		paused = st.create(nil)
+		st.c.ok("POST", sbPath(paused.ID, "/actions/pause"), gen(1), 200, nil)
+		st.waitState(paused.ID, sandbox.StatePaused)
+	}
 	done := st.create(nil)
 	st.c.ok("POST", sbPath(done.ID, "/actions/terminate"), gen(1), 200, nil)
 	st.waitState(done.ID, sandbox.StateTerminated)
@@ -127,8 +132,10 @@ func (s *suite) providerErrors(t *testing.T, want error, status int, code sandbo
 	st.c.fails("GET", filePath(sb.ID, "a", 1), nil, status, code)
 	st.c.fails("PUT", sbPath(sb.ID, "/files/content"), fileBody(1, "a", nil), status, code)
 	st.c.fails("GET", entriesPath(sb.ID, ".", 1), nil, status, code)
-	st.c.fails("POST", sbPath(sb.ID, "/actions/pause"), gen(1), status, code)
-	st.c.fails("POST", sbPath(paused.ID, "/actions/resume"), gen(1), status, code)
+	if pausable {
+		st.c.fails("POST", sbPath(sb.ID, "/actions/pause"), gen(1), status, code)
+		st.c.fails("POST", sbPath(paused.ID, "/actions/resume"), gen(1), status, code)
+	}
 	st.c.fails("POST", sbPath(done.ID, "/actions/recreate"), map[string]any{"expectedGeneration": 1, "spec": map[string]any{"clientRequestId": "again"}}, status, code)
 	// Terminate always goes through: the runtime retries the clean-up by itself until the provider heals.
 	var term sandbox.Sandbox
@@ -146,4 +153,15 @@ func (s *suite) testProviderUnavailable(t *testing.T) {
 
 func (s *suite) testProviderProtocol(t *testing.T) {
 	s.providerErrors(t, sandbox.ErrProviderProtocol, 502, sandbox.CodeProviderProtocol)
+}
+
+// supports reports whether the provider's manifest claims c: the suite checks what a provider lacks as
+// refused, not as broken.
+func supports(t *testing.T, p sandbox.Provider, c sandbox.Capability) bool {
+	t.Helper()
+	m, err := p.Manifest(context.Background())
+	if err != nil {
+		t.Fatalf("manifest: %v", err)
+	}
+	return m.Capabilities.Has(c)
 }

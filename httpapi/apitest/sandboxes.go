@@ -174,7 +174,14 @@ func (s *suite) testGetList(t *testing.T) {
 }
 
 func (s *suite) testActions(t *testing.T) {
-	st := s.newStack(t, s.newProvider(t), options{})
+	prov := s.newProvider(t)
+	pausable := supports(t, prov, sandbox.CapPauseResume)
+	if !pausable {
+		s.cov.mu.Lock()
+		s.cov.noPause = true
+		s.cov.mu.Unlock()
+	}
+	st := s.newStack(t, prov, options{})
 	sb := st.create(nil)
 	for _, action := range []string{"pause", "resume", "terminate", "recreate"} {
 		p := sbPath(sb.ID, "/actions/"+action)
@@ -186,7 +193,11 @@ func (s *suite) testActions(t *testing.T) {
 		for _, bad := range []string{``, `{}`, `{"expectedGeneration":0}`, `{"expectedGeneration":"1"}`, `{"expectedGeneration":1.5}`, `{"expectedGeneration":1,"force":true}`} {
 			st.c.fails("POST", p, bad, 400, sandbox.CodeInvalidRequest)
 		}
-		if action != "recreate" {
+		switch {
+		case (action == "pause" || action == "resume") && !pausable:
+			// The capability is checked before the generation.
+			st.c.fails("POST", p, gen(sb.Generation+1), 422, sandbox.CodeUnsupportedCapability)
+		case action != "recreate":
 			st.c.fails("POST", p, gen(sb.Generation+1), 409, sandbox.CodeGenerationConflict)
 		}
 	}
