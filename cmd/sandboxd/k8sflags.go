@@ -1,15 +1,10 @@
 package main
 
-import (
-	"context"
-	"errors"
-	"flag"
-	"log/slog"
-	"time"
+// The kubernetes provider is built in only with the build tag "kubernetes" (k8s_on.go): client-go's package
+// initialisation costs milliseconds at every process start, and this binary also starts as the agent
+// inside every oci sandbox. The flags exist in every build, so scripts and units stay the same.
 
-	"github.com/sandboxd/sandbox"
-	"github.com/sandboxd/sandbox/provider/kubernetes"
-)
+import "flag"
 
 // K8sFlags are the settings of the kubernetes provider.
 type K8sFlags struct {
@@ -30,31 +25,4 @@ func (k *K8sFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&k.PodTemplate, "pod-template", k.PodTemplate, "kubernetes provider: YAML or JSON Pod whose spec supplies defaults (resources, node selector, tolerations, pull policy, runtime class)")
 	fs.BoolVar(&k.NetworkPolicy, "network-policy", k.NetworkPolicy, "kubernetes provider: the cluster enforces NetworkPolicy; isolate each sandbox with one and claim the capability")
 	fs.StringVar(&k.Instance, "instance", "default", "kubernetes provider: label value telling apart daemons that share a namespace")
-}
-
-func (k *K8sFlags) open(log *slog.Logger) (sandbox.Provider, error) {
-	if k.DefaultImage == "" || k.AgentImage == "" {
-		return nil, errors.New("the kubernetes provider needs --default-image and --agent-image")
-	}
-	cfg, err := kubernetes.RESTConfig(k.Kubeconfig)
-	if err != nil {
-		return nil, err
-	}
-	c := kubernetes.Config{
-		REST:          cfg,
-		Namespace:     k.Namespace,
-		DefaultImage:  k.DefaultImage,
-		AgentImage:    k.AgentImage,
-		NetworkPolicy: k.NetworkPolicy,
-		Instance:      k.Instance,
-		Logger:        log,
-	}
-	if k.PodTemplate != "" {
-		if c.Template, err = kubernetes.LoadTemplate(k.PodTemplate); err != nil {
-			return nil, err
-		}
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	return kubernetes.New(ctx, c)
 }

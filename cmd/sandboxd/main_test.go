@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -101,5 +102,26 @@ func TestVersionAndUsage(t *testing.T) {
 	}
 	if err := run(context.Background(), []string{"frobnicate"}, &out, &errOut); err == nil || !strings.Contains(errOut.String(), "unknown command") {
 		t.Fatalf("unknown command: %v %q", err, errOut.String())
+	}
+}
+
+// TestDefaultBuildIsLean keeps client-go out of the default binary: it is also the agent started in every
+// oci sandbox, and client-go's package initialisation alone costs milliseconds at each start.
+func TestDefaultBuildIsLean(t *testing.T) {
+	out, err := exec.Command("go", "list", "-deps", ".").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, heavy := range []string{"k8s.io/", "github.com/getkin/kin-openapi", "github.com/santhosh-tekuri/jsonschema"} {
+		if strings.Contains(string(out), heavy) {
+			t.Errorf("the default sandboxd build depends on %s", heavy)
+		}
+	}
+	out, err = exec.Command("go", "list", "-tags", "kubernetes", "-deps", ".").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(out), "github.com/sandboxd/sandbox/provider/kubernetes") {
+		t.Error("-tags kubernetes does not build the kubernetes provider in")
 	}
 }
