@@ -54,8 +54,14 @@ var servingRE = regexp.MustCompile(`msg=serving addr=(\S+)`)
 // until it serves.
 func startDaemon(t *testing.T, dataDir string, extra ...string) *daemon {
 	t.Helper()
+	return startDaemonBin(t, daemonBin, dataDir, extra...)
+}
+
+// startDaemonBin is startDaemon with another build of the daemon.
+func startDaemonBin(t *testing.T, bin, dataDir string, extra ...string) *daemon {
+	t.Helper()
 	args := append([]string{"serve", "--listen", "127.0.0.1:0", "--data-dir", dataDir, "--provider", "host"}, extra...)
-	cmd := exec.Command(daemonBin, args...)
+	cmd := exec.Command(bin, args...)
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)

@@ -94,7 +94,13 @@ func TestOCISandboxesSurviveDaemonSIGKILL(t *testing.T) {
 // waitFor polls a sandbox until it reaches want, for at most 30 s.
 func waitFor(t *testing.T, url string, id sandbox.ID, want sandbox.State) sandbox.Sandbox {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
+	return waitForWithin(t, url, id, want, 30*time.Second)
+}
+
+// waitForWithin polls a sandbox until it reaches want, for at most d.
+func waitForWithin(t *testing.T, url string, id sandbox.ID, want sandbox.State, d time.Duration) sandbox.Sandbox {
+	t.Helper()
+	deadline := time.Now().Add(d)
 	for {
 		var sb sandbox.Sandbox
 		call(context.Background(), "GET", url+"/v1/sandboxes/"+string(id), nil, &sb)
