@@ -187,15 +187,25 @@ func measure(t *testing.T, dir string) footprint {
 		t.Fatal(err)
 	}
 	f.containers = len(strings.Fields(string(out)))
+	// Only what lives under this provider's state directory: the rest of the machine (another test, a
+	// kubelet) may mount and unmount meanwhile.
 	mi, _ := os.ReadFile("/proc/self/mountinfo")
-	f.mounts = bytes.Count(mi, []byte("\n"))
+	for _, line := range strings.Split(string(mi), "\n") {
+		if strings.Contains(line, dir) {
+			f.mounts++
+		}
+	}
 	hier, _ := os.ReadDir("/sys/fs/cgroup")
 	for _, h := range hier {
 		m, _ := filepath.Glob(filepath.Join("/sys/fs/cgroup", h.Name(), "sandboxd-*"))
 		f.cgroups += len(m)
 	}
 	out, _ = exec.Command("losetup", "-a").Output()
-	f.loops = len(strings.Fields(string(out)))
+	for _, line := range strings.Split(string(out), "\n") {
+		if strings.Contains(line, dir) {
+			f.loops++
+		}
+	}
 	procs, _ := os.ReadDir("/proc")
 	me := strconv.Itoa(os.Getpid())
 	for _, e := range procs {
