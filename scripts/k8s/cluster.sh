@@ -88,7 +88,7 @@ images() {
   for a in $(/bin/busybox --list); do [ "$a" = busybox ] || ln -s busybox "$d/busybox/bin/$a"; done
   chmod 1777 "$d/busybox/tmp"
   echo 'root:x:0:0:root:/root:/bin/sh' > "$d/busybox/etc/passwd"
-  mkimage "$d/pause" "$d/pause.tar" registry.k8s.io/pause:3.6 '["/pause"]' 'null'
+  mkimage "$d/pause" "$d/pause.tar" local.test/pause:3.6 '["/pause"]' 'null'
   mkimage "$d/busybox" "$d/busybox.tar" local.test/busybox:1 'null' '["/bin/sh"]'
 }
 
@@ -144,7 +144,8 @@ up() {
     -e "s#^state = .*#state = \"$BASE/containerd/state\"#" \
     -e "s#address = \"/run/containerd/containerd.sock\"#address = \"$BASE/containerd/containerd.sock\"#" \
     -e 's#bin_dir = "/opt/cni/bin"#bin_dir = "/usr/lib/cni"#' -e "s#conf_dir = \"/etc/cni/net.d\"#conf_dir = \"$BASE/cni/net.d\"#" \
-    -e 's#restrict_oom_score_adj = false#restrict_oom_score_adj = true#' > "$BASE/containerd/config.toml"
+    -e 's#restrict_oom_score_adj = false#restrict_oom_score_adj = true#' \
+    -e 's#sandbox_image = ".*"#sandbox_image = "local.test/pause:3.6"#' > "$BASE/containerd/config.toml"
   cat > "$BASE/cni/net.d/10-bridge.conflist" <<EOF
 {"cniVersion": "0.4.0", "name": "ci", "plugins": [
   {"type": "bridge", "bridge": "cni0", "isGateway": true, "ipMasq": false,
