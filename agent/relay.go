@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"syscall"
 )
 
 // Two one-shot modes beside the agent itself, for sandboxes whose only way in is running a program
@@ -73,7 +74,9 @@ func Relay(ctx context.Context, socket string, in io.Reader, out io.Writer) erro
 	case err = <-done:
 	case <-ctx.Done():
 	}
-	if err != nil && !errors.Is(err, net.ErrClosed) {
+	// The caller going away closes its ends: a write to them then fails with a closed pipe. That is the
+	// relay's normal end, as a clean EOF is.
+	if err != nil && !errors.Is(err, net.ErrClosed) && !errors.Is(err, io.ErrClosedPipe) && !errors.Is(err, syscall.EPIPE) {
 		return fmt.Errorf("agent relay: %w", err)
 	}
 	return nil
