@@ -2,15 +2,12 @@ package oci
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
 	"time"
 
 	"github.com/sandboxd/sandbox"
-	"github.com/sandboxd/sandbox/agent"
 )
 
 // execSlack is how much longer than a command's timeout the provider waits for its result: the agent
@@ -58,71 +55,11 @@ func (p *Provider) Exec(ctx context.Context, ref sandbox.Ref, cmd sandbox.Comman
 	if err != nil {
 		return sandbox.CommandResult{}, err
 	}
-	if cmd.Timeout <= 0 {
-		cmd.Timeout = sandbox.DefaultCommandTimeout
+	res, err := b.client.Run(ctx, cmd, execSlack, cancelWait)
+	if err != nil {
+		return sandbox.CommandResult{}, fmt.Errorf("exec in %s: %w", ref, err)
 	}
-	if cmd.MaxOutputBytes <= 0 {
-		cmd.MaxOutputBytes = sandbox.DefaultMaxOutputBytes
-	}
-	req := agent.ExecRequest{
-		ID:             runID(),
-		Argv:           cmd.Argv,
-		Cwd:            cmd.Cwd,
-		Env:            cmd.Env,
-		TimeoutMs:      max(cmd.Timeout.Milliseconds(), 1),
-		MaxOutputBytes: cmd.MaxOutputBytes,
-	}
-	// The call outlives a cancelled caller just long enough to collect the cancelled result.
-	callCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cmd.Timeout+execSlack)
-	defer cancel()
-	type answer struct {
-		res agent.ExecResult
-		err error
-	}
-	done := make(chan answer, 1)
-	go func() {
-		res, err := b.client.Exec(callCtx, req)
-		done <- answer{res, err}
-	}()
-	var a answer
-	select {
-	case a = <-done:
-	case <-ctx.Done():
-		cctx, ccancel := context.WithTimeout(context.WithoutCancel(ctx), cancelWait)
-		cerr := b.client.Cancel(cctx, req.ID)
-		ccancel()
-		select {
-		case a = <-done:
-		case <-time.After(cancelWait):
-			cancel() // drops the connection: the agent kills the command when it sees that
-			<-done
-			return sandbox.CommandResult{}, fmt.Errorf("exec in %s: cancelled, no answer after cancel (%v): %w", ref, cerr, sandbox.ErrProviderUnavailable)
-		}
-	}
-	if a.err != nil {
-		return sandbox.CommandResult{}, fmt.Errorf("exec in %s: %w", ref, a.err)
-	}
-	r := a.res
-	out := sandbox.CommandResult{
-		ExitCode:   r.ExitCode,
-		Stdout:     string(r.Stdout),
-		Stderr:     string(r.Stderr),
-		TimedOut:   r.TimedOut,
-		Cancelled:  r.Cancelled,
-		Truncated:  r.Truncated,
-		StartedAt:  r.StartedAt.UTC(),
-		FinishedAt: r.FinishedAt.UTC(),
-	}
-	if err := out.Validate(cmd); err != nil {
-		return sandbox.CommandResult{}, err
-	}
-	return out, nil
-}
-
-func runID() string {
-	var b [12]byte
-	_, _ = rand.Read(b[:])
-	return hex.EncodeToString(b[:])
+	return res, nil
 }
 
 // ReadFile reads a file inside the sandbox. Errors: ErrNotFound (sandbox or file), ErrInvalidRequest

@@ -1,0 +1,87 @@
+package agent
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"time"
+
+	"github.com/sandboxd/sandbox"
+)
+
+// Run runs cmd through the agent and returns its result, validated against cmd. The call may take slack
+// longer than the command's own timeout. When ctx ends first, the command is cancelled by its run id and
+// its cancelled result collected, waiting at most cancelWait before dropping the connection (the agent
+// then kills the command as it does for any caller that goes away).
+//
+// Errors: ErrProviderUnavailable (agent unreachable, silent, or no answer after a cancel),
+// ErrProviderProtocol (a malformed answer), ErrInvalidRequest and ErrInvalidState as the agent says.
+func (c *Client) Run(ctx context.Context, cmd sandbox.Command, slack, cancelWait time.Duration) (sandbox.CommandResult, error) {
+	if cmd.Timeout <= 0 {
+		cmd.Timeout = sandbox.DefaultCommandTimeout
+	}
+	if cmd.MaxOutputBytes <= 0 {
+		cmd.MaxOutputBytes = sandbox.DefaultMaxOutputBytes
+	}
+	req := ExecRequest{
+		ID:             runID(),
+		Argv:           cmd.Argv,
+		Cwd:            cmd.Cwd,
+		Env:            cmd.Env,
+		TimeoutMs:      max(cmd.Timeout.Milliseconds(), 1),
+		MaxOutputBytes: cmd.MaxOutputBytes,
+	}
+	// The call outlives a cancelled caller just long enough to collect the cancelled result.
+	callCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cmd.Timeout+slack)
+	defer cancel()
+	type answer struct {
+		res ExecResult
+		err error
+	}
+	done := make(chan answer, 1)
+	go func() {
+		res, err := c.Exec(callCtx, req)
+		done <- answer{res, err}
+	}()
+	var a answer
+	select {
+	case a = <-done:
+	case <-ctx.Done():
+		cctx, ccancel := context.WithTimeout(context.WithoutCancel(ctx), cancelWait)
+		cerr := c.Cancel(cctx, req.ID)
+		ccancel()
+		select {
+		case a = <-done:
+		case <-time.After(cancelWait):
+			cancel() // drops the connection: the agent kills the command when it sees that
+			<-done
+			return sandbox.CommandResult{}, fmt.Errorf("cancelled, no answer after cancel (%v): %w", cerr, sandbox.ErrProviderUnavailable)
+		}
+	}
+	if a.err != nil {
+		return sandbox.CommandResult{}, a.err
+	}
+	r := a.res
+	out := sandbox.CommandResult{
+		ExitCode:   r.ExitCode,
+		Stdout:     string(r.Stdout),
+		Stderr:     string(r.Stderr),
+		TimedOut:   r.TimedOut,
+		Cancelled:  r.Cancelled,
+		Truncated:  r.Truncated,
+		StartedAt:  r.StartedAt.UTC(),
+		FinishedAt: r.FinishedAt.UTC(),
+	}
+	if err := out.Validate(cmd); err != nil {
+		return sandbox.CommandResult{}, err
+	}
+	return out, nil
+}
+
+// runID names one command run, so that it can be cancelled.
+func runID() string {
+	var b [12]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
