@@ -174,6 +174,10 @@ func (s *Store) Events(ctx context.Context, q sandbox.EventQuery) ([]sandbox.Eve
 
 // LastCursor is the cursor of the newest event ever appended, 0 if none; pruning does not lower it.
 func (s *Store) LastCursor(ctx context.Context) (int64, error) {
+	// Every event stream asks this on each wake: answer from the tail, which commits keep current.
+	if last, ok := s.tail.last(); ok {
+		return last, nil
+	}
 	var last int64
 	st, err := s.rs.get(qLastCursor)
 	if err != nil {

@@ -69,6 +69,13 @@ func (t *tail) commit(p pending) {
 	}
 }
 
+// last is the newest committed cursor, when the tail is started.
+func (t *tail) last() (int64, bool) {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	return t.base + int64(len(t.evs)), t.ok
+}
+
 // page answers q from memory when it can: q.After at or past both the tail's base and the pruned
 // cursor. ok is false when the file must answer.
 func (t *tail) page(q sandbox.EventQuery, limit int) (out []sandbox.Event, ok bool) {
