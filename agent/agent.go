@@ -115,18 +115,25 @@ func Main(ctx context.Context, args []string) error {
 // the sandbox's pids limit: a fork bomb that exhausts it must not leave the agent unable to make the
 // thread it needs, which would crash it.
 func warmThreads(n int) {
-	var wg sync.WaitGroup
+	// Each goroutine locks itself to a thread and blocks until all n are locked: a goroutine blocked
+	// while locked keeps its thread, so the scheduler starts a new one for the next at once. Unlocked
+	// before they return, the threads stay in the runtime's idle pool.
+	var locked, done sync.WaitGroup
+	release := make(chan struct{})
+	locked.Add(n)
+	done.Add(n)
 	for i := 0; i < n; i++ {
-		wg.Add(1)
 		go func() {
-			defer wg.Done()
+			defer done.Done()
 			runtime.LockOSThread()
 			defer runtime.UnlockOSThread()
-			ts := unix.NsecToTimespec(int64(5 * time.Millisecond))
-			_ = unix.Nanosleep(&ts, nil)
+			locked.Done()
+			<-release
 		}()
 	}
-	wg.Wait()
+	locked.Wait()
+	close(release)
+	done.Wait()
 }
 
 // Handler returns the agent's HTTP handler.
