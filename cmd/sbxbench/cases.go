@@ -28,24 +28,22 @@ func apiCases(ctx context.Context, c *client, b Bounds, prefix string) ([]Result
 		return nil
 	}
 
-	// create-to-ready: each sandbox made is terminated, untimed, before the next one.
-	var made []sandboxDoc
-	r, err := sequential(ctx, "create-to-ready", b, func(i int) error {
-		sb, err := c.create(ctx, fmt.Sprintf("%s-ctr-%d", prefix, i))
-		if err == nil {
-			made = append(made, sb)
-		}
+	// create-to-ready: each sandbox made is terminated, untimed, and gone before the next create, as
+	// the runc floor releases each container before the next run.
+	var made sandboxDoc
+	r, err := sequentialThen(ctx, "create-to-ready", b, func(i int) (err error) {
+		made, err = c.create(ctx, fmt.Sprintf("%s-ctr-%d", prefix, i))
 		return err
+	}, func(int) error {
+		if err := c.terminate(ctx, made); err != nil {
+			return err
+		}
+		return c.waitState(ctx, made.ID, "terminated")
 	})
 	r.Name = "create-to-ready"
 	r.Note = "POST /v1/sandboxes until state ready, cold"
 	if err := add(r, err); err != nil {
 		return out, err
-	}
-	for _, sb := range made {
-		if err := c.terminate(ctx, sb); err != nil {
-			return out, err
-		}
 	}
 
 	sb, err := c.create(ctx, prefix+"-work")

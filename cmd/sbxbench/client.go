@@ -87,6 +87,24 @@ func (c *client) create(ctx context.Context, key string) (sandboxDoc, error) {
 	return sb, nil
 }
 
+// waitState polls the sandbox every millisecond until it is in state.
+func (c *client) waitState(ctx context.Context, id, state string) error {
+	for {
+		sb, err := c.get(ctx, id)
+		if err != nil {
+			return err
+		}
+		if sb.State == state {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(time.Millisecond):
+		}
+	}
+}
+
 func (c *client) get(ctx context.Context, id string) (sandboxDoc, error) {
 	var sb sandboxDoc
 	err := c.do(ctx, http.MethodGet, "/v1/sandboxes/"+id, nil, http.StatusOK, &sb)

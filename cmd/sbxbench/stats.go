@@ -52,6 +52,11 @@ type Bounds struct {
 
 // sequential times op until the bounds say stop. op's error ends the case.
 func sequential(ctx context.Context, name string, b Bounds, op func(i int) error) (Result, error) {
+	return sequentialThen(ctx, name, b, op, nil)
+}
+
+// sequentialThen is sequential with an untimed after(i), when not nil, run after each timed op(i).
+func sequentialThen(ctx context.Context, name string, b Bounds, op, after func(i int) error) (Result, error) {
 	d := make([]time.Duration, 0, b.Count)
 	start := time.Now()
 	for i := 0; i < b.Count && (i == 0 || time.Since(start) < b.Duration); i++ {
@@ -63,6 +68,11 @@ func sequential(ctx context.Context, name string, b Bounds, op func(i int) error
 			return Result{}, err
 		}
 		d = append(d, time.Since(t))
+		if after != nil {
+			if err := after(i); err != nil {
+				return Result{}, err
+			}
+		}
 	}
 	return summarize(name, d, time.Since(start)), nil
 }
