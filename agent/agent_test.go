@@ -26,8 +26,8 @@ func TestMain(m *testing.M) {
 	if err != nil {
 		panic(err)
 	}
-	agentBin = filepath.Join(dir, "sandbox-agent")
-	build := exec.Command("go", "build", "-o", agentBin, "./cmd/sandbox-agent")
+	agentBin = filepath.Join(dir, "sandboxd")
+	build := exec.Command("go", "build", "-o", agentBin, "../cmd/sandboxd")
 	build.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := build.CombinedOutput(); err != nil {
 		fmt.Fprintf(os.Stderr, "building the agent: %v\n%s", err, out)
@@ -47,7 +47,7 @@ type running struct {
 }
 
 // start runs the agent binary on the host with a temporary root.
-func start(t *testing.T) *running {
+func start(t testing.TB) *running {
 	t.Helper()
 	root := t.TempDir()
 	if err := os.Mkdir(filepath.Join(root, "workspace"), 0o755); err != nil {

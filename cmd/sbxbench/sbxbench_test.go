@@ -4,14 +4,18 @@ import (
 	"context"
 	"log/slog"
 	"net/http/httptest"
+	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/sandboxd/sandbox"
 	"github.com/sandboxd/sandbox/core"
 	"github.com/sandboxd/sandbox/httpapi"
 	"github.com/sandboxd/sandbox/provider/host"
+	"github.com/sandboxd/sandbox/provider/oci"
 	"github.com/sandboxd/sandbox/store/sqlite"
 )
 
@@ -19,16 +23,42 @@ import (
 func inProcess(t testing.TB) *client {
 	t.Helper()
 	dir := t.TempDir()
+	prov, err := host.New(host.Config{Dir: filepath.Join(dir, "host"), Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return serveInProcess(t, dir, prov)
+}
+
+// inProcessOCI is inProcess on the oci provider, with the agent built from ./cmd/sandboxd.
+func inProcessOCI(t testing.TB) *client {
+	t.Helper()
+	if ok, why := oci.Available(); !ok {
+		t.Skip(why)
+	}
+	dir := t.TempDir()
+	agentBin := filepath.Join(dir, "sandboxd")
+	build := exec.Command("go", "build", "-o", agentBin, "../sandboxd")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build the agent: %v\n%s", err, out)
+	}
+	prov, err := oci.New(oci.Config{StateDir: filepath.Join(dir, "oci"), AgentPath: agentBin,
+		AgentArgs: []string{"agent"}, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return serveInProcess(t, dir, prov)
+}
+
+func serveInProcess(t testing.TB, dir string, prov sandbox.Provider) *client {
+	t.Helper()
 	ctx := context.Background()
 	st, err := sqlite.Open(ctx, sqlite.Config{Path: filepath.Join(dir, "sandboxd.db")})
 	if err != nil {
 		t.Fatal(err)
 	}
 	log := slog.New(slog.DiscardHandler)
-	prov, err := host.New(host.Config{Dir: filepath.Join(dir, "host"), Logger: log})
-	if err != nil {
-		t.Fatal(err)
-	}
 	rt, err := core.New(core.Config{Store: st, Provider: prov, Logger: log, ReconcileInterval: -1})
 	if err != nil {
 		t.Fatal(err)
@@ -135,8 +165,12 @@ func BenchmarkAPIGet64(b *testing.B) {
 }
 
 // BenchmarkAPIExecTrue is the exec round trip of true over HTTP, in process, on the host provider.
-func BenchmarkAPIExecTrue(b *testing.B) {
-	c := inProcess(b)
+func BenchmarkAPIExecTrue(b *testing.B) { benchExecTrue(b, inProcess(b)) }
+
+// BenchmarkAPIExecTrueOCI is BenchmarkAPIExecTrue on the oci provider (root and runc).
+func BenchmarkAPIExecTrueOCI(b *testing.B) { benchExecTrue(b, inProcessOCI(b)) }
+
+func benchExecTrue(b *testing.B, c *client) {
 	ctx := context.Background()
 	sb, err := c.create(ctx, "bench")
 	if err != nil {

@@ -26,8 +26,8 @@ func TestMain(m *testing.M) {
 	if err != nil {
 		panic(err)
 	}
-	agentBin = filepath.Join(dir, "sandbox-agent")
-	build := exec.Command("go", "build", "-o", agentBin, "../../agent/cmd/sandbox-agent")
+	agentBin = filepath.Join(dir, "sandboxd")
+	build := exec.Command("go", "build", "-o", agentBin, "../../cmd/sandboxd")
 	build.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := build.CombinedOutput(); err != nil {
 		fmt.Fprintf(os.Stderr, "building the agent: %v\n%s", err, out)
