@@ -18,7 +18,9 @@ import (
 var oneMiBCommand = []string{"sh", "-c", "yes 0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ | head -c 1048576"}
 
 // apiCases measures the cases that need one ready sandbox, and create-to-ready, on the daemon.
-func apiCases(ctx context.Context, c *client, b Bounds, prefix string) ([]Result, error) {
+// apiCases measures every API case. With fl, the create and exec floors are sampled beside the cases
+// they are compared with, one floor sample after each case sample.
+func apiCases(ctx context.Context, c *client, b Bounds, prefix string, fl *floors) ([]Result, error) {
 	var out []Result
 	add := func(r Result, err error) error {
 		if err != nil {
@@ -31,6 +33,7 @@ func apiCases(ctx context.Context, c *client, b Bounds, prefix string) ([]Result
 	// create-to-ready: each sandbox made is terminated, untimed, and gone before the next create, as
 	// the runc floor releases each container before the next run.
 	var made sandboxDoc
+	start := time.Now()
 	r, err := sequentialThen(ctx, "create-to-ready", b, func(i int) (err error) {
 		made, err = c.create(ctx, fmt.Sprintf("%s-ctr-%d", prefix, i))
 		return err
@@ -38,8 +41,17 @@ func apiCases(ctx context.Context, c *client, b Bounds, prefix string) ([]Result
 		if err := c.terminate(ctx, made); err != nil {
 			return err
 		}
-		return c.waitState(ctx, made.ID, "terminated")
+		if err := c.waitState(ctx, made.ID, "terminated"); err != nil {
+			return err
+		}
+		if fl == nil {
+			return nil
+		}
+		return fl.sampleCreate(ctx)
 	})
+	if fl != nil {
+		fl.createWall = time.Since(start)
+	}
 	r.Name = "create-to-ready"
 	r.Note = "POST /v1/sandboxes until state ready, cold"
 	if err := add(r, err); err != nil {
@@ -52,11 +64,31 @@ func apiCases(ctx context.Context, c *client, b Bounds, prefix string) ([]Result
 	}
 	defer c.terminate(context.WithoutCancel(ctx), sb)
 
+	start = time.Now()
+	r, err = sequentialThen(ctx, "exec true", b, func(int) error {
+		_, err := c.exec(ctx, sb, "true")
+		return err
+	}, func(int) error {
+		if fl == nil {
+			return nil
+		}
+		if err := fl.sampleForkExec(ctx); err != nil {
+			return err
+		}
+		return fl.sampleExec(ctx)
+	})
+	if fl != nil {
+		fl.execWall = time.Since(start)
+	}
+	r.Name, r.Note = "exec true", "POST commands, argv [true]"
+	if err := add(r, err); err != nil {
+		return out, err
+	}
+
 	steps := []struct {
 		name, note string
 		op         func(i int) error
 	}{
-		{"exec true", "POST commands, argv [true]", func(int) error { _, err := c.exec(ctx, sb, "true"); return err }},
 		{"exec 1 MiB output", "POST commands, 1 MiB of stdout", func(int) error {
 			res, err := c.exec(ctx, sb, oneMiBCommand...)
 			if err == nil && len(res.Stdout) != 1<<20 {

@@ -14,79 +14,149 @@ import (
 	"github.com/sandboxd/sandbox/provider/oci"
 )
 
-// forkExecFloor times os/exec of /bin/true: the least any exec round trip can cost on this machine.
-func forkExecFloor(ctx context.Context, b Bounds) (Result, error) {
-	r, err := sequential(ctx, "", b, func(int) error { return exec.CommandContext(ctx, "/bin/true").Run() })
-	r.Name, r.Note = "floor: fork/exec /bin/true", "os/exec from Go, wait included"
-	return r, err
+// floors measure, in this process, the cheapest things the machine can do in place of a case: os/exec
+// of /bin/true, and on bundles laid out exactly as the oci provider lays them out, `runc run -d` until
+// it returns, the same until the agent's first answer, `runc exec true`, and the provider's own exec of
+// true without HTTP, core or store. The create and exec floors take one sample beside each sample of
+// the case they are compared with (interleaved), so that both see the same machine.
+type floors struct {
+	prov    *oci.Provider // nil: no runc floors
+	why     string        // why prov is nil
+	devnull *os.File
+	live    sandbox.Ref // the container runc exec and the provider's exec go into
+	root    string      // runc's state root
+
+	forkExec, runD, toReady, provExec []time.Duration
+	createWall, execWall              time.Duration
 }
 
-// runcFloors times the runtime binary itself on bundles laid out exactly as the oci provider lays them
-// out: `runc run -d` until it returns, the same until the agent's first answer, and `runc exec true`.
-// It also times the provider's exec of true in this process, without HTTP or the store.
-func runcFloors(ctx context.Context, stateDir, agentPath string, agentArgs []string, b Bounds) ([]Result, error) {
-	if ok, why := oci.Available(); !ok {
-		return nil, fmt.Errorf("runc floors: %s", why)
-	}
-	p, err := oci.New(oci.Config{StateDir: stateDir, AgentPath: agentPath, AgentArgs: agentArgs,
-		Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		return nil, err
-	}
-	var refs []sandbox.Ref
-	defer func() {
-		for _, ref := range refs {
-			if err := p.Release(context.WithoutCancel(ctx), ref); err != nil {
-				slog.Error("releasing a floor container", "ref", ref, "err", err)
-			}
-		}
-	}()
+// newFloors prepares the floors. withRunc asks for the runc ones; when they cannot run here, f.why says
+// why and only the fork/exec floor is measured.
+func newFloors(ctx context.Context, withRunc bool, stateDir, agentPath string, agentArgs []string) (*floors, error) {
 	devnull, err := os.OpenFile(os.DevNull, os.O_RDWR, 0)
 	if err != nil {
 		return nil, err
 	}
-	defer devnull.Close()
+	f := &floors{devnull: devnull}
+	if !withRunc {
+		return f, nil
+	}
+	if ok, why := oci.Available(); !ok {
+		f.why = why
+		return f, nil
+	}
+	p, err := oci.New(oci.Config{StateDir: stateDir, AgentPath: agentPath, AgentArgs: agentArgs,
+		Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		f.why = err.Error()
+		return f, nil
+	}
+	f.prov = p
+	// The first container stays for the exec floors.
+	if _, _, err := f.runcRun(ctx, false); err != nil {
+		f.close(ctx)
+		return nil, err
+	}
+	return f, nil
+}
 
-	var out []Result
-	var runD, toReady []time.Duration
-	start := time.Now()
-	for i := 0; i < b.Count && (i == 0 || time.Since(start) < b.Duration); i++ {
-		ref := sandbox.Ref{ID: sandbox.NewID(), Generation: 1}
-		bun, err := p.PrepareBundle(ctx, ref, sandbox.Spec{ClientRequestID: "floor"})
-		if err != nil {
-			return nil, err
-		}
-		refs = append(refs, ref)
-		cmd := exec.CommandContext(ctx, bun.Runtime, "--root", bun.Root, "run", "-d", "--bundle", bun.Dir, bun.Name)
-		cmd.Stdout, cmd.Stderr = devnull, devnull
-		t0 := time.Now()
-		if err := cmd.Run(); err != nil {
-			return nil, fmt.Errorf("runc run -d: %w", err)
-		}
-		runD = append(runD, time.Since(t0))
-		if err := waitAgent(ctx, bun.Socket); err != nil {
-			return nil, err
-		}
-		toReady = append(toReady, time.Since(t0))
-		if i > 0 && len(refs) > 1 { // keep the first one for exec; release the rest untimed
-			if err := p.Release(ctx, refs[len(refs)-1]); err != nil {
-				return nil, err
-			}
-			refs = refs[:len(refs)-1]
+func (f *floors) close(ctx context.Context) {
+	if f.prov != nil && f.live.ID != "" {
+		if err := f.prov.Release(context.WithoutCancel(ctx), f.live); err != nil {
+			slog.Error("releasing a floor container", "ref", f.live, "err", err)
 		}
 	}
-	wall := time.Since(start)
-	r := summarize("floor: runc run -d", runD, wall)
-	r.Note = "same bundle as the provider's, until runc returns"
+	f.devnull.Close()
+}
+
+// sampleForkExec times one os/exec of /bin/true.
+func (f *floors) sampleForkExec(ctx context.Context) error {
+	t := time.Now()
+	if err := exec.CommandContext(ctx, "/bin/true").Run(); err != nil {
+		return fmt.Errorf("fork/exec floor: %w", err)
+	}
+	f.forkExec = append(f.forkExec, time.Since(t))
+	return nil
+}
+
+// sampleCreate times one `runc run -d` and the agent's first answer, then releases it untimed.
+func (f *floors) sampleCreate(ctx context.Context) error {
+	if f.prov == nil {
+		return nil
+	}
+	runD, toReady, err := f.runcRun(ctx, true)
+	if err != nil {
+		return err
+	}
+	f.runD, f.toReady = append(f.runD, runD), append(f.toReady, toReady)
+	return nil
+}
+
+// sampleExec times one exec of true by the provider, in process.
+func (f *floors) sampleExec(ctx context.Context) error {
+	if f.prov == nil {
+		return nil
+	}
+	t := time.Now()
+	res, err := f.prov.Exec(ctx, f.live, sandbox.Command{Argv: []string{"true"}, Timeout: 10 * time.Second})
+	if err == nil && (res.ExitCode == nil || *res.ExitCode != 0) {
+		err = fmt.Errorf("exit %v", res.ExitCode)
+	}
+	if err != nil {
+		return fmt.Errorf("provider exec: %w", err)
+	}
+	f.provExec = append(f.provExec, time.Since(t))
+	return nil
+}
+
+// runcRun lays out a bundle with the provider's own code (oci.Provider.PrepareBundle), runs it with
+// `runc run -d`, and waits for the agent's answer. release: release it afterwards, untimed; otherwise it
+// becomes the live container.
+func (f *floors) runcRun(ctx context.Context, release bool) (runD, toReady time.Duration, err error) {
+	ref := sandbox.Ref{ID: sandbox.NewID(), Generation: 1}
+	bun, err := f.prov.PrepareBundle(ctx, ref, sandbox.Spec{ClientRequestID: "floor"})
+	if err != nil {
+		return 0, 0, err
+	}
+	defer func() {
+		if release || err != nil {
+			if rerr := f.prov.Release(context.WithoutCancel(ctx), ref); rerr != nil && err == nil {
+				err = rerr
+			}
+		} else {
+			f.live, f.root = ref, bun.Root
+		}
+	}()
+	cmd := exec.CommandContext(ctx, bun.Runtime, "--root", bun.Root, "run", "-d", "--bundle", bun.Dir, bun.Name)
+	cmd.Stdout, cmd.Stderr = f.devnull, f.devnull
+	t0 := time.Now()
+	if err := cmd.Run(); err != nil {
+		return 0, 0, fmt.Errorf("runc run -d: %w", err)
+	}
+	runD = time.Since(t0)
+	if err := waitAgent(ctx, bun.Socket); err != nil {
+		return 0, 0, err
+	}
+	return runD, time.Since(t0), nil
+}
+
+// results are the floors measured: those sampled beside the cases, then `runc exec true`, timed here.
+func (f *floors) results(ctx context.Context, b Bounds) ([]Result, error) {
+	out := []Result{summarize("floor: fork/exec /bin/true", f.forkExec, f.execWall)}
+	out[0].Note = "os/exec from Go, wait included; sampled beside exec true"
+	if f.prov == nil {
+		return out, nil
+	}
+	r := summarize("floor: runc run -d", f.runD, f.createWall)
+	r.Note = "same bundle as the provider's, until runc returns; sampled beside create-to-ready"
 	out = append(out, r)
-	r = summarize("floor: runc run -d + agent answer", toReady, wall)
+	r = summarize("floor: runc run -d + agent answer", f.toReady, f.createWall)
 	r.Note = "until the agent's first health answer, dialled from the host in a tight loop"
 	out = append(out, r)
 
-	live := refs[0]
-	r, err = sequential(ctx, "", b, func(int) error {
-		cmd := exec.CommandContext(ctx, "runc", "--root", stateDir+"/runc", "exec", live.Name(), "true")
-		cmd.Stdout, cmd.Stderr = devnull, devnull
+	r, err := sequential(ctx, "", b, func(int) error {
+		cmd := exec.CommandContext(ctx, "runc", "--root", f.root, "exec", f.live.Name(), "true")
+		cmd.Stdout, cmd.Stderr = f.devnull, f.devnull
 		return cmd.Run()
 	})
 	if err != nil {
@@ -95,21 +165,9 @@ func runcFloors(ctx context.Context, stateDir, agentPath string, agentArgs []str
 	r.Name, r.Note = "floor: runc exec true", "into a running container of the same bundle"
 	out = append(out, r)
 
-	// The provider's own exec path, in-process: the agent round trip without HTTP, core or the store.
-	cmdTrue := sandbox.Command{Argv: []string{"true"}, Timeout: 10 * time.Second}
-	r, err = sequential(ctx, "", b, func(int) error {
-		res, err := p.Exec(ctx, live, cmdTrue)
-		if err == nil && (res.ExitCode == nil || *res.ExitCode != 0) {
-			err = fmt.Errorf("exit %v", res.ExitCode)
-		}
-		return err
-	})
-	if err != nil {
-		return out, fmt.Errorf("provider exec: %w", err)
-	}
-	r.Name, r.Note = "oci provider exec true (in-process)", "agent round trip, no HTTP, core or store"
-	out = append(out, r)
-	return out, nil
+	r = summarize("oci provider exec true (in-process)", f.provExec, f.execWall)
+	r.Note = "agent round trip, no HTTP, core or store; sampled beside exec true"
+	return append(out, r), nil
 }
 
 // waitAgent dials the agent's socket in a tight loop until it answers a health check.

@@ -189,28 +189,34 @@ func run(ctx context.Context, o options) (*Report, error) {
 	}
 	c := newClient(base)
 
-	cases, err := apiCases(ctx, c, o.bounds, prefix)
-	rep.Cases = cases
-	if err != nil {
-		return rep, err
-	}
-
+	var fl *floors
 	if o.floors {
-		r, err := forkExecFloor(ctx, o.bounds)
-		if err != nil {
-			return rep, err
-		}
-		rep.Floors = append(rep.Floors, r)
 		agentPath, agentArgs := o.sandboxd, []string{"agent"}
 		if agentPath == "" {
 			if agentPath, err = os.Executable(); err != nil {
 				return rep, err
 			}
 		}
-		rs, err := runcFloors(ctx, filepath.Join(tmp, "floors"), agentPath, agentArgs, o.bounds)
-		rep.Floors = append(rep.Floors, rs...)
+		fl, err = newFloors(ctx, d.provider == "oci", filepath.Join(tmp, "floors"), agentPath, agentArgs)
 		if err != nil {
-			rep.Notes = append(rep.Notes, "runc floors not measured: "+err.Error())
+			return rep, err
+		}
+		defer fl.close(ctx)
+		if fl.why != "" {
+			rep.Notes = append(rep.Notes, "runc floors not measured: "+fl.why)
+		}
+	}
+
+	cases, err := apiCases(ctx, c, o.bounds, prefix, fl)
+	rep.Cases = cases
+	if err != nil {
+		return rep, err
+	}
+	if fl != nil {
+		rs, err := fl.results(ctx, o.bounds)
+		rep.Floors = rs
+		if err != nil {
+			return rep, err
 		}
 		rep.Ratios = ratios(rep)
 	}

@@ -80,9 +80,19 @@ func TestAPICasesAndGrowth(t *testing.T) {
 	c := inProcess(t)
 	ctx := context.Background()
 	b := Bounds{Count: 3, Duration: time.Minute}
-	cases, err := apiCases(ctx, c, b, "test")
+	fl, err := newFloors(ctx, false, "", "", nil)
 	if err != nil {
 		t.Fatal(err)
+	}
+	defer fl.close(ctx)
+	cases, err := apiCases(ctx, c, b, "test", fl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The fork/exec floor is sampled once beside each exec of true.
+	floorRes, err := fl.results(ctx, b)
+	if err != nil || len(floorRes) != 1 || floorRes[0].N != cases[1].N || floorRes[0].P50 <= 0 {
+		t.Fatalf("floors %+v %v (exec true took %d samples)", floorRes, err, cases[1].N)
 	}
 	want := []string{"create-to-ready", "exec true", "exec 1 MiB output", "file write 4 KiB", "file read 4 KiB",
 		"file write 1 MiB", "file read 1 MiB", "get, 64 clients", "event delivery, 1 subscriber(s)", "event delivery, 100 subscriber(s)"}
@@ -105,7 +115,7 @@ func TestAPICasesAndGrowth(t *testing.T) {
 		t.Fatalf("growth steps %+v", steps)
 	}
 	var sb strings.Builder
-	printText(&sb, &Report{Provider: "host", Cases: cases, Growth: steps})
+	printText(&sb, &Report{Provider: "host", Cases: cases, Floors: floorRes, Growth: steps})
 	if !strings.Contains(sb.String(), "event delivery, 100 subscriber(s)") {
 		t.Fatalf("report lacks a case:\n%s", sb.String())
 	}
