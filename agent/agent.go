@@ -41,6 +41,8 @@ type Agent struct {
 	runner  *proc.Runner // its Waiter is the agent's reaper
 	log     *slog.Logger
 
+	warm chan struct{} // closed once warmThreads is done; commands wait for it
+
 	mu   sync.Mutex
 	runs map[string]chan struct{} // run id -> closed to cancel
 }
@@ -54,13 +56,14 @@ func Main(ctx context.Context, args []string) error {
 	}
 	fs := flag.NewFlagSet("agent", flag.ContinueOnError)
 	socket := fs.String("socket", "", "unix socket to listen on")
+	listenFD := fs.Int("listen-fd", -1, "inherited descriptor of a listening unix socket, instead of -socket")
 	root := fs.String("root", "/", "directory file operations are confined to")
 	workdir := fs.String("workdir", "/workspace", "working directory inside the root")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	if *socket == "" || fs.NArg() != 0 {
-		return errors.New("agent: usage: agent -socket PATH [-root DIR] [-workdir DIR]")
+	if (*socket == "") == (*listenFD < 0) || fs.NArg() != 0 {
+		return errors.New("agent: usage: agent {-socket PATH | -listen-fd N} [-root DIR] [-workdir DIR]")
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil)).With("component", "agent")
 
@@ -72,8 +75,6 @@ func Main(ctx context.Context, args []string) error {
 			return fmt.Errorf("agent: become a subreaper: %w", err)
 		}
 	}
-	warmThreads(8)
-
 	r, err := fsroot.Open(*root, *workdir)
 	if err != nil {
 		return fmt.Errorf("agent: %w", err)
@@ -87,21 +88,22 @@ func Main(ctx context.Context, args []string) error {
 		runner:  newRunner(reaper),
 		log:     log,
 		runs:    make(map[string]chan struct{}),
+		warm:    make(chan struct{}),
 	}
+	// Health answers at once; the first command waits for the threads.
+	go func() {
+		warmThreads(8)
+		close(a.warm)
+	}()
 
-	_ = os.Remove(*socket) // a stale socket of an earlier run
-	ln, err := net.Listen("unix", *socket)
+	ln, err := listen(*socket, *listenFD)
 	if err != nil {
 		return fmt.Errorf("agent: listen: %w", err)
-	}
-	if err := os.Chmod(*socket, 0o600); err != nil {
-		ln.Close()
-		return fmt.Errorf("agent: %w", err)
 	}
 	srv := &http.Server{Handler: a.Handler(), ReadHeaderTimeout: 30 * time.Second}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
-	log.Info("agent listening", "socket", *socket, "pid", os.Getpid())
+	log.Info("agent listening", "socket", ln.Addr().String(), "pid", os.Getpid())
 	select {
 	case <-ctx.Done():
 		srv.Close() // cancels every running command through its request context
@@ -109,6 +111,38 @@ func Main(ctx context.Context, args []string) error {
 	case err := <-served:
 		return fmt.Errorf("agent: serve: %w", err)
 	}
+}
+
+// listen listens on socket, or takes over the listening socket inherited as descriptor fd (the oci
+// provider binds it on the host before the container starts, so its first request waits in the
+// socket's backlog for the agent instead of polling for the socket to appear).
+func listen(socket string, fd int) (net.Listener, error) {
+	if fd >= 0 {
+		f := os.NewFile(uintptr(fd), "listener")
+		if f == nil {
+			return nil, fmt.Errorf("descriptor %d is not open", fd)
+		}
+		defer f.Close() // FileListener holds a duplicate
+		ln, err := net.FileListener(f)
+		if err != nil {
+			return nil, fmt.Errorf("descriptor %d: %w", fd, err)
+		}
+		if _, ok := ln.(*net.UnixListener); !ok {
+			ln.Close()
+			return nil, fmt.Errorf("descriptor %d is not a unix socket", fd)
+		}
+		return ln, nil
+	}
+	_ = os.Remove(socket) // a stale socket of an earlier run
+	ln, err := net.Listen("unix", socket)
+	if err != nil {
+		return nil, err
+	}
+	if err := os.Chmod(socket, 0o600); err != nil {
+		ln.Close()
+		return nil, err
+	}
+	return ln, nil
 }
 
 // warmThreads makes the Go runtime create n OS threads now and keep them idle. Threads count against
@@ -186,6 +220,13 @@ func (a *Agent) exec(w http.ResponseWriter, r *http.Request) {
 			delete(a.runs, req.ID)
 			a.mu.Unlock()
 		}()
+	}
+	if a.warm != nil {
+		select {
+		case <-a.warm:
+		case <-r.Context().Done():
+			return
+		}
 	}
 	// Checked last, right before the fork: the queue before this point is where a pause leaves requests.
 	if !checkDeadline(w, r) {

@@ -127,13 +127,17 @@ func (f *floors) runcRun(ctx context.Context, release bool) (runD, toReady time.
 			f.live, f.root = ref, bun.Root
 		}
 	}()
-	cmd := exec.CommandContext(ctx, bun.Runtime, "--root", bun.Root, "run", "-d", "--bundle", bun.Dir, bun.Name)
+	cmd := exec.CommandContext(ctx, bun.Runtime, "--root", bun.Root, "run", "-d", "--preserve-fds", "1",
+		"--bundle", bun.Dir, bun.Name)
 	cmd.Stdout, cmd.Stderr = f.devnull, f.devnull
+	cmd.ExtraFiles = []*os.File{bun.Listener}
 	t0 := time.Now()
-	if err := cmd.Run(); err != nil {
+	err = cmd.Run()
+	runD = time.Since(t0)
+	bun.Listener.Close()
+	if err != nil {
 		return 0, 0, fmt.Errorf("runc run -d: %w", err)
 	}
-	runD = time.Since(t0)
 	if err := waitAgent(ctx, bun.Socket); err != nil {
 		return 0, 0, err
 	}

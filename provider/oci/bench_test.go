@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -166,12 +167,25 @@ func BenchmarkRawRuncRun(b *testing.B) {
 		}
 		names = append(names, name)
 		devnull, _ := os.OpenFile(os.DevNull, os.O_RDWR, 0)
-		cmd := exec.Command("runc", "--root", root, "run", "-d", "--bundle", bundle, name)
+		// The agent takes its listening socket as descriptor 3, as the provider hands it over.
+		ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: filepath.Join(bundle, "run", "agent.sock"), Net: "unix"})
+		if err != nil {
+			b.Fatal(err)
+		}
+		lnFile, err := ln.File()
+		if err != nil {
+			b.Fatal(err)
+		}
+		ln.SetUnlinkOnClose(false)
+		ln.Close()
+		cmd := exec.Command("runc", "--root", root, "run", "-d", "--preserve-fds", "1", "--bundle", bundle, name)
 		cmd.Stdout, cmd.Stderr = devnull, devnull
+		cmd.ExtraFiles = []*os.File{lnFile}
 		b.StartTimer()
-		err := cmd.Run()
+		err = cmd.Run()
 		b.StopTimer()
 		devnull.Close()
+		lnFile.Close()
 		if err != nil {
 			b.Fatalf("runc run: %v", err)
 		}

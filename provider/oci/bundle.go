@@ -21,7 +21,6 @@ const (
 	guestWorkdir  = "/workspace"
 	guestAgent    = "/.sandboxd/agent"
 	guestRunDir   = "/.sandboxd/run"
-	guestSocket   = guestRunDir + "/agent.sock"
 	guestHostname = "sandbox"
 )
 
@@ -227,7 +226,7 @@ func (p *Provider) containerSpec(l layout, m meta) *specs.Spec {
 		specs.Mount{Destination: guestRunDir, Type: "bind", Source: l.runDir(), Options: []string{"bind", "rw", "nosuid", "nodev", "noexec"}},
 	)
 	args := append([]string{guestAgent}, p.cfg.AgentArgs...)
-	args = append(args, "-socket", guestSocket, "-root", "/", "-workdir", guestWorkdir)
+	args = append(args, "-listen-fd", "3", "-root", "/", "-workdir", guestWorkdir) // see listenAgent
 	return &specs.Spec{
 		Version:  specs.Version,
 		Hostname: guestHostname,

@@ -79,7 +79,12 @@ func (p *Provider) create(ctx context.Context, b *box, res sandbox.Resources) er
 	if err := p.prepare(ctx, b, res); err != nil {
 		return err
 	}
-	return p.runc.run(ctx, b.l, b.ref.Name())
+	ln, err := listenAgent(b.l)
+	if err != nil {
+		return fmt.Errorf("agent socket: %w", err)
+	}
+	defer ln.Close() // the container holds its own copy
+	return p.runc.run(ctx, b.l, b.ref.Name(), ln)
 }
 
 // prepare lays out the sandbox directory and its bundle without starting anything. The metadata is
@@ -115,8 +120,9 @@ func (p *Provider) prepare(ctx context.Context, b *box, res sandbox.Resources) e
 func (p *Provider) waitReady(ctx context.Context, b *box) (sandbox.Observation, error) {
 	ctx, cancel := context.WithTimeout(ctx, p.cfg.ReadyTimeout)
 	defer cancel()
-	// The agent answers a few milliseconds after runc returns: retry in a tight loop (a refused or
-	// missing socket fails in microseconds), and back off only once it is clearly slow.
+	// The agent's socket is bound before the container starts, so the first health check waits in its
+	// backlog until the agent serves. Should it fail anyway (an agent that died), retry in a tight
+	// loop, and back off only once it is clearly slow.
 	start := time.Now()
 	for {
 		delay := 200 * time.Microsecond

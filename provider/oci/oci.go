@@ -2,7 +2,8 @@
 // with its own mount, PID, network (loopback only), UTS and IPC namespaces, a read-only root built from
 // the host's /usr and a generated /etc, a writable overlay on /workspace, and cgroup limits. Inside it,
 // the sandbox agent runs as PID 1 and serves commands and files on a unix socket in the sandbox's host
-// directory; exec never goes through `runc exec`.
+// directory, which the provider binds before the container starts and hands to the agent as its
+// descriptor 3; exec never goes through `runc exec`.
 //
 // Main invariant: everything a generation owns (container, cgroups, mounts, loop device, directory) is
 // named from its (id, generation) and found again from the state directory alone, so an allocation is
@@ -242,20 +243,54 @@ func (p *Provider) forget(b *box) {
 	b.client.Close()
 }
 
+// listenAgent binds and listens on the agent's socket, on the host, and returns the listening socket
+// for the container to inherit. Only the owner may connect.
+func listenAgent(l layout) (*os.File, error) {
+	fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
+	}
+	f := os.NewFile(uintptr(fd), "agent-listener")
+	err = inRunDir(l, func(sock string) error {
+		if err := unix.Bind(fd, &unix.SockaddrUnix{Name: sock}); err != nil {
+			return err
+		}
+		return os.Chmod(sock, 0o600)
+	})
+	if err == nil {
+		err = unix.Listen(fd, 4096)
+	}
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	return f, nil
+}
+
+// inRunDir calls fn with a path of the agent's socket short enough for sockaddr_un: the socket's own
+// path, or one through /proc/self/fd of its directory.
+func inRunDir(l layout, fn func(sock string) error) error {
+	sock := l.socket()
+	if len(sock) < len(unix.RawSockaddrUnix{}.Path) {
+		return fn(sock)
+	}
+	fd, err := unix.Open(l.runDir(), unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	return fn("/proc/self/fd/" + strconv.Itoa(fd) + "/" + filepath.Base(sock))
+}
+
 // dialAgent connects to the agent's socket. A socket path too long for sockaddr_un is dialled through
 // /proc/self/fd of its directory.
 func dialAgent(l layout) func(ctx context.Context) (net.Conn, error) {
 	var d net.Dialer
-	return func(ctx context.Context) (net.Conn, error) {
-		sock := l.socket()
-		if len(sock) < len(unix.RawSockaddrUnix{}.Path) {
-			return d.DialContext(ctx, "unix", sock)
-		}
-		fd, err := unix.Open(l.runDir(), unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-		if err != nil {
-			return nil, err
-		}
-		defer unix.Close(fd)
-		return d.DialContext(ctx, "unix", "/proc/self/fd/"+strconv.Itoa(fd)+"/"+filepath.Base(sock))
+	return func(ctx context.Context) (conn net.Conn, err error) {
+		err = inRunDir(l, func(sock string) (err error) {
+			conn, err = d.DialContext(ctx, "unix", sock)
+			return err
+		})
+		return conn, err
 	}
 }

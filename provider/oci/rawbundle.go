@@ -15,12 +15,16 @@ type RawBundle struct {
 	Root    string // its state root, for --root
 	Dir     string // the bundle directory, for --bundle
 	Name    string // the container name
-	Socket  string // the host path of the agent's socket once the container runs
+	Socket  string // the host path of the agent's socket
+
+	// Listener is the agent's listening socket, bound at Socket: pass it to the runtime as descriptor 3
+	// (exec.Cmd.ExtraFiles[0] with --preserve-fds 1) and close it once the runtime has returned.
+	Listener *os.File
 }
 
 // PrepareBundle lays out the bundle of ref as Allocate would, and returns it without starting it. The
-// caller may run it with `Runtime --root Root run -d --bundle Dir Name`; Release(ref) removes it, started
-// or not. Errors: ErrInvalidRequest for unusable resources, ErrProviderUnavailable otherwise (an
+// caller may run it with `Runtime --root Root run -d --preserve-fds 1 --bundle Dir Name`, Listener as
+// descriptor 3; Release(ref) removes it, started or not. Errors: ErrInvalidRequest for unusable resources, ErrProviderUnavailable otherwise (an
 // existing generation of the same name included).
 func (p *Provider) PrepareBundle(ctx context.Context, ref sandbox.Ref, spec sandbox.Spec) (RawBundle, error) {
 	var res sandbox.Resources
@@ -36,7 +40,12 @@ func (p *Provider) PrepareBundle(ctx context.Context, ref sandbox.Ref, spec sand
 	if _, err := os.Stat(b.l.dir); err == nil {
 		return RawBundle{}, fmt.Errorf("prepare %s: it exists: %w", ref, sandbox.ErrProviderUnavailable)
 	}
-	if err := p.prepare(ctx, b, res); err != nil {
+	err := p.prepare(ctx, b, res)
+	var ln *os.File
+	if err == nil {
+		ln, err = listenAgent(b.l)
+	}
+	if err != nil {
 		if cerr := p.releaseLocked(context.WithoutCancel(ctx), b); cerr != nil {
 			p.log.Error("cleaning up a failed bundle", "sandbox", ref, "err", cerr)
 		}
@@ -45,5 +54,6 @@ func (p *Provider) PrepareBundle(ctx context.Context, ref sandbox.Ref, spec sand
 	// The container will be started behind the provider's back: the next data call looks at it first.
 	b.known.Store(false)
 	b.gone.Store(false)
-	return RawBundle{Runtime: p.runc.path, Root: p.runc.root, Dir: b.l.dir, Name: ref.Name(), Socket: b.l.socket()}, nil
+	return RawBundle{Runtime: p.runc.path, Root: p.runc.root, Dir: b.l.dir, Name: ref.Name(), Socket: b.l.socket(),
+		Listener: ln}, nil
 }

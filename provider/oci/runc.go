@@ -37,15 +37,17 @@ func (r runc) cmd(ctx context.Context, logFile string, args ...string) *exec.Cmd
 }
 
 // run starts the container detached. runc hands its stdio to the container, so it gets a file, never a
-// pipe (a pipe would stay open as long as the container lives).
-func (r runc) run(ctx context.Context, l layout, name string) error {
+// pipe (a pipe would stay open as long as the container lives). listener, the agent's listening socket,
+// becomes descriptor 3 of the container's process.
+func (r runc) run(ctx context.Context, l layout, name string, listener *os.File) error {
 	out, err := os.OpenFile(l.agentLog(), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
 		return err
 	}
 	defer out.Close()
-	c := r.cmd(ctx, l.runcLog(), "run", "--detach", "--bundle", l.dir, name)
+	c := r.cmd(ctx, l.runcLog(), "run", "--detach", "--preserve-fds", "1", "--bundle", l.dir, name)
 	c.Stdout, c.Stderr = out, out
+	c.ExtraFiles = []*os.File{listener}
 	if err := c.Run(); err != nil {
 		return fmt.Errorf("runc run %s: %v: %s", name, err, lastLogError(l.runcLog()))
 	}
