@@ -111,7 +111,7 @@ func (r *Runner) Run(ctx context.Context, dir string, cmd sandbox.Command) (sand
 		outW.Close()
 		return res, fmt.Errorf("run %q: %w", cmd.Argv[0], err)
 	}
-	null, err := os.Open(os.DevNull)
+	null, err := devNull()
 	if err != nil {
 		outR.Close()
 		outW.Close()
@@ -122,7 +122,7 @@ func (r *Runner) Run(ctx context.Context, dir string, cmd sandbox.Command) (sand
 	attr := &syscall.ProcAttr{
 		Dir:   dir,
 		Env:   env,
-		Files: []uintptr{null.Fd(), outW.Fd(), errW.Fd()},
+		Files: []uintptr{uintptr(null), outW.Fd(), errW.Fd()},
 		Sys:   &syscall.SysProcAttr{Setpgid: true},
 	}
 
@@ -131,7 +131,7 @@ func (r *Runner) Run(ctx context.Context, dir string, cmd sandbox.Command) (sand
 	r.mu.Lock()
 	if r.closed || r.stopped {
 		r.mu.Unlock()
-		for _, f := range []*os.File{outR, outW, errR, errW, null} {
+		for _, f := range []*os.File{outR, outW, errR, errW} {
 			f.Close()
 		}
 		state := "paused"
@@ -149,7 +149,7 @@ func (r *Runner) Run(ctx context.Context, dir string, cmd sandbox.Command) (sand
 		pid, err := syscall.ForkExec(path, cmd.Argv, attr)
 		if err == nil && r.OOMScoreAdj != 0 {
 			// The waiter cannot have reaped pid yet, so the pid is still the command's.
-			_ = os.WriteFile("/proc/"+strconv.Itoa(pid)+"/oom_score_adj", []byte(strconv.Itoa(r.OOMScoreAdj)), 0)
+			setOOMScoreAdj(pid, r.OOMScoreAdj)
 		}
 		return pid, err
 	})
@@ -163,7 +163,6 @@ func (r *Runner) Run(ctx context.Context, dir string, cmd sandbox.Command) (sand
 	r.mu.Unlock()
 	outW.Close()
 	errW.Close()
-	null.Close()
 	if startErr != nil {
 		outR.Close()
 		errR.Close()
@@ -339,11 +338,27 @@ func lookPath(name, dir string, env []string) (string, error) {
 			d = filepath.Join(dir, d)
 		}
 		p := filepath.Join(d, name)
-		if fi, err := os.Stat(p); err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0 {
+		var st unix.Stat_t
+		if unix.Stat(p, &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFREG && st.Mode&0o111 != 0 {
 			return p, nil
 		}
 	}
 	return "", fmt.Errorf("executable file not found in $PATH")
+}
+
+// devNull returns a descriptor of /dev/null, opened once for every command's stdin.
+var devNull = sync.OnceValues(func() (int, error) {
+	return unix.Open(os.DevNull, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+})
+
+// setOOMScoreAdj writes score to pid's oom_score_adj, best effort.
+func setOOMScoreAdj(pid, score int) {
+	fd, err := unix.Open("/proc/"+strconv.Itoa(pid)+"/oom_score_adj", unix.O_WRONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return
+	}
+	_, _ = unix.Write(fd, []byte(strconv.Itoa(score)))
+	unix.Close(fd)
 }
 
 func cannotStart(res sandbox.CommandResult, name string, err error, max int) sandbox.CommandResult {
@@ -372,15 +387,16 @@ type captured struct {
 // boundary and dropping the rest, so the writer never blocks on a full pipe.
 func capture(f *os.File, max int) captured {
 	keep := max + utf8.UTFMax // enough to see whether the cut at max splits a sequence
-	buf := make([]byte, 0, min(keep, 64<<10))
-	chunk := make([]byte, 32<<10)
+	chunk := chunks.Get().(*[]byte)
+	defer chunks.Put(chunk)
+	var buf []byte // most commands print little or nothing: grown as output comes
 	over := false
 	for {
-		n, err := f.Read(chunk)
+		n, err := f.Read(*chunk)
 		if room := keep - len(buf); n > room {
-			buf, over = append(buf, chunk[:room]...), true
+			buf, over = append(buf, (*chunk)[:room]...), true
 		} else {
-			buf = append(buf, chunk[:n]...)
+			buf = append(buf, (*chunk)[:n]...)
 		}
 		if err != nil {
 			break
@@ -391,6 +407,9 @@ func capture(f *os.File, max int) captured {
 	}
 	return captured{data: buf, truncated: over}
 }
+
+// chunks are capture's read buffers, reused across commands.
+var chunks = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
 
 // directWaiter waits for each child with wait4 on its pid.
 type directWaiter struct{}
