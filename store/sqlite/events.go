@@ -40,6 +40,7 @@ func (s *Store) appendEvents(ctx context.Context, tx *sql.Tx, events []sandbox.E
 		return nil, fmt.Errorf("insert event: %w", err)
 	}
 	cursors := make([]int64, len(events))
+	head := &s.pend.head
 	for i, e := range events {
 		ts := e.Timestamp.UTC()
 		if y := ts.Year(); y < 0 || y > 9999 {
@@ -57,6 +58,11 @@ func (s *Store) appendEvents(ctx context.Context, tx *sql.Tx, events []sandbox.E
 		if cursors[i], err = res.LastInsertId(); err != nil {
 			return nil, fmt.Errorf("insert event: %w", err)
 		}
+		if cursors[i] == head.last+1 {
+			head.last = cursors[i]
+		} else {
+			head.ok = false // not the cursor the head predicts: prune reads the head from the file
+		}
 	}
 	if err := s.prune(ctx, tx); err != nil {
 		return nil, err
@@ -68,11 +74,18 @@ func (s *Store) appendEvents(ctx context.Context, tx *sql.Tx, events []sandbox.E
 // prune deletes the oldest events beyond the retention bounds, always a prefix of the log, and records
 // the newest deleted cursor. The count bound is enforced in batches of s.slack events, so an append
 // usually deletes nothing; the age check reads only the oldest retained row unless some have expired.
+// The log's head comes from memory (s.pend.head), so the count check alone costs no query; it is read
+// from the file, inside tx, only when memory does not know it.
 func (s *Store) prune(ctx context.Context, tx *sql.Tx) error {
-	var pruned, last int64
-	if err := s.ws.queryRow(ctx, tx, qLogState, nil, &pruned, &last); err != nil {
-		return fmt.Errorf("prune: %w", err)
+	head := &s.pend.head
+	if !head.ok {
+		// Inside tx: what this transaction appended is included, as it will be once it commits.
+		if err := s.ws.queryRow(ctx, tx, qLogState, nil, &head.pruned, &head.last); err != nil {
+			return fmt.Errorf("prune: %w", err)
+		}
+		head.ok = true
 	}
+	pruned, last := head.pruned, head.last
 	// Cursors are dense: a rolled-back insert also rolls back the sequence, and rows are only ever
 	// deleted as a prefix, so last - pruned is the number of retained events.
 	through := pruned
@@ -103,6 +116,7 @@ func (s *Store) prune(ctx context.Context, tx *sql.Tx) error {
 		return fmt.Errorf("prune: %w", err)
 	}
 	s.pend.pruned = through
+	head.pruned = through
 	return nil
 }
 

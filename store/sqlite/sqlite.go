@@ -62,6 +62,7 @@ type Store struct {
 	cache     cache
 	tail      tail    // the newest committed events
 	pend      pending // what the write in progress adds to tail; guarded by wmu
+	head      logHead // the event log's head as committed; guarded by wmu
 	retention int64
 	slack     int64 // events above retention tolerated before a count prune
 	maxAge    time.Duration
@@ -188,14 +189,18 @@ func (s *Store) write(ctx context.Context, fn func(tx *sql.Tx) error, committed 
 	if err != nil {
 		return fmt.Errorf("begin write: %w", err)
 	}
-	s.pend = pending{}
+	s.pend = pending{head: s.head}
 	if err := fn(tx); err != nil {
-		tx.Rollback()
+		if tx.Rollback() != nil {
+			s.head.ok = false // whatever the file holds now, read it again
+		}
 		return err
 	}
 	if err := tx.Commit(); err != nil {
+		s.head.ok = false // committed or not: read the head again
 		return fmt.Errorf("commit: %w", err)
 	}
+	s.head = s.pend.head
 	s.tail.commit(s.pend)
 	s.pend = pending{}
 	if committed != nil {

@@ -347,3 +347,70 @@ func TestAppendRefusesTimestampOutOfRange(t *testing.T) {
 		t.Fatalf("a refused append moved the last cursor to %d, %v", l, err)
 	}
 }
+
+// TestPruneAfterRollbacks interleaves appends with appends that are refused halfway (their first event
+// inserted, then rolled back) and with a reopen, on a retention with no slack, so every append past it
+// prunes exactly: the log must keep the newest retention events and nothing older, its cursors dense.
+func TestPruneAfterRollbacks(t *testing.T) {
+	const retention = 10 // slack 0: each append past retention prunes to exactly retention
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "sandboxd.db")
+	ref := sandbox.Ref{ID: "sbx_rb", Generation: 1}
+	at := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
+	good := sandbox.NewEvent(sandbox.EventFileWritten, ref, at, sandbox.FileWrittenData{Path: "/f"})
+	bad := good
+	bad.Timestamp = time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC)
+	var last int64
+	check := func(s *sqlite.Store, what string) {
+		t.Helper()
+		if l, err := s.LastCursor(ctx); err != nil || l != last {
+			t.Fatalf("%s: last cursor %d, %v; want %d", what, l, err, last)
+		}
+		keep := max(last-retention, 0)
+		got, err := s.Events(ctx, sandbox.EventQuery{After: keep})
+		if err != nil || int64(len(got)) != last-keep {
+			t.Fatalf("%s: events after %d: %d, %v; want %d", what, keep, len(got), err, last-keep)
+		}
+		for i, e := range got {
+			if e.Cursor != keep+1+int64(i) {
+				t.Fatalf("%s: event %d has cursor %d, want %d", what, i, e.Cursor, keep+1+int64(i))
+			}
+		}
+		if keep > 0 {
+			if _, err := s.Events(ctx, sandbox.EventQuery{After: keep - 1}); !errors.Is(err, sandbox.ErrEventHistoryUnavailable) {
+				t.Fatalf("%s: events after %d: %v, want ErrEventHistoryUnavailable", what, keep-1, err)
+			}
+		}
+	}
+	s := open(t, sqlite.Config{Path: path, Retention: retention})
+	for round := range 3 {
+		for i := range 2 * retention {
+			if i%3 == 0 {
+				if _, err := s.AppendEvents(ctx, []sandbox.Event{good, bad}); !errors.Is(err, sandbox.ErrInvalidRequest) {
+					t.Fatalf("append with year 10000: %v, want ErrInvalidRequest", err)
+				}
+				check(s, fmt.Sprintf("round %d, after refused append %d", round, i))
+			}
+			n := 1 + i%4
+			batch := make([]sandbox.Event, n)
+			for j := range batch {
+				batch[j] = good
+			}
+			got, err := s.AppendEvents(ctx, batch)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got[0].Cursor != last+1 {
+				t.Fatalf("round %d: cursor %d, want %d", round, got[0].Cursor, last+1)
+			}
+			last += int64(n)
+			check(s, fmt.Sprintf("round %d, append %d", round, i))
+		}
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
+		s = open(t, sqlite.Config{Path: path, Retention: retention})
+		check(s, fmt.Sprintf("reopened after round %d", round))
+	}
+	s.Close()
+}

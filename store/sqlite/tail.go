@@ -25,10 +25,22 @@ type tail struct {
 	evs    []sandbox.Event
 }
 
-// pending is what the write transaction in progress will add to the tail once it commits.
+// pending is what the write transaction in progress will add to the tail once it commits, and the log's
+// head as it will be then.
 type pending struct {
 	evs    []sandbox.Event
 	pruned int64
+	head   logHead
+}
+
+// logHead is the event log's head: the newest pruned cursor and the newest cursor ever assigned. The
+// store keeps it as committed, under the write lock, so that an append learns it without a query; ok
+// is false until it is read from the file, and again whenever it may differ from the file (a commit
+// that failed, a rollback that failed, a cursor that was not the next one).
+type logHead struct {
+	ok     bool
+	pruned int64
+	last   int64
 }
 
 // reset starts the tail empty at the log's current head.
