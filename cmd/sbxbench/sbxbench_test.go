@@ -95,7 +95,7 @@ func TestAPICasesAndGrowth(t *testing.T) {
 		t.Fatalf("floors %+v %v (exec true took %d samples)", floorRes, err, cases[1].N)
 	}
 	want := []string{"create-to-ready", "exec true", "exec 1 MiB output", "file write 4 KiB", "file read 4 KiB",
-		"file write 1 MiB", "file read 1 MiB", "get, 64 clients", "event delivery, 1 subscriber(s)", "event delivery, 100 subscriber(s)"}
+		"file write 1 MiB", "file read 1 MiB", "get, 64 clients", "get, 64 clients at 4000/s", "event delivery, 1 subscriber(s)", "event delivery, 100 subscriber(s)"}
 	if len(cases) != len(want) {
 		t.Fatalf("got %d cases, want %d", len(cases), len(want))
 	}
@@ -104,7 +104,7 @@ func TestAPICasesAndGrowth(t *testing.T) {
 			t.Errorf("case %d: %+v", i, r)
 		}
 	}
-	if n := cases[9].N; n != 300 { // 3 samples seen by each of 100 subscribers
+	if n := cases[10].N; n != 300 { // 3 samples seen by each of 100 subscribers
 		t.Errorf("event delivery with 100 subscribers took %d samples, want 300", n)
 	}
 	steps, err := growth(ctx, c, daemonInfo{provider: "host"}, []int{2, 5}, b, "test")

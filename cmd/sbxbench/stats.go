@@ -80,40 +80,74 @@ func sequentialThen(ctx context.Context, name string, b Bounds, op, after func(i
 // concurrent times op from n goroutines until the bounds say stop; Count bounds the samples of all of
 // them together.
 func concurrent(ctx context.Context, name string, n int, b Bounds, op func() error) (Result, error) {
-	var (
-		mu    sync.Mutex
-		all   = make([]time.Duration, 0, b.Count)
-		first error
-		wg    sync.WaitGroup
-	)
+	return runClients(ctx, name, n, b, func(_ int, deadline time.Time, s *shared) {
+		for ctx.Err() == nil && time.Now().Before(deadline) && s.more() {
+			t := time.Now()
+			err := op()
+			s.record(time.Since(t), err)
+		}
+	})
+}
+
+// paced is concurrent with an open loop: n goroutines together offer rate operations per second, each
+// on its own fixed schedule, and each latency is measured from the time the operation was due, not from
+// when it was sent, so a server that falls behind is charged for the queue it builds (no coordinated
+// omission). It stops when the bounds say so; Count bounds the samples of all of them together.
+func paced(ctx context.Context, name string, n int, rate float64, b Bounds, op func() error) (Result, error) {
+	interval := time.Duration(float64(n) / rate * float64(time.Second))
+	start := time.Now()
+	return runClients(ctx, name, n, b, func(g int, deadline time.Time, s *shared) {
+		due := start.Add(interval * time.Duration(g) / time.Duration(n)) // staggered
+		for ; ctx.Err() == nil && due.Before(deadline) && s.more(); due = due.Add(interval) {
+			if wait := time.Until(due); wait > 0 {
+				time.Sleep(wait)
+			}
+			err := op()
+			s.record(time.Since(due), err)
+		}
+	})
+}
+
+// shared collects the samples of concurrent clients.
+type shared struct {
+	mu    sync.Mutex
+	max   int
+	all   []time.Duration
+	first error
+}
+
+// more reports whether another sample is wanted.
+func (s *shared) more() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.all) < s.max && s.first == nil
+}
+
+func (s *shared) record(d time.Duration, err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err != nil && s.first == nil {
+		s.first = err
+	}
+	s.all = append(s.all, d)
+}
+
+// runClients runs client(g, deadline, s) in n goroutines and summarizes what they recorded.
+func runClients(ctx context.Context, name string, n int, b Bounds, client func(g int, deadline time.Time, s *shared)) (Result, error) {
+	s := &shared{max: b.Count, all: make([]time.Duration, 0, b.Count)}
 	start := time.Now()
 	deadline := start.Add(b.Duration)
+	var wg sync.WaitGroup
 	for g := 0; g < n; g++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for ctx.Err() == nil && time.Now().Before(deadline) {
-				mu.Lock()
-				stop := len(all) >= b.Count || first != nil
-				mu.Unlock()
-				if stop {
-					return
-				}
-				t := time.Now()
-				err := op()
-				el := time.Since(t)
-				mu.Lock()
-				if err != nil && first == nil {
-					first = err
-				}
-				all = append(all, el)
-				mu.Unlock()
-			}
+			client(g, deadline, s)
 		}()
 	}
 	wg.Wait()
-	if first != nil {
-		return Result{}, first
+	if s.first != nil {
+		return Result{}, s.first
 	}
-	return summarize(name, all, time.Since(start)), nil
+	return summarize(name, s.all, time.Since(start)), nil
 }
