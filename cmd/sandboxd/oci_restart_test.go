@@ -17,13 +17,19 @@ import (
 // TestOCISandboxesSurviveDaemonSIGKILL kills a daemon running real runc sandboxes with SIGKILL, restarts it
 // on the same data dir, and finds the sandboxes ready with their files, commands working, a sandbox whose
 // container vanished meanwhile failed with a reason, and nothing left of a terminated one.
-func TestOCISandboxesSurviveDaemonSIGKILL(t *testing.T) {
+// needOCI skips a test where the oci provider cannot run, except in CI, where it must.
+func needOCI(t *testing.T) {
+	t.Helper()
 	if ok, why := oci.Available(); !ok {
 		if os.Getenv("CI") != "" {
 			t.Fatalf("the oci provider must run in CI: %s", why)
 		}
 		t.Skipf("oci provider unavailable here: %s", why)
 	}
+}
+
+func TestOCISandboxesSurviveDaemonSIGKILL(t *testing.T) {
+	needOCI(t)
 	ctx := context.Background()
 	dataDir := t.TempDir()
 	d := startDaemon(t, dataDir, "--provider", "oci")

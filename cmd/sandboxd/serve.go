@@ -35,6 +35,7 @@ type Main struct {
 	ReconcileInterval time.Duration
 	LogFormat         string
 	OCIRuntime        string
+	OCIWarmPool       int           // started containers the oci provider keeps ready for new sandboxes
 	K8s               K8sFlags      // the kubernetes provider's settings
 	AuthTokenFile     string        // bearer tokens, one a line; required unless Listen is loopback
 	ReadHeaderTimeout time.Duration // a client slower than this to send its headers is cut off
@@ -97,6 +98,7 @@ func (m *Main) ParseFlags(args []string) error {
 	fs.StringVar(&m.AuthTokenFile, "auth-token-file", m.AuthTokenFile, "file of accepted bearer tokens, one a line, reloaded on SIGHUP; required unless --listen is loopback")
 	fs.DurationVar(&m.ReadHeaderTimeout, "read-header-timeout", m.ReadHeaderTimeout, "how long a client may take to send its request headers")
 	fs.StringVar(&m.OCIRuntime, "oci-runtime", m.OCIRuntime, "the OCI runtime binary of the oci provider (default: runc from PATH)")
+	fs.IntVar(&m.OCIWarmPool, "oci-warm-pool", m.OCIWarmPool, "oci provider: how many started containers to keep ready, so that a sandbox without resource limits is ready without starting one (0: none)")
 	m.K8s.register(fs)
 	var envErr error
 	fs.VisitAll(func(f *flag.Flag) {
@@ -124,6 +126,9 @@ func (m *Main) ParseFlags(args []string) error {
 	}
 	if m.ReadHeaderTimeout <= 0 {
 		return fmt.Errorf("--read-header-timeout must be positive, got %v", m.ReadHeaderTimeout)
+	}
+	if m.OCIWarmPool < 0 || m.OCIWarmPool > 1000 {
+		return fmt.Errorf("--oci-warm-pool must be between 0 and 1000, got %d", m.OCIWarmPool)
 	}
 	return m.checkAuthNeeded()
 }
@@ -244,6 +249,7 @@ var providers = map[string]func(m *Main) (sandbox.Provider, error){
 			Runtime:   m.OCIRuntime,
 			AgentPath: self,
 			Logger:    m.log,
+			WarmPool:  m.OCIWarmPool,
 		})
 	},
 	"kubernetes": func(m *Main) (sandbox.Provider, error) { return m.K8s.open(m.log) },

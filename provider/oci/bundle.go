@@ -40,6 +40,7 @@ func (l layout) agentLog() string { return filepath.Join(l.dir, "agent.log") }
 // meta is what a sandbox directory says of itself, so that a restarted provider can find it.
 type meta struct {
 	Ref        sandbox.Ref       `json:"ref"`
+	Container  string            `json:"container,omitempty"` // runc's name for it; empty: Ref.Name()
 	Resources  sandbox.Resources `json:"resources"`
 	CgroupPath string            `json:"cgroupPath"`
 	Disk       bool              `json:"disk"`

@@ -24,7 +24,7 @@ func (p *Provider) usable(ctx context.Context, ref sandbox.Ref) (*box, error) {
 	if !b.known.Load() {
 		b.mu.Lock()
 		if !b.known.Load() {
-			st, err := p.runc.state(ctx, ref.Name())
+			st, err := p.runc.state(ctx, b.container())
 			switch {
 			case errors.Is(err, errNoContainer):
 				b.mu.Unlock()

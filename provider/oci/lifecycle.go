@@ -33,7 +33,7 @@ func (p *Provider) Allocate(ctx context.Context, ref sandbox.Ref, spec sandbox.S
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if _, err := os.Stat(b.l.meta()); err == nil {
-		st, err := p.runc.state(ctx, ref.Name())
+		st, err := p.runc.state(ctx, b.container())
 		if err == nil {
 			if st.Status == "stopped" {
 				return p.observeLocked(ctx, b)
@@ -47,6 +47,12 @@ func (p *Provider) Allocate(ctx context.Context, ref sandbox.Ref, spec sandbox.S
 		if err := p.releaseLocked(ctx, b); err != nil {
 			return sandbox.Observation{}, fmt.Errorf("allocate %s: clearing a partial allocation: %v: %w", ref, err, sandbox.ErrProviderUnavailable)
 		}
+	}
+	if res == (sandbox.Resources{}) && p.claim(ctx, b) {
+		b.paused.Store(false)
+		b.known.Store(true)
+		b.gone.Store(false)
+		return p.waitReady(ctx, b)
 	}
 	if err := p.create(ctx, b, res); err != nil {
 		if cerr := p.releaseLocked(context.WithoutCancel(ctx), b); cerr != nil {
@@ -79,20 +85,32 @@ func (p *Provider) create(ctx context.Context, b *box, res sandbox.Resources) er
 	if err := p.prepare(ctx, b, res); err != nil {
 		return err
 	}
-	ln, err := listenAgent(b.l)
+	b.cid.Store(nil)
+	return p.start(ctx, b.l, b.ref.Name())
+}
+
+// start runs the prepared container name of l, the agent's socket bound beforehand (listenAgent).
+func (p *Provider) start(ctx context.Context, l layout, name string) error {
+	ln, err := listenAgent(l)
 	if err != nil {
 		return fmt.Errorf("agent socket: %w", err)
 	}
 	defer ln.Close() // the container holds its own copy
-	return p.runc.run(ctx, b.l, b.ref.Name(), ln)
+	return p.runc.run(ctx, l, name, ln)
 }
 
-// prepare lays out the sandbox directory and its bundle without starting anything. The metadata is
-// written first, so that Resources and Release find even an allocation that fails half-way.
+// prepare lays out the sandbox directory and its bundle without starting anything.
 func (p *Provider) prepare(ctx context.Context, b *box, res sandbox.Resources) error {
-	l := b.l
-	m := meta{Ref: b.ref, Resources: res, Disk: res.DiskMiB > 0,
-		CgroupPath: "/sandboxd-" + p.cgTag + "-" + b.ref.Name()}
+	return p.layOut(ctx, b.l, meta{Ref: b.ref, Resources: res, Disk: res.DiskMiB > 0,
+		CgroupPath: p.cgroupPath(b.ref.Name())})
+}
+
+// cgroupPath is the cgroup of the container name.
+func (p *Provider) cgroupPath(name string) string { return "/sandboxd-" + p.cgTag + "-" + name }
+
+// layOut makes the directory l and the bundle in it for m. The metadata is written first, so that
+// Resources and Release find even an allocation that fails half-way.
+func (p *Provider) layOut(ctx context.Context, l layout, m meta) error {
 	if err := os.Mkdir(l.dir, 0o700); err != nil {
 		return err
 	}
@@ -103,7 +121,7 @@ func (p *Provider) prepare(ctx context.Context, b *box, res sandbox.Resources) e
 		return err
 	}
 	if m.Disk {
-		if err := makeDisk(ctx, l.diskImg(), l.diskDir(), res.DiskMiB); err != nil {
+		if err := makeDisk(ctx, l.diskImg(), l.diskDir(), m.Resources.DiskMiB); err != nil {
 			return fmt.Errorf("disk: %w", err)
 		}
 	}
@@ -154,7 +172,7 @@ func (p *Provider) Observe(ctx context.Context, ref sandbox.Ref) (sandbox.Observ
 
 func (p *Provider) observeLocked(ctx context.Context, b *box) (sandbox.Observation, error) {
 	_, statErr := os.Stat(b.l.dir)
-	st, err := p.runc.state(ctx, b.ref.Name())
+	st, err := p.runc.state(ctx, b.container())
 	if errors.Is(err, errNoContainer) {
 		if os.IsNotExist(statErr) {
 			p.forget(b)
@@ -187,7 +205,7 @@ func (p *Provider) observeLocked(ctx context.Context, b *box) (sandbox.Observati
 func (p *Provider) observation(b *box, state sandbox.ObservedState, reason, msg string) sandbox.Observation {
 	o := sandbox.Observation{Ref: b.ref, State: state, Reason: reason, Message: msg}
 	if state != sandbox.ObservedAbsent {
-		o.Handle = "runc:" + b.ref.Name()
+		o.Handle = "runc:" + b.container()
 	}
 	return o
 }
@@ -206,15 +224,24 @@ func (p *Provider) Release(ctx context.Context, ref sandbox.Ref) error {
 }
 
 func (p *Provider) releaseLocked(ctx context.Context, b *box) error {
-	name := b.ref.Name()
 	b.gone.Store(true)
+	if err := p.remove(ctx, b.l, b.container()); err != nil {
+		return err
+	}
+	p.forget(b)
+	return nil
+}
+
+// remove stops and deletes the container name, unmounts the disk, frees the loop device, and removes
+// the cgroups and the directory l: of a sandbox, or of a pool entry.
+func (p *Provider) remove(ctx context.Context, l layout, name string) error {
 	st, err := p.runc.state(ctx, name)
 	switch {
 	case errors.Is(err, errNoContainer):
 	case err != nil:
 		return err
 	default:
-		if err := p.stop(ctx, b, st); err != nil {
+		if err := p.stop(ctx, name, st); err != nil {
 			return err
 		}
 		if _, err := p.runc.simple(ctx, "delete", name); err != nil && !errors.Is(err, errNoContainer) {
@@ -223,8 +250,8 @@ func (p *Provider) releaseLocked(ctx context.Context, b *box) error {
 			}
 		}
 	}
-	m, merr := readMeta(b.l)
-	if err := removeDisk(ctx, b.l.diskImg(), b.l.diskDir()); err != nil {
+	m, merr := readMetaFile(l)
+	if err := removeDisk(ctx, l.diskImg(), l.diskDir()); err != nil {
 		return err
 	}
 	if merr == nil {
@@ -232,22 +259,17 @@ func (p *Provider) releaseLocked(ctx context.Context, b *box) error {
 			return err
 		}
 	} else if !os.IsNotExist(merr) {
-		p.log.Warn("sandbox metadata unreadable; its cgroups may stay", "sandbox", b.ref, "err", merr)
+		p.log.Warn("sandbox metadata unreadable; its cgroups may stay", "dir", l.dir, "err", merr)
 	}
-	if mounted(b.l.diskDir()) {
-		return fmt.Errorf("%s is still mounted", b.l.diskDir())
+	if mounted(l.diskDir()) {
+		return fmt.Errorf("%s is still mounted", l.diskDir())
 	}
-	if err := os.RemoveAll(b.l.dir); err != nil {
-		return err
-	}
-	p.forget(b)
-	return nil
+	return os.RemoveAll(l.dir)
 }
 
-// stop ends the container's init: SIGTERM lets the agent stop its commands, SIGKILL follows after
-// StopGrace. A paused container is thawed first, or it could not act on either signal.
-func (p *Provider) stop(ctx context.Context, b *box, st containerState) error {
-	name := b.ref.Name()
+// stop ends the init of container name: SIGTERM lets the agent stop its commands, SIGKILL follows
+// after StopGrace. A paused container is thawed first, or it could not act on either signal.
+func (p *Provider) stop(ctx context.Context, name string, st containerState) error {
 	if st.Status == "stopped" {
 		if st.Pid > 0 {
 			return waitExit(ctx, st.Pid) // reap it if it is our child
@@ -295,7 +317,7 @@ func (p *Provider) freeze(ctx context.Context, ref sandbox.Ref, verb, want strin
 	b := p.box(ref)
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	st, err := p.runc.state(ctx, ref.Name())
+	st, err := p.runc.state(ctx, b.container())
 	if errors.Is(err, errNoContainer) {
 		return fmt.Errorf("%s %s: %w", verb, ref, sandbox.ErrNotFound)
 	}
@@ -306,7 +328,7 @@ func (p *Provider) freeze(ctx context.Context, ref sandbox.Ref, verb, want strin
 		if st.Status == "stopped" || st.Status == "created" {
 			return fmt.Errorf("%s %s: container is %s: %w", verb, ref, st.Status, sandbox.ErrInvalidState)
 		}
-		if _, err := p.runc.simple(ctx, verb, ref.Name()); err != nil {
+		if _, err := p.runc.simple(ctx, verb, b.container()); err != nil {
 			return fmt.Errorf("%s %s: %v: %w", verb, ref, err, sandbox.ErrProviderUnavailable)
 		}
 	}

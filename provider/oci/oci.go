@@ -47,6 +47,11 @@ type Config struct {
 	CallTimeout  time.Duration // bound of a file call or a health check; default 30s
 	PidsLimit    int64         // processes and threads per sandbox; default 512
 	TmpMiB       int64         // size of /tmp and /var/tmp; default 64
+
+	// WarmPool is how many started, never used containers the provider keeps ready, so that the
+	// allocation of a sandbox with no resource limits takes one instead of starting a container
+	// (see pool.go). Zero: none; every allocation starts its own.
+	WarmPool int
 }
 
 // Provider runs sandboxes as runc containers. It is safe for concurrent use.
@@ -60,6 +65,8 @@ type Provider struct {
 
 	mu    sync.Mutex
 	boxes map[string]*box
+
+	pool pool
 }
 
 var (
@@ -73,12 +80,21 @@ var (
 // data calls only read the paused flag and the client.
 type box struct {
 	ref    sandbox.Ref
+	cid    atomic.Pointer[string] // the runc container's name when it is not ref.Name() (taken from the pool)
 	l      layout
 	mu     sync.Mutex
 	paused atomic.Bool
 	known  atomic.Bool // paused reflects the container (set after the first look at it)
 	gone   atomic.Bool
 	client *agent.Client
+}
+
+// container is the name runc knows the box's container by.
+func (b *box) container() string {
+	if c := b.cid.Load(); c != nil {
+		return *c
+	}
+	return b.ref.Name()
 }
 
 // Available reports whether the provider can run here: Linux, root, and runc on PATH.
@@ -145,16 +161,20 @@ func New(cfg Config) (*Provider, error) {
 	if cfg.TmpMiB <= 0 {
 		cfg.TmpMiB = 64
 	}
+	if cfg.WarmPool < 0 {
+		return nil, fmt.Errorf("oci: WarmPool %d is negative", cfg.WarmPool)
+	}
 	p := &Provider{
 		cfg:    cfg,
 		log:    cfg.Logger.With("provider", "oci"),
 		runc:   runc{path: cfg.Runtime, root: filepath.Join(cfg.StateDir, "runc")},
 		boxDir: filepath.Join(cfg.StateDir, "sandboxes"),
 		boxes:  make(map[string]*box),
+		pool:   pool{dir: filepath.Join(cfg.StateDir, "pool")},
 	}
 	sum := sha256.Sum256([]byte(cfg.StateDir))
 	p.cgTag = hex.EncodeToString(sum[:4])
-	for _, d := range []string{p.boxDir, p.runc.root} {
+	for _, d := range []string{p.boxDir, p.runc.root, p.pool.dir} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
 			return nil, fmt.Errorf("oci: %w", err)
 		}
@@ -165,6 +185,7 @@ func New(cfg Config) (*Provider, error) {
 	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
 		return nil, fmt.Errorf("oci: become a child subreaper: %w", err)
 	}
+	p.startPool()
 	return p, nil
 }
 
@@ -204,13 +225,10 @@ func (p *Provider) Resources(context.Context) ([]sandbox.Ref, error) {
 	return refs, nil
 }
 
+// readMeta reads the metadata of the sandbox directory l, which must name the generation it holds.
 func readMeta(l layout) (meta, error) {
-	raw, err := os.ReadFile(l.meta())
+	m, err := readMetaFile(l)
 	if err != nil {
-		return meta{}, err
-	}
-	var m meta
-	if err := json.Unmarshal(raw, &m); err != nil {
 		return meta{}, err
 	}
 	if filepath.Base(l.dir) != m.Ref.Name() {
@@ -219,7 +237,21 @@ func readMeta(l layout) (meta, error) {
 	return m, nil
 }
 
-// box returns the handle of ref, making one if needed: a restarted provider adopts sandboxes this way.
+// readMetaFile reads the metadata in directory l, a sandbox's or a pool entry's.
+func readMetaFile(l layout) (meta, error) {
+	raw, err := os.ReadFile(l.meta())
+	if err != nil {
+		return meta{}, err
+	}
+	var m meta
+	if err := json.Unmarshal(raw, &m); err != nil {
+		return meta{}, err
+	}
+	return m, nil
+}
+
+// box returns the handle of ref, making one if needed: a restarted provider adopts sandboxes this way,
+// learning from the metadata the name of a container that came from the pool.
 func (p *Provider) box(ref sandbox.Ref) *box {
 	name := ref.Name()
 	p.mu.Lock()
@@ -228,6 +260,9 @@ func (p *Provider) box(ref sandbox.Ref) *box {
 	if !ok {
 		l := layout{dir: filepath.Join(p.boxDir, name)}
 		b = &box{ref: ref, l: l, client: agent.NewClient(dialAgent(l))}
+		if m, err := readMeta(l); err == nil && m.Container != "" {
+			b.cid.Store(&m.Container)
+		}
 		p.boxes[name] = b
 	}
 	return b

@@ -1,0 +1,123 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/sandboxd/sandbox"
+)
+
+// TestOCIWarmPoolAcrossDaemonSIGKILL: with --oci-warm-pool, a sandbox takes a started container; the
+// daemon is killed; the restarted daemon adopts that sandbox (its container keeps its pool name),
+// discards the idle entries the dead one left, warms new ones, and a graceful stop removes those.
+func TestOCIWarmPoolAcrossDaemonSIGKILL(t *testing.T) {
+	needOCI(t)
+	ctx := context.Background()
+	dataDir := t.TempDir()
+	runcRoot := filepath.Join(dataDir, "oci", "runc")
+	containers := func() []string {
+		out, err := runCmd("runc", "--root", runcRoot, "list", "-q")
+		if err != nil {
+			t.Fatalf("runc list: %v\n%s", err, out)
+		}
+		return strings.Fields(out)
+	}
+	t.Cleanup(func() { // whatever happens, leave no container behind
+		for _, c := range containers() {
+			runCmd("runc", "--root", runcRoot, "kill", c, "KILL")
+			time.Sleep(100 * time.Millisecond)
+			runCmd("runc", "--root", runcRoot, "delete", "--force", c)
+		}
+	})
+	// poolFull waits until the pool directory holds n running containers, none of them in old.
+	poolFull := func(n int, old ...string) []string {
+		t.Helper()
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			var pool []string
+			for _, c := range containers() {
+				if strings.HasPrefix(c, "pool-") {
+					if _, err := os.Stat(filepath.Join(dataDir, "oci", "pool", c)); err == nil {
+						pool = append(pool, c)
+					}
+				}
+			}
+			stale := false
+			for _, c := range pool {
+				stale = stale || slices.Contains(old, c)
+			}
+			if len(pool) == n && !stale {
+				return pool
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%d idle pool containers, want %d", len(pool), n)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+
+	d := startDaemon(t, dataDir, "--provider", "oci", "--oci-warm-pool", "2")
+	poolFull(2)
+	time.Sleep(200 * time.Millisecond) // the last entry's agent answers a moment after its container runs
+	var sb sandbox.Sandbox
+	if st := call(ctx, "POST", d.url+"/v1/sandboxes", map[string]any{"clientRequestId": "pooled"}, &sb); st != 201 || sb.State != sandbox.StateReady {
+		t.Fatalf("create: %d %+v", st, sb)
+	}
+	raw, err := os.ReadFile(filepath.Join(dataDir, "oci", "sandboxes", sb.Ref().Name(), "meta.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m struct{ Container string }
+	if err := json.Unmarshal(raw, &m); err != nil || !strings.HasPrefix(m.Container, "pool-") {
+		t.Fatalf("the sandbox did not take a pool container: %s %v", raw, err)
+	}
+	exec := func(d *daemon) {
+		t.Helper()
+		var res sandbox.CommandResult
+		if st := call(ctx, "POST", fmt.Sprintf("%s/v1/sandboxes/%s/commands", d.url, sb.ID),
+			map[string]any{"expectedGeneration": 1, "argv": []string{"sh", "-c", "echo ok >> log; cat log"}}, &res); st != 200 {
+			t.Fatalf("exec: %d %+v", st, res)
+		}
+	}
+	exec(d)
+	idle := poolFull(2) // refilled
+	d.kill()
+
+	d = startDaemon(t, dataDir, "--provider", "oci", "--oci-warm-pool", "2")
+	if got := waitFor(t, d.url, sb.ID, sandbox.StateReady); got.Generation != 1 {
+		t.Fatalf("after restart: %+v", got)
+	}
+	exec(d)
+	poolFull(2, idle...) // the dead daemon's idle entries are discarded, new ones warmed
+	for _, c := range containers() {
+		if slices.Contains(idle, c) {
+			t.Fatalf("the dead daemon's idle entry %s still runs", c)
+		}
+	}
+	if st := call(ctx, "POST", fmt.Sprintf("%s/v1/sandboxes/%s/actions/terminate", d.url, sb.ID), map[string]any{"expectedGeneration": 1}, nil); st != 200 {
+		t.Fatalf("terminate: %d", st)
+	}
+	waitFor(t, d.url, sb.ID, sandbox.StateTerminated)
+
+	// A graceful stop removes the idle entries too: nothing of the daemon's is left running.
+	_ = d.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-d.done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the daemon did not stop on SIGTERM")
+	}
+	if left := containers(); len(left) != 0 {
+		t.Fatalf("containers after a graceful stop: %v", left)
+	}
+	if ents, _ := os.ReadDir(filepath.Join(dataDir, "oci", "pool")); len(ents) != 0 {
+		t.Fatalf("pool directories after a graceful stop: %d", len(ents))
+	}
+}

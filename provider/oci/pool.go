@@ -1,0 +1,211 @@
+package oci
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/sandboxd/sandbox/agent"
+)
+
+// The warm pool: Config.WarmPool containers started ahead of any request, each in its own directory
+// under <state>/pool, named "pool-<random>" for runc and its cgroups, its agent answering. Allocating a
+// sandbox with no resource limits takes one: its metadata is rewritten to name the sandbox's generation
+// (and the container's pool name), then its directory is renamed into <state>/sandboxes. The running
+// container does not notice: its mounts hold the directories, not their paths, and the agent's socket
+// stays bound to the same file. A taken entry is replaced in the background.
+//
+// Invariant: an entry is in exactly one place. In p.pool.idle and under <state>/pool while it waits;
+// under <state>/sandboxes, with metadata naming its generation, once taken. A crash between the two
+// steps leaves it under <state>/pool, and every directory there is discarded when a provider starts
+// (before it warms new entries) or closes, so nothing of the pool outlives the provider that made it
+// for longer than the next start.
+
+// poolRetry is how long the pool waits after it failed to start an entry.
+const poolRetry = time.Second
+
+type pool struct {
+	dir string
+
+	mu   sync.Mutex
+	idle []poolEntry
+	kick chan struct{} // wakes the filler
+	stop context.CancelFunc
+	done chan struct{} // closed when the filler has returned
+}
+
+type poolEntry struct {
+	name   string // runc's name
+	l      layout
+	client *agent.Client
+}
+
+// startPool discards what an earlier provider left in the pool directory and starts the filler. With
+// no pool configured it only discards.
+func (p *Provider) startPool() {
+	ctx, cancel := context.WithCancel(context.Background())
+	p.pool.kick = make(chan struct{}, 1)
+	p.pool.stop = cancel
+	p.pool.done = make(chan struct{})
+	go func() {
+		defer close(p.pool.done)
+		p.discardLeftovers(ctx)
+		if p.cfg.WarmPool > 0 {
+			p.fill(ctx)
+		}
+	}()
+}
+
+// Close stops the pool's filler and removes the entries no sandbox took. Sandboxes are not touched.
+func (p *Provider) Close() error {
+	p.pool.stop()
+	<-p.pool.done
+	p.pool.mu.Lock()
+	idle := p.pool.idle
+	p.pool.idle = nil
+	p.pool.mu.Unlock()
+	var errs []error
+	for _, e := range idle {
+		e.client.Close()
+		if err := p.remove(context.Background(), e.l, e.name); err != nil {
+			errs = append(errs, fmt.Errorf("oci: removing pool entry %s: %w", e.name, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// discardLeftovers removes every directory in the pool directory: entries of an earlier provider, or
+// one whose take was cut short.
+func (p *Provider) discardLeftovers(ctx context.Context) {
+	ents, err := os.ReadDir(p.pool.dir)
+	if err != nil {
+		p.log.Warn("listing the warm pool", "err", err)
+		return
+	}
+	for _, e := range ents {
+		if ctx.Err() != nil {
+			return
+		}
+		l := layout{dir: filepath.Join(p.pool.dir, e.Name())}
+		if err := p.remove(ctx, l, e.Name()); err != nil {
+			p.log.Warn("discarding a pool entry left by an earlier run", "entry", e.Name(), "err", err)
+		}
+	}
+}
+
+// fill keeps WarmPool entries idle until ctx ends.
+func (p *Provider) fill(ctx context.Context) {
+	for {
+		p.pool.mu.Lock()
+		short := len(p.pool.idle) < p.cfg.WarmPool
+		p.pool.mu.Unlock()
+		if short {
+			e, err := p.warm(ctx)
+			if err == nil {
+				p.pool.mu.Lock()
+				p.pool.idle = append(p.pool.idle, e)
+				p.pool.mu.Unlock()
+				continue
+			}
+			if ctx.Err() != nil {
+				return
+			}
+			p.log.Warn("starting a warm pool entry", "err", err)
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(poolRetry):
+			}
+			continue
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-p.pool.kick:
+		}
+	}
+}
+
+// warm starts one entry and waits for its agent's answer. On failure it leaves nothing behind.
+func (p *Provider) warm(ctx context.Context) (poolEntry, error) {
+	var rnd [8]byte
+	rand.Read(rnd[:])
+	name := "pool-" + hex.EncodeToString(rnd[:])
+	e := poolEntry{name: name, l: layout{dir: filepath.Join(p.pool.dir, name)}}
+	err := p.layOut(ctx, e.l, meta{Container: name, CgroupPath: p.cgroupPath(name)})
+	if err == nil {
+		err = p.start(ctx, e.l, name)
+	}
+	if err == nil {
+		e.client = agent.NewClient(dialAgent(e.l))
+		hctx, cancel := context.WithTimeout(ctx, p.cfg.ReadyTimeout)
+		_, err = e.client.Health(hctx)
+		cancel()
+		if err != nil {
+			e.client.Close()
+		}
+	}
+	if err != nil {
+		if rerr := p.remove(context.WithoutCancel(ctx), e.l, name); rerr != nil {
+			p.log.Error("removing a pool entry that failed to start", "entry", name, "err", rerr)
+		}
+		return poolEntry{}, err
+	}
+	return e, nil
+}
+
+// claim makes an idle entry the container of b, whose directory does not exist yet. It returns false,
+// and b untouched, when no entry is idle or the one taken does not answer; the caller then starts a
+// container of its own.
+func (p *Provider) claim(ctx context.Context, b *box) bool {
+	for {
+		p.pool.mu.Lock()
+		if len(p.pool.idle) == 0 {
+			p.pool.mu.Unlock()
+			return false
+		}
+		e := p.pool.idle[0]
+		p.pool.idle = p.pool.idle[1:]
+		p.pool.mu.Unlock()
+		select {
+		case p.pool.kick <- struct{}{}:
+		default:
+		}
+
+		hctx, cancel := context.WithTimeout(ctx, min(p.cfg.CallTimeout, time.Second))
+		_, err := e.client.Health(hctx)
+		cancel()
+		e.client.Close()
+		if err == nil {
+			m := meta{Ref: b.ref, Container: e.name, CgroupPath: p.cgroupPath(e.name)}
+			if err = writeJSONFile(e.l.meta(), m); err == nil {
+				err = os.Rename(e.l.dir, b.l.dir)
+			}
+		}
+		if err == nil {
+			b.cid.Store(&e.name)
+			p.log.Debug("sandbox takes a warm pool entry", "sandbox", b.ref, "entry", e.name)
+			return true
+		}
+		p.log.Warn("a warm pool entry is unusable; discarding it", "entry", e.name, "err", err)
+		if rerr := p.remove(context.WithoutCancel(ctx), e.l, e.name); rerr != nil {
+			p.log.Error("discarding a pool entry", "entry", e.name, "err", rerr)
+		}
+		if ctx.Err() != nil {
+			return false
+		}
+	}
+}
+
+// idleEntries is how many entries wait in the pool.
+func (p *Provider) idleEntries() int {
+	p.pool.mu.Lock()
+	defer p.pool.mu.Unlock()
+	return len(p.pool.idle)
+}

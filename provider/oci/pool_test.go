@@ -1,0 +1,154 @@
+package oci_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sandboxd/sandbox"
+	"github.com/sandboxd/sandbox/provider/oci"
+	"github.com/sandboxd/sandbox/provider/providertest"
+)
+
+// newPooledProviderAt is newProviderAt with a warm pool of n; its pool is closed when the test ends,
+// after its sandboxes are released.
+func newPooledProviderAt(t testing.TB, dir string, n int) *oci.Provider {
+	t.Helper()
+	p, err := oci.New(oci.Config{StateDir: dir, AgentPath: agentBin, StopGrace: time.Second, WarmPool: n})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		releaseAll(t, p)
+		if err := p.Close(); err != nil {
+			t.Errorf("close: %v", err)
+		}
+	})
+	return p
+}
+
+// waitIdle waits until the pool holds n idle entries.
+func waitIdle(t *testing.T, p *oci.Provider, n int) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for oci.IdleEntries(p) != n {
+		if time.Now().After(deadline) {
+			t.Fatalf("the pool holds %d idle entries, want %d", oci.IdleEntries(p), n)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// The whole provider contract holds with a pool: most allocations of the suite take an entry.
+func TestConformanceWarmPool(t *testing.T) {
+	providertest.Run(t, func(t *testing.T) sandbox.Provider { return newPooledProviderAt(t, t.TempDir(), 2) })
+}
+
+// TestWarmPool: a sandbox with no limits takes an entry, one with limits starts its own container; the
+// pool refills; a taken entry is a sandbox like any other (exec, files, pause, release, adoption by a
+// restarted provider); and nothing is left behind.
+func TestWarmPool(t *testing.T) {
+	dir := t.TempDir()
+	before := measure(t, dir)
+	p := newPooledProviderAt(t, dir, 2)
+	waitIdle(t, p, 2)
+
+	ctx := ctxFor(t)
+	pooled := sandbox.Ref{ID: sandbox.NewID(), Generation: 1}
+	obs, err := p.Allocate(ctx, pooled, sandbox.Spec{ClientRequestID: "t"})
+	if err != nil || obs.State != sandbox.ObservedReady || !strings.HasPrefix(obs.Handle, "runc:pool-") {
+		t.Fatalf("allocate from the pool: %+v %v", obs, err)
+	}
+	limited := sandbox.Ref{ID: sandbox.NewID(), Generation: 1}
+	obs, err = p.Allocate(ctx, limited, sandbox.Spec{ClientRequestID: "t", Resources: &sandbox.Resources{MemoryMiB: 64}})
+	if err != nil || obs.State != sandbox.ObservedReady || obs.Handle != "runc:"+limited.Name() {
+		t.Fatalf("allocate with limits: %+v %v", obs, err)
+	}
+	waitIdle(t, p, 2)
+
+	if res := sh(t, p, pooled, "echo hi > f; cat f; ls /workspace; hostname"); code(res) != 0 || res.Stdout != "hi\nf\nsandbox\n" {
+		t.Fatalf("exec in a pooled sandbox: %+v", res)
+	}
+	if err := p.WriteFile(ctx, pooled, "note", []byte("kept")); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Pause(ctx, pooled); err != nil {
+		t.Fatal(err)
+	}
+	if obs, err := p.Observe(ctx, pooled); err != nil || obs.State != sandbox.ObservedPaused {
+		t.Fatalf("observe paused: %+v %v", obs, err)
+	}
+	if err := p.Resume(ctx, pooled); err != nil {
+		t.Fatal(err)
+	}
+	if refs, err := p.Resources(ctx); err != nil || len(refs) != 2 {
+		t.Fatalf("resources: %v %v (pool entries are not sandboxes)", refs, err)
+	}
+
+	// A restarted provider adopts the taken entry by its metadata, and discards the idle ones it finds.
+	oci.Abandon(p)
+	p2 := newPooledProviderAt(t, dir, 0)
+	waitEmpty(t, filepath.Join(dir, "pool"))
+	if obs, err := p2.Observe(ctx, pooled); err != nil || obs.State != sandbox.ObservedReady || !strings.HasPrefix(obs.Handle, "runc:pool-") {
+		t.Fatalf("observe after restart: %+v %v", obs, err)
+	}
+	if got, err := p2.ReadFile(ctx, pooled, "note"); err != nil || string(got) != "kept" {
+		t.Fatalf("read after restart: %q %v", got, err)
+	}
+	for _, ref := range []sandbox.Ref{pooled, limited} {
+		if err := p2.Release(ctx, ref); err != nil {
+			t.Fatal(err)
+		}
+		if obs, err := p2.Observe(ctx, ref); err != nil || obs.State != sandbox.ObservedAbsent {
+			t.Fatalf("observe released %s: %+v %v", ref, obs, err)
+		}
+	}
+	if after := measure(t, dir); after != before {
+		t.Fatalf("the pool left something behind: before %+v, after %+v", before, after)
+	}
+}
+
+// TestWarmPoolClose: Close removes the idle entries and leaves the sandboxes.
+func TestWarmPoolClose(t *testing.T) {
+	dir := t.TempDir()
+	before := measure(t, dir)
+	p, err := oci.New(oci.Config{StateDir: dir, AgentPath: agentBin, StopGrace: time.Second, WarmPool: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitIdle(t, p, 2)
+	ref := ready(t, p, nil)
+	if err := p.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if ents, _ := os.ReadDir(filepath.Join(dir, "pool")); len(ents) != 0 {
+		t.Fatalf("pool entries after close: %v", ents)
+	}
+	if res := sh(t, p, ref, "echo still"); res.Stdout != "still\n" {
+		t.Fatalf("a sandbox after close: %+v", res)
+	}
+	if err := p.Release(context.Background(), ref); err != nil {
+		t.Fatal(err)
+	}
+	if after := measure(t, dir); after != before {
+		t.Fatalf("left behind: before %+v, after %+v", before, after)
+	}
+}
+
+func waitEmpty(t *testing.T, dir string) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		ents, err := os.ReadDir(dir)
+		if err == nil && len(ents) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s still holds %d entries (%v)", dir, len(ents), err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
