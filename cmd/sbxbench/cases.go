@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -273,4 +275,52 @@ func subscribe(ctx context.Context, c *client, path string, ready chan<- error, 
 			return
 		}
 	}
+}
+
+// warmCreate times create-to-ready on a daemon keeping n containers warm (its pool directory is
+// poolDir). Between samples, untimed, it terminates the sandbox and waits until the pool is full again
+// and every entry's agent answers, so that each sample finds the pool as a steady trickle of creates
+// would; a sample that still finds it empty starts a container of its own, and counts.
+func warmCreate(ctx context.Context, c *client, poolDir string, n int, b Bounds, prefix string) (Result, error) {
+	refilled := func() error {
+		deadline := time.Now().Add(time.Minute)
+		for {
+			ents, err := os.ReadDir(poolDir)
+			if err != nil {
+				return err
+			}
+			ready := 0
+			for _, e := range ents {
+				if waitAgent(ctx, filepath.Join(poolDir, e.Name(), "run", "agent.sock"), -1) == nil {
+					ready++
+				}
+			}
+			if ready >= n {
+				return nil
+			}
+			if time.Now().After(deadline) {
+				return fmt.Errorf("the warm pool holds %d answering entries after a minute, want %d", ready, n)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	if err := refilled(); err != nil {
+		return Result{}, err
+	}
+	var made sandboxDoc
+	r, err := sequentialThen(ctx, "", b, func(i int) (err error) {
+		made, err = c.create(ctx, fmt.Sprintf("%s-warm-%d", prefix, i))
+		return err
+	}, func(int) error {
+		if err := c.terminate(ctx, made); err != nil {
+			return err
+		}
+		if err := c.waitState(ctx, made.ID, "terminated"); err != nil {
+			return err
+		}
+		return refilled()
+	})
+	r.Name = fmt.Sprintf("create-to-ready, warm pool of %d", n)
+	r.Note = "the same on a daemon run with --oci-warm-pool: a started container is taken"
+	return r, err
 }

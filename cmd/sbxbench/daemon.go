@@ -24,7 +24,7 @@ func (d *daemon) pid() int { return d.cmd.Process.Pid }
 
 // startDaemon runs `sandboxd serve` with provider on a free loopback port and waits for its health check.
 // Its log goes to daemon.log beside the data directory.
-func startDaemon(ctx context.Context, bin, provider, dir string) (*daemon, error) {
+func startDaemon(ctx context.Context, bin, provider, dir string, extra ...string) (*daemon, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, err
 	}
@@ -39,7 +39,7 @@ func startDaemon(ctx context.Context, bin, provider, dir string) (*daemon, error
 		return nil, err
 	}
 	d := &daemon{url: "http://" + addr, dataDir: filepath.Join(dir, "data"), log: logf}
-	d.cmd = exec.Command(bin, "serve", "--provider", provider, "--data-dir", d.dataDir, "--listen", addr)
+	d.cmd = exec.Command(bin, append([]string{"serve", "--provider", provider, "--data-dir", d.dataDir, "--listen", addr}, extra...)...)
 	d.cmd.Stdout, d.cmd.Stderr = logf, logf
 	if err := d.cmd.Start(); err != nil {
 		logf.Close()

@@ -138,7 +138,7 @@ func (f *floors) runcRun(ctx context.Context, release bool) (runD, toReady time.
 	if err != nil {
 		return 0, 0, fmt.Errorf("runc run -d: %w", err)
 	}
-	if err := waitAgent(ctx, bun.Socket); err != nil {
+	if err := waitAgent(ctx, bun.Socket, 0); err != nil {
 		return 0, 0, err
 	}
 	return runD, time.Since(t0), nil
@@ -174,12 +174,17 @@ func (f *floors) results(ctx context.Context, b Bounds) ([]Result, error) {
 	return append(out, r), nil
 }
 
-// waitAgent dials the agent's socket in a tight loop until it answers a health check.
-func waitAgent(ctx context.Context, socket string) error {
+// waitAgent dials the agent's socket in a tight loop until it answers a health check, for at most
+// within (default 10 s; a negative within tries once).
+func waitAgent(ctx context.Context, socket string, within time.Duration) error {
 	cl := agent.NewUnixClient(socket)
 	defer cl.Close()
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	if within == 0 {
+		within = 10 * time.Second
+	}
+	ctx, cancel := context.WithTimeout(ctx, max(within, time.Second))
 	defer cancel()
+	once := within < 0
 	for {
 		hctx, hcancel := context.WithTimeout(ctx, time.Second)
 		_, err := cl.Health(hctx)
@@ -187,7 +192,7 @@ func waitAgent(ctx context.Context, socket string) error {
 		if err == nil {
 			return nil
 		}
-		if ctx.Err() != nil {
+		if once || ctx.Err() != nil {
 			return errors.Join(fmt.Errorf("agent at %s never answered", socket), err)
 		}
 		time.Sleep(100 * time.Microsecond)

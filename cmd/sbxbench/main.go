@@ -58,7 +58,7 @@ type Ratio struct {
 type options struct {
 	url, provider, growthProvider, sandboxd, dataDir string
 	start, jsonOut, floors                           bool
-	pid                                              int
+	pid, warmPool                                    int
 	bounds                                           Bounds
 	growth                                           []int
 }
@@ -112,6 +112,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.DurationVar(&o.bounds.Duration, "duration", 5*time.Second, "no new sample of a case after this long")
 	fs.BoolVar(&o.jsonOut, "json", false, "print JSON instead of tables")
 	fs.BoolVar(&o.floors, "floors", true, "measure fork/exec and runc floors (runc ones need root and runc)")
+	fs.IntVar(&o.warmPool, "warm-pool", 0, "with --start and the oci provider, also time create-to-ready on a second daemon keeping this many containers warm (--oci-warm-pool)")
 	growth := fs.String("growth", "10,100,1000", "live sandbox counts of the growth steps; empty skips them")
 	if err := fs.Parse(args); err != nil {
 		return o, err
@@ -219,6 +220,19 @@ func run(ctx context.Context, o options) (*Report, error) {
 			return rep, err
 		}
 		rep.Ratios = ratios(rep)
+	}
+
+	if o.warmPool > 0 && o.start && o.provider == "oci" {
+		dm, err := startDaemon(ctx, o.sandboxd, "oci", filepath.Join(tmp, "warm"), "--oci-warm-pool", strconv.Itoa(o.warmPool))
+		if err != nil {
+			return rep, err
+		}
+		r, err := warmCreate(ctx, newClient(dm.url), filepath.Join(dm.dataDir, "oci", "pool"), o.warmPool, o.bounds, prefix)
+		dm.stop()
+		if err != nil {
+			return rep, err
+		}
+		rep.Cases = append(rep.Cases, r)
 	}
 
 	if len(o.growth) > 0 {
