@@ -53,7 +53,7 @@ func (c *cache) list() []*sandbox.Sandbox {
 
 // load fills the cache from the file.
 func (s *Store) load(ctx context.Context) error {
-	rows, err := s.w.QueryContext(ctx, `SELECT doc FROM sandboxes ORDER BY seq`)
+	rows, err := s.wc.QueryContext(ctx, `SELECT doc FROM sandboxes ORDER BY seq`)
 	if err != nil {
 		return fmt.Errorf("load sandboxes: %w", err)
 	}

@@ -19,9 +19,9 @@ func (s *Store) AppendEvents(ctx context.Context, events []sandbox.Event) ([]san
 		return []sandbox.Event{}, nil
 	}
 	var cursors []int64
-	err := s.write(ctx, func(tx *sql.Tx) error {
+	err := s.write(ctx, func() error {
 		var err error
-		cursors, err = s.appendEvents(ctx, tx, events)
+		cursors, err = s.appendEvents(ctx, events)
 		return err
 	}, nil)
 	if err != nil {
@@ -30,12 +30,13 @@ func (s *Store) AppendEvents(ctx context.Context, events []sandbox.Event) ([]san
 	return withCursors(events, cursors), nil
 }
 
-// appendEvents inserts events in order inside tx, returns their cursors and prunes the log.
-func (s *Store) appendEvents(ctx context.Context, tx *sql.Tx, events []sandbox.Event) ([]int64, error) {
+// appendEvents inserts events in order in the write transaction, returns their cursors and prunes the
+// log.
+func (s *Store) appendEvents(ctx context.Context, events []sandbox.Event) ([]int64, error) {
 	if len(events) == 0 {
 		return nil, nil
 	}
-	ins, err := s.ws.in(ctx, tx, qInsertEvent)
+	ins, err := s.ws.get(qInsertEvent)
 	if err != nil {
 		return nil, fmt.Errorf("insert event: %w", err)
 	}
@@ -64,7 +65,7 @@ func (s *Store) appendEvents(ctx context.Context, tx *sql.Tx, events []sandbox.E
 			head.ok = false // not the cursor the head predicts: prune reads the head from the file
 		}
 	}
-	if err := s.prune(ctx, tx); err != nil {
+	if err := s.prune(ctx); err != nil {
 		return nil, err
 	}
 	s.pend.evs = append(s.pend.evs, cloneEvents(withCursors(events, cursors))...)
@@ -75,12 +76,12 @@ func (s *Store) appendEvents(ctx context.Context, tx *sql.Tx, events []sandbox.E
 // the newest deleted cursor. The count bound is enforced in batches of s.slack events, so an append
 // usually deletes nothing; the age check reads only the oldest retained row unless some have expired.
 // The log's head comes from memory (s.pend.head), so the count check alone costs no query; it is read
-// from the file, inside tx, only when memory does not know it.
-func (s *Store) prune(ctx context.Context, tx *sql.Tx) error {
+// from the file, in the write transaction, only when memory does not know it.
+func (s *Store) prune(ctx context.Context) error {
 	head := &s.pend.head
 	if !head.ok {
-		// Inside tx: what this transaction appended is included, as it will be once it commits.
-		if err := s.ws.queryRow(ctx, tx, qLogState, nil, &head.pruned, &head.last); err != nil {
+		// In the transaction: what it appended is included, as it will be once it commits.
+		if err := s.ws.scan(ctx, qLogState, nil, &head.pruned, &head.last); err != nil {
 			return fmt.Errorf("prune: %w", err)
 		}
 		head.ok = true
@@ -95,7 +96,7 @@ func (s *Store) prune(ctx context.Context, tx *sql.Tx) error {
 	if s.maxAge > 0 {
 		cutoff := s.now().Add(-s.maxAge).UnixNano()
 		var first int64
-		err := s.ws.queryRow(ctx, tx, qFirstYoung,
+		err := s.ws.scan(ctx, qFirstYoung,
 			[]any{through, cutoff}, &first)
 		switch {
 		case errors.Is(err, sql.ErrNoRows):
@@ -109,10 +110,10 @@ func (s *Store) prune(ctx context.Context, tx *sql.Tx) error {
 	if through <= pruned {
 		return nil
 	}
-	if _, err := s.ws.exec(ctx, tx, qDeleteEvents, through); err != nil {
+	if _, err := s.ws.exec(ctx, qDeleteEvents, through); err != nil {
 		return fmt.Errorf("prune: %w", err)
 	}
-	if _, err := s.ws.exec(ctx, tx, qSetPruned, through); err != nil {
+	if _, err := s.ws.exec(ctx, qSetPruned, through); err != nil {
 		return fmt.Errorf("prune: %w", err)
 	}
 	s.pend.pruned = through

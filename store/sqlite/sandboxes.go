@@ -48,13 +48,13 @@ func (s *Store) Create(ctx context.Context, sb *sandbox.Sandbox, intent sandbox.
 		created bool
 		cursors []int64
 	)
-	err = s.write(ctx, func(tx *sql.Tx) error {
+	err = s.write(ctx, func() error {
 		var (
 			id   sandbox.ID
 			gen  sandbox.Generation
 			spec []byte
 		)
-		err := s.ws.queryRow(ctx, tx, qGetIntent,
+		err := s.ws.scan(ctx, qGetIntent,
 			[]any{intent.Key}, &id, &gen, &spec)
 		if err == nil {
 			cur, ok := s.cache.get(id)
@@ -74,14 +74,14 @@ func (s *Store) Create(ctx context.Context, sb *sandbox.Sandbox, intent sandbox.
 		if !errors.Is(err, sql.ErrNoRows) {
 			return fmt.Errorf("create: look up intent %q: %w", intent.Key, err)
 		}
-		if _, err := s.ws.exec(ctx, tx, qInsertSandbox,
+		if _, err := s.ws.exec(ctx, qInsertSandbox,
 			sb.ID, sb.Generation, sb.State, doc); err != nil {
 			return fmt.Errorf("create %s: %w", sb.ID, err)
 		}
-		if err := s.insertIntent(ctx, tx, intent); err != nil {
+		if err := s.insertIntent(ctx, intent); err != nil {
 			return err
 		}
-		if cursors, err = s.appendEvents(ctx, tx, events); err != nil {
+		if cursors, err = s.appendEvents(ctx, events); err != nil {
 			return fmt.Errorf("create %s: %w", sb.ID, err)
 		}
 		created = true
@@ -124,7 +124,7 @@ func (s *Store) Update(ctx context.Context, id sandbox.ID, fn sandbox.UpdateFunc
 		stored *sandbox.Sandbox
 		events []sandbox.Event
 	)
-	err := s.write(ctx, func(tx *sql.Tx) error {
+	err := s.write(ctx, func() error {
 		cur, ok := s.cache.get(id) // under the write lock the cache is what is committed
 		if !ok {
 			return fmt.Errorf("sandbox %s: %w", id, sandbox.ErrNotFound)
@@ -144,7 +144,7 @@ func (s *Store) Update(ctx context.Context, id sandbox.ID, fn sandbox.UpdateFunc
 		if stored, err = unmarshalSandbox(doc); err != nil {
 			return fmt.Errorf("update %s: %w", id, err)
 		}
-		if _, err := s.ws.exec(ctx, tx, qUpdateSandbox,
+		if _, err := s.ws.exec(ctx, qUpdateSandbox,
 			sb.Generation, sb.State, doc, id); err != nil {
 			return fmt.Errorf("update %s: %w", id, err)
 		}
@@ -159,11 +159,11 @@ func (s *Store) Update(ctx context.Context, id sandbox.ID, fn sandbox.UpdateFunc
 			if in.Key == "" || in.SandboxID != id {
 				return fmt.Errorf("update %s: bad intent %q for %s: %w", id, in.Key, in.SandboxID, sandbox.ErrInvalidRequest)
 			}
-			if err := s.insertIntent(ctx, tx, in); err != nil {
+			if err := s.insertIntent(ctx, in); err != nil {
 				return err
 			}
 		}
-		cursors, err := s.appendEvents(ctx, tx, ch.Events)
+		cursors, err := s.appendEvents(ctx, ch.Events)
 		if err != nil {
 			return fmt.Errorf("update %s: %w", id, err)
 		}
@@ -177,12 +177,12 @@ func (s *Store) Update(ctx context.Context, id sandbox.ID, fn sandbox.UpdateFunc
 }
 
 // insertIntent records in, or returns ErrIdempotencyConflict when its key is taken.
-func (s *Store) insertIntent(ctx context.Context, tx *sql.Tx, in sandbox.Intent) error {
+func (s *Store) insertIntent(ctx context.Context, in sandbox.Intent) error {
 	spec := in.Spec
 	if spec == nil {
 		spec = []byte{}
 	}
-	res, err := s.ws.exec(ctx, tx, qInsertIntent, in.Key, in.SandboxID, in.Generation, spec)
+	res, err := s.ws.exec(ctx, qInsertIntent, in.Key, in.SandboxID, in.Generation, spec)
 	if err != nil {
 		return fmt.Errorf("record intent %q: %w", in.Key, err)
 	}

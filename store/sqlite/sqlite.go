@@ -2,7 +2,8 @@
 // embedded SQLite file (modernc.org/sqlite, pure Go) in WAL mode.
 //
 // Its main invariant: every write (a sandbox with its events and intent) is one serialized
-// transaction on a single write connection, so a read-modify-write never loses an update, and event
+// transaction on a single write connection, held for the store's lifetime and driven with prepared
+// BEGIN IMMEDIATE, COMMIT and ROLLBACK, so a read-modify-write never loses an update, and event
 // cursors come from an AUTOINCREMENT key, so a cursor is never reused, not after pruning and not
 // after a restart. Sandboxes are also kept decoded in memory, updated after each commit under the
 // write lock, so Get and List never wait for a writer nor decode JSON; the event log is read through
@@ -55,9 +56,10 @@ type Store struct {
 	closeOnce sync.Once
 	closeErr  error
 	wmu       sync.Mutex // serializes write transactions together with their cache updates
-	w         *sql.DB    // one connection: every write transaction, BEGIN IMMEDIATE
+	w         *sql.DB    // one connection: the schema migration, then wc
+	wc        *sql.Conn  // w's connection, held from init to Close: every write transaction
 	r         *sql.DB    // read-only connections, for the event log
-	ws        *stmts     // prepared on w
+	ws        *stmts     // prepared on wc
 	rs        *stmts     // prepared on r
 	cache     cache
 	tail      tail    // the newest committed events
@@ -111,7 +113,6 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	w.SetConnMaxLifetime(0)
 	w.SetConnMaxIdleTime(0)
 	s.w = w
-	s.ws = newStmts(w)
 	if err := s.init(ctx); err != nil {
 		s.Close()
 		return nil, fmt.Errorf("sqlite store: open %s: %w", cfg.Path, err)
@@ -158,8 +159,8 @@ func dsn(path, txlock string, readOnly bool) string {
 	return path + "?" + q.Encode()
 }
 
-// init checks the journal mode, migrates the schema, prunes what the retention bounds expire and
-// loads the sandboxes.
+// init checks the journal mode, migrates the schema, takes the write connection, prunes what the
+// retention bounds expire and loads the sandboxes.
 func (s *Store) init(ctx context.Context) error {
 	var mode string
 	if err := s.w.QueryRowContext(ctx, "PRAGMA journal_mode").Scan(&mode); err != nil {
@@ -171,42 +172,67 @@ func (s *Store) init(ctx context.Context) error {
 	if err := migrate(ctx, s.w, migrations); err != nil {
 		return err
 	}
+	// Every write runs on this one connection; holding it spares each transaction database/sql's
+	// per-transaction context and goroutine, and lets BEGIN and COMMIT be prepared once.
+	wc, err := s.w.Conn(ctx)
+	if err != nil {
+		return err
+	}
+	s.wc = wc
+	s.ws = newStmts(wc)
 	if err := s.ws.prepare(ctx, writeQueries); err != nil {
 		return err
 	}
-	if err := s.write(ctx, func(tx *sql.Tx) error { return s.prune(ctx, tx) }, nil); err != nil {
+	if err := s.write(ctx, func() error { return s.prune(ctx) }, nil); err != nil {
 		return err
 	}
 	return s.load(ctx)
 }
 
-// write runs fn in one write transaction and commits it when fn returns nil; then it runs
-// committed, if set, before the next write can begin.
-func (s *Store) write(ctx context.Context, fn func(tx *sql.Tx) error, committed func()) error {
+// write runs fn in one write transaction on the write connection and commits it when fn returns nil;
+// then it runs committed, if set, before the next write can begin. When fn fails (or panics), or ctx
+// is done before the commit, the transaction is rolled back and nothing is written.
+func (s *Store) write(ctx context.Context, fn func() error, committed func()) error {
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
-	tx, err := s.w.BeginTx(ctx, nil)
-	if err != nil {
+	if _, err := s.ws.exec(ctx, qBegin); err != nil {
+		s.rollback(ctx) // an interrupted BEGIN may have begun
 		return fmt.Errorf("begin write: %w", err)
 	}
 	s.pend = pending{head: s.head}
-	if err := fn(tx); err != nil {
-		if tx.Rollback() != nil {
-			s.head.ok = false // whatever the file holds now, read it again
+	done := false
+	defer func() {
+		if !done {
+			s.rollback(ctx)
 		}
+		s.pend = pending{}
+	}()
+	if err := fn(); err != nil {
 		return err
 	}
-	if err := tx.Commit(); err != nil {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("commit: %w", err)
+	}
+	// Not cancelled half-way: a commit that has begun is let finish.
+	if _, err := s.ws.exec(context.WithoutCancel(ctx), qCommit); err != nil {
 		s.head.ok = false // committed or not: read the head again
 		return fmt.Errorf("commit: %w", err)
 	}
+	done = true
 	s.head = s.pend.head
 	s.tail.commit(s.pend)
-	s.pend = pending{}
 	if committed != nil {
 		committed()
 	}
 	return nil
+}
+
+// rollback ends the write transaction, if one is open, discarding it. The head is read again when
+// that fails, for then what the file holds is not known.
+func (s *Store) rollback(ctx context.Context) {
+	if _, err := s.ws.exec(context.WithoutCancel(ctx), qRollback); err != nil {
+		s.head.ok = false
+	}
 }
 
 // Close releases the store's connections and its lock on the file. Closing again returns the first
@@ -225,6 +251,9 @@ func (s *Store) close() error {
 	}
 	if s.r != nil {
 		errs = append(errs, s.r.Close())
+	}
+	if s.wc != nil {
+		errs = append(errs, s.wc.Close())
 	}
 	if s.w != nil {
 		errs = append(errs, s.w.Close())

@@ -414,3 +414,58 @@ func TestPruneAfterRollbacks(t *testing.T) {
 	}
 	s.Close()
 }
+
+// TestWriteEndsItsTransaction checks that a write that does not commit (its update panics, or its
+// context is done) leaves nothing behind: the next writes work and see none of it.
+func TestWriteEndsItsTransaction(t *testing.T) {
+	ctx := context.Background()
+	s := open(t, sqlite.Config{Path: filepath.Join(t.TempDir(), "sandboxd.db")})
+	defer s.Close()
+	at := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
+	sb := &sandbox.Sandbox{ID: "sbx_tx", Generation: 1, State: sandbox.StateReady, Provider: "host", CreatedAt: at, UpdatedAt: at}
+	if _, _, err := s.Create(ctx, sb, sandbox.Intent{Key: "k", Spec: []byte(`{}`)}, nil); err != nil {
+		t.Fatal(err)
+	}
+	event := func(sb *sandbox.Sandbox) sandbox.Event {
+		return sandbox.NewEvent(sandbox.EventStateChanged, sb.Ref(), at, sandbox.StateChangedData{From: sandbox.StateReady, To: sandbox.StatePaused})
+	}
+	func() {
+		defer func() {
+			if recover() == nil {
+				t.Fatal("the update's panic was swallowed")
+			}
+		}()
+		s.Update(ctx, sb.ID, func(sb *sandbox.Sandbox) (sandbox.Change, error) { panic("update fails") })
+	}()
+	cancelled, cancel := context.WithCancel(ctx)
+	_, _, err := s.Update(cancelled, sb.ID, func(sb *sandbox.Sandbox) (sandbox.Change, error) {
+		sb.State = sandbox.StatePaused
+		cancel() // done after the statements ran, before the commit
+		return sandbox.Change{Events: []sandbox.Event{event(sb)}}, nil
+	})
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("update whose context was cancelled: %v, want context.Canceled", err)
+	}
+	if _, _, err := s.Update(cancelled, sb.ID, func(sb *sandbox.Sandbox) (sandbox.Change, error) {
+		t.Error("an update with a cancelled context ran")
+		return sandbox.Change{}, nil
+	}); err == nil {
+		t.Fatal("update with a cancelled context succeeded")
+	}
+	if got, err := s.Get(ctx, sb.ID); err != nil || got.State != sandbox.StateReady {
+		t.Fatalf("after writes that did not commit: %+v, %v", got, err)
+	}
+	if l, err := s.LastCursor(ctx); err != nil || l != 0 {
+		t.Fatalf("last cursor %d, %v after writes that did not commit", l, err)
+	}
+	got, evs, err := s.Update(ctx, sb.ID, func(sb *sandbox.Sandbox) (sandbox.Change, error) {
+		sb.State = sandbox.StatePaused
+		return sandbox.Change{Events: []sandbox.Event{event(sb)}}, nil
+	})
+	if err != nil || got.State != sandbox.StatePaused || len(evs) != 1 || evs[0].Cursor != 1 {
+		t.Fatalf("update after writes that did not commit: %+v, %+v, %v", got, evs, err)
+	}
+	if page, err := s.Events(ctx, sandbox.EventQuery{}); err != nil || len(page) != 1 || page[0].Cursor != 1 {
+		t.Fatalf("events: %+v, %v", page, err)
+	}
+}

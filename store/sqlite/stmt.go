@@ -21,6 +21,11 @@ const (
 	qUpdateSandbox = `UPDATE sandboxes SET generation = ?, state = ?, doc = ? WHERE id = ?`
 	qInsertIntent  = `INSERT INTO intents (key, sandbox_id, generation, spec) VALUES (?, ?, ?, ?)
 		ON CONFLICT (key) DO NOTHING`
+	// The write transaction. IMMEDIATE takes the write lock at BEGIN, so two writers never deadlock
+	// upgrading a read lock.
+	qBegin    = `BEGIN IMMEDIATE`
+	qCommit   = `COMMIT`
+	qRollback = `ROLLBACK`
 )
 
 // The queries of the read connections.
@@ -32,20 +37,25 @@ const (
 )
 
 var (
-	writeQueries = []string{qInsertEvent, qLogState, qFirstYoung, qDeleteEvents, qSetPruned, qGetIntent, qInsertSandbox, qUpdateSandbox, qInsertIntent}
-	readQueries  = []string{qPruned, qEvents, qSandboxEvents, qLastCursor}
+	writeQueries = []string{qInsertEvent, qLogState, qFirstYoung, qDeleteEvents, qSetPruned, qGetIntent, qInsertSandbox, qUpdateSandbox, qInsertIntent,
+		qBegin, qCommit, qRollback}
+	readQueries = []string{qPruned, qEvents, qSandboxEvents, qLastCursor}
 )
 
-// stmts keeps each query prepared once per pool, so a hot path parses no SQL. The queries are
-// prepared before the pool is used: preparing needs a connection, and the write pool's only one is
-// taken while a transaction runs.
+// stmts keeps each query prepared once per pool or connection, so a hot path parses no SQL. The
+// queries are prepared before the pool is used: preparing needs a connection.
 type stmts struct {
-	db *sql.DB
+	db preparer
 	mu sync.Mutex
 	m  map[string]*sql.Stmt
 }
 
-func newStmts(db *sql.DB) *stmts { return &stmts{db: db, m: map[string]*sql.Stmt{}} }
+// preparer is a *sql.DB (the read pool) or a *sql.Conn (the write connection).
+type preparer interface {
+	PrepareContext(ctx context.Context, query string) (*sql.Stmt, error)
+}
+
+func newStmts(db preparer) *stmts { return &stmts{db: db, m: map[string]*sql.Stmt{}} }
 
 // prepare prepares queries on the pool.
 func (c *stmts) prepare(ctx context.Context, queries []string) error {
@@ -81,12 +91,23 @@ func (c *stmts) in(ctx context.Context, tx *sql.Tx, query string) (*sql.Stmt, er
 	return tx.StmtContext(ctx, st), nil
 }
 
-func (c *stmts) exec(ctx context.Context, tx *sql.Tx, query string, args ...any) (sql.Result, error) {
-	st, err := c.in(ctx, tx, query)
+// exec runs query on the statements' own connection, outside any sql.Tx: on the write connection, in
+// the transaction the Store began there.
+func (c *stmts) exec(ctx context.Context, query string, args ...any) (sql.Result, error) {
+	st, err := c.get(query)
 	if err != nil {
 		return nil, err
 	}
 	return st.ExecContext(ctx, args...)
+}
+
+// scan runs a one-row query as exec does and scans it into dest.
+func (c *stmts) scan(ctx context.Context, query string, args []any, dest ...any) error {
+	st, err := c.get(query)
+	if err != nil {
+		return err
+	}
+	return st.QueryRowContext(ctx, args...).Scan(dest...)
 }
 
 // queryRow runs a one-row query in tx and scans it into dest.

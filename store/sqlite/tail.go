@@ -108,10 +108,10 @@ func (t *tail) page(q sandbox.EventQuery, limit int) (out []sandbox.Event, ok bo
 // startTail reads the head of the log and starts the tail there.
 func (s *Store) startTail(ctx context.Context) error {
 	var pruned, last int64
-	if err := s.w.QueryRowContext(ctx, qPruned).Scan(&pruned); err != nil {
+	if err := s.wc.QueryRowContext(ctx, qPruned).Scan(&pruned); err != nil {
 		return fmt.Errorf("event tail: %w", err)
 	}
-	if err := s.w.QueryRowContext(ctx, qLastCursor).Scan(&last); err != nil {
+	if err := s.wc.QueryRowContext(ctx, qLastCursor).Scan(&last); err != nil {
 		return fmt.Errorf("event tail: %w", err)
 	}
 	s.wmu.Lock()
