@@ -68,7 +68,11 @@ func (s *Store) appendEvents(ctx context.Context, events []sandbox.Event) ([]int
 	if err := s.prune(ctx); err != nil {
 		return nil, err
 	}
-	s.pend.evs = append(s.pend.evs, cloneEvents(withCursors(events, cursors))...)
+	if evs := ownData(withCursors(events, cursors)); s.pend.evs == nil {
+		s.pend.evs = evs
+	} else {
+		s.pend.evs = append(s.pend.evs, evs...)
+	}
 	return cursors, nil
 }
 

@@ -77,7 +77,16 @@ func (t *tail) commit(p pending) {
 	}
 	if drop > 0 {
 		t.base += int64(drop)
-		t.evs = append([]sandbox.Event(nil), t.evs[drop:]...)
+		// Shift within the array the tail already has, which readers never hold on to (they copy
+		// under the lock), so that trimming and the appends after it allocate nothing; a tail
+		// grown far past tailMax by one big batch gets a new array of its size.
+		if cap(t.evs) > 2*tailMax {
+			t.evs = append([]sandbox.Event(nil), t.evs[drop:]...)
+		} else {
+			n := copy(t.evs, t.evs[drop:])
+			clear(t.evs[n:])
+			t.evs = t.evs[:n]
+		}
 	}
 }
 
@@ -120,14 +129,12 @@ func (s *Store) startTail(ctx context.Context) error {
 	return nil
 }
 
-// cloneEvents copies events for the tail, data included, so no caller's buffer is shared.
-func cloneEvents(evs []sandbox.Event) []sandbox.Event {
-	out := make([]sandbox.Event, len(evs))
-	for i, e := range evs {
-		if e.Data != nil {
-			e.Data = bytes.Clone(e.Data)
+// ownData gives events, copies made for the tail, their own data, so no caller's buffer is shared.
+func ownData(evs []sandbox.Event) []sandbox.Event {
+	for i := range evs {
+		if evs[i].Data != nil {
+			evs[i].Data = bytes.Clone(evs[i].Data)
 		}
-		out[i] = e
 	}
-	return out
+	return evs
 }
