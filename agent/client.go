@@ -10,7 +10,6 @@ import (
 	"net"
 	"net/http"
 	"net/url"
-	"strconv"
 	"time"
 
 	"github.com/sandboxd/sandbox"
@@ -21,8 +20,7 @@ import (
 // never answers). A transport failure or a timeout is sandbox.ErrProviderUnavailable; a malformed answer
 // is sandbox.ErrProviderProtocol; the agent's own not_found and invalid_request keep their class.
 type Client struct {
-	tr *http.Transport
-	hc *http.Client
+	t *transport
 }
 
 // Size limits of the agent's answers.
@@ -39,13 +37,7 @@ const defaultCallTimeout = 30 * time.Second
 
 // NewClient returns a client whose connections come from dial, kept alive between calls.
 func NewClient(dial func(ctx context.Context) (net.Conn, error)) *Client {
-	tr := &http.Transport{
-		DialContext:         func(ctx context.Context, _, _ string) (net.Conn, error) { return dial(ctx) },
-		MaxIdleConnsPerHost: 16,
-		IdleConnTimeout:     60 * time.Second,
-		DisableCompression:  true,
-	}
-	return &Client{tr: tr, hc: &http.Client{Transport: tr}}
+	return &Client{t: &transport{dial: dial}}
 }
 
 // NewUnixClient returns a client of the agent listening on the unix socket at path.
@@ -55,7 +47,7 @@ func NewUnixClient(path string) *Client {
 }
 
 // Close drops the idle connections.
-func (c *Client) Close() { c.tr.CloseIdleConnections() }
+func (c *Client) Close() { c.t.closeIdle() }
 
 // Health asks the agent whether it answers.
 func (c *Client) Health(ctx context.Context) (Health, error) {
@@ -195,20 +187,11 @@ func (c *Client) do(ctx context.Context, method, path string, q url.Values, body
 	if !ok {
 		return nil, fmt.Errorf("agent %s: call without a deadline", path)
 	}
-	u := "http://agent" + path
+	target := path
 	if len(q) > 0 {
-		u += "?" + q.Encode()
+		target += "?" + q.Encode()
 	}
-	var rd io.Reader
-	if body != nil {
-		rd = bytes.NewReader(body)
-	}
-	req, err := http.NewRequestWithContext(ctx, method, u, rd)
-	if err != nil {
-		return nil, fmt.Errorf("agent %s: %w", path, err)
-	}
-	req.Header.Set(HeaderDeadline, strconv.FormatInt(deadline.UnixNano(), 10))
-	resp, err := c.hc.Do(req)
+	resp, err := c.t.roundTrip(ctx, method, target, deadline, body)
 	if err != nil {
 		return nil, fmt.Errorf("agent %s: %v: %w", path, err, sandbox.ErrProviderUnavailable)
 	}

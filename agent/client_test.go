@@ -3,10 +3,7 @@ package agent_test
 import (
 	"context"
 	"errors"
-	"net"
 	"net/http"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -18,19 +15,7 @@ import (
 // fake serves h on a unix socket and returns a client of it.
 func fake(t *testing.T, h http.HandlerFunc) *agent.Client {
 	t.Helper()
-	dir, err := os.MkdirTemp("", "fk")
-	if err != nil {
-		t.Fatal(err)
-	}
-	sock := filepath.Join(dir, "s")
-	ln, err := net.Listen("unix", sock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := &http.Server{Handler: h}
-	go srv.Serve(ln)
-	c := agent.NewUnixClient(sock)
-	t.Cleanup(func() { c.Close(); srv.Close(); os.RemoveAll(dir) })
+	c, _ := counted(t, &http.Server{Handler: h})
 	return c
 }
 

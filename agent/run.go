@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/sandboxd/sandbox"
@@ -32,32 +33,33 @@ func (c *Client) Run(ctx context.Context, cmd sandbox.Command, slack, cancelWait
 		TimeoutMs:      max(cmd.Timeout.Milliseconds(), 1),
 		MaxOutputBytes: cmd.MaxOutputBytes,
 	}
-	// The call outlives a cancelled caller just long enough to collect the cancelled result.
+	// The call outlives a cancelled caller just long enough to collect the cancelled result: when ctx
+	// ends, the run is cancelled by its id, and the call dropped if no answer follows within cancelWait.
 	callCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cmd.Timeout+slack)
 	defer cancel()
-	type answer struct {
-		res ExecResult
-		err error
-	}
-	done := make(chan answer, 1)
-	go func() {
-		res, err := c.Exec(callCtx, req)
-		done <- answer{res, err}
-	}()
-	var a answer
-	select {
-	case a = <-done:
-	case <-ctx.Done():
+	answered := make(chan struct{})
+	var gaveUp atomic.Pointer[error] // the cancel's own error, once the call was dropped
+	stop := context.AfterFunc(ctx, func() {
 		cctx, ccancel := context.WithTimeout(context.WithoutCancel(ctx), cancelWait)
 		cerr := c.Cancel(cctx, req.ID)
 		ccancel()
 		select {
-		case a = <-done:
+		case <-answered:
 		case <-time.After(cancelWait):
+			gaveUp.Store(&cerr)
 			cancel() // drops the connection: the agent kills the command when it sees that
-			<-done
-			return sandbox.CommandResult{}, fmt.Errorf("cancelled, no answer after cancel (%v): %w", cerr, sandbox.ErrProviderUnavailable)
 		}
+	})
+	type answer struct {
+		res ExecResult
+		err error
+	}
+	var a answer
+	a.res, a.err = c.Exec(callCtx, req)
+	close(answered)
+	stop()
+	if cerr := gaveUp.Load(); cerr != nil {
+		return sandbox.CommandResult{}, fmt.Errorf("cancelled, no answer after cancel (%v): %w", *cerr, sandbox.ErrProviderUnavailable)
 	}
 	if a.err != nil {
 		return sandbox.CommandResult{}, a.err

@@ -1,0 +1,125 @@
+package agent_test
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sandboxd/sandbox"
+	"github.com/sandboxd/sandbox/agent"
+)
+
+// counted serves h on a unix socket and returns a client of it and the number of connections the
+// client made so far.
+func counted(t *testing.T, srv *http.Server) (*agent.Client, *atomic.Int32) {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "tr")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sock := filepath.Join(dir, "s")
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.Serve(ln)
+	var dials atomic.Int32
+	var d net.Dialer
+	c := agent.NewClient(func(ctx context.Context) (net.Conn, error) {
+		dials.Add(1)
+		return d.DialContext(ctx, "unix", sock)
+	})
+	t.Cleanup(func() { c.Close(); srv.Close(); os.RemoveAll(dir) })
+	return c, &dials
+}
+
+func health(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Write([]byte(`{"ok":true,"version":"x","pid":7}`))
+}
+
+func bounded(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// Calls share one kept-alive connection, and one the agent closed while idle is replaced, not used.
+func TestTransportReusesAndReplacesConnections(t *testing.T) {
+	var mu sync.Mutex
+	var idle []net.Conn
+	srv := &http.Server{Handler: http.HandlerFunc(health), ConnState: func(c net.Conn, st http.ConnState) {
+		if st == http.StateIdle {
+			mu.Lock()
+			idle = append(idle, c)
+			mu.Unlock()
+		}
+	}}
+	c, dials := counted(t, srv)
+	for i := 0; i < 5; i++ {
+		if _, err := c.Health(bounded(t)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := dials.Load(); n != 1 {
+		t.Fatalf("5 calls made %d connections, want 1", n)
+	}
+	mu.Lock()
+	for _, conn := range idle {
+		conn.Close() // the agent closes its idle connection
+	}
+	mu.Unlock()
+	for i := 0; i < 3; i++ {
+		if _, err := c.Health(bounded(t)); err != nil {
+			t.Fatalf("after the agent closed its connection: %v", err)
+		}
+	}
+	if n := dials.Load(); n != 2 {
+		t.Fatalf("%d connections, want 2", n)
+	}
+}
+
+// An answer followed by bytes nobody asked for leaves its connection unused afterwards.
+func TestTransportDropsAConnectionWithUnsolicitedBytes(t *testing.T) {
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		conn, buf, err := http.NewResponseController(w).Hijack()
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		defer conn.Close()
+		buf.WriteString("HTTP/1.1 200 OK\r\nContent-Length: 33\r\n\r\n{\"ok\":true,\"version\":\"x\",\"pid\":7}HTTP/1.1 200 OK\r\n")
+		buf.Flush()
+		time.Sleep(100 * time.Millisecond)
+	})}
+	c, dials := counted(t, srv)
+	for i := 0; i < 2; i++ {
+		if _, err := c.Health(bounded(t)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := dials.Load(); n != 2 {
+		t.Fatalf("%d connections, want 2: the first carried more than its answer", n)
+	}
+}
+
+// Ending the caller's context ends a call that is waiting for its answer (were it not, the call would
+// wait out its hour-long deadline and the test would time out).
+func TestTransportCancel(t *testing.T) {
+	release := make(chan struct{})
+	defer close(release)
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { <-release })}
+	c, _ := counted(t, srv)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
+	time.AfterFunc(50*time.Millisecond, cancel)
+	if _, err := c.Health(ctx); !errors.Is(err, sandbox.ErrProviderUnavailable) {
+		t.Fatalf("cancelled call: %v", err)
+	}
+}
