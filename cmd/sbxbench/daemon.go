@@ -62,8 +62,16 @@ func startDaemon(ctx context.Context, bin, provider, dir string, extra ...string
 	}
 }
 
-// stop sends SIGTERM and waits for the daemon to exit, killing it after a while.
+// stop terminates every sandbox of the daemon and waits until each is terminated (a daemon stopped
+// with releases still pending would leave their containers running, and the bench then deletes the
+// data directory that names them), then sends SIGTERM and waits for the daemon to exit, killing it
+// after a while.
 func (d *daemon) stop() {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	if err := drain(ctx, newClient(d.url)); err != nil {
+		fmt.Fprintf(os.Stderr, "sbxbench: some sandboxes of the daemon at %s may outlive it: %v\n", d.url, err)
+	}
+	cancel()
 	_ = d.cmd.Process.Signal(syscall.SIGTERM)
 	done := make(chan struct{})
 	go func() { d.cmd.Wait(); close(done) }()
@@ -74,4 +82,37 @@ func (d *daemon) stop() {
 		<-done
 	}
 	d.log.Close()
+}
+
+// drain terminates every sandbox that is not terminated and waits until all are.
+func drain(ctx context.Context, c *client) error {
+	for {
+		var l struct {
+			Sandboxes []sandboxDoc `json:"sandboxes"`
+		}
+		if err := c.do(ctx, http.MethodGet, "/v1/sandboxes", nil, http.StatusOK, &l); err != nil {
+			return err
+		}
+		var live []sandboxDoc
+		for _, sb := range l.Sandboxes {
+			switch sb.State {
+			case "terminated":
+			case "terminating":
+				live = append(live, sb)
+			default:
+				live = append(live, sb)
+				if err := c.terminate(ctx, sb); err != nil {
+					return err
+				}
+			}
+		}
+		if len(live) == 0 {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%d sandboxes not terminated: %w", len(live), ctx.Err())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
 }
