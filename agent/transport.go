@@ -30,13 +30,18 @@ type transport struct {
 	idle []*pconn
 }
 
-// maxIdle bounds the connections kept open between calls.
-const maxIdle = 16
+// maxIdle bounds the connections kept open between calls, and maxIdleAge how long one may wait: a
+// relayed stream cannot be peeked (see alive), and one that died while idle would fail its next call.
+const (
+	maxIdle    = 16
+	maxIdleAge = 60 * time.Second
+)
 
 type pconn struct {
 	net.Conn
 	br     *bufio.Reader
 	reused bool
+	since  time.Time // idle since
 	once   sync.Once
 }
 
@@ -113,7 +118,7 @@ func (t *transport) get(ctx context.Context) (*pconn, error) {
 		pc := t.idle[n-1]
 		t.idle = t.idle[:n-1]
 		t.mu.Unlock()
-		if alive(pc.Conn) {
+		if time.Since(pc.since) < maxIdleAge && alive(pc.Conn) {
 			pc.reused = true
 			return pc, nil
 		}
@@ -131,6 +136,7 @@ func (t *transport) put(pc *pconn) {
 		pc.Close() // the agent said more than its answer: nothing after it can be trusted
 		return
 	}
+	pc.since = time.Now()
 	t.mu.Lock()
 	if len(t.idle) < maxIdle {
 		t.idle = append(t.idle, pc)
