@@ -48,6 +48,18 @@ func inProcessOCI(t testing.TB) *client {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { // after the API stops (cleanups run last first), before dir goes
+		ctx := context.Background()
+		refs, err := prov.Resources(ctx)
+		if err != nil {
+			t.Error(err)
+		}
+		for _, ref := range refs {
+			if err := prov.Release(ctx, ref); err != nil {
+				t.Error(err)
+			}
+		}
+	})
 	return serveInProcess(t, dir, prov)
 }
 
