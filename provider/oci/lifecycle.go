@@ -49,6 +49,7 @@ func (p *Provider) Allocate(ctx context.Context, ref sandbox.Ref, spec sandbox.S
 		}
 	}
 	if res == (sandbox.Resources{}) && p.claim(ctx, b) {
+		defer p.refill()
 		b.paused.Store(false)
 		b.known.Store(true)
 		b.gone.Store(false)
