@@ -177,6 +177,13 @@ func (p *Provider) claim(ctx context.Context, b *box) bool {
 		hctx, cancel := context.WithTimeout(ctx, min(p.cfg.CallTimeout, time.Second))
 		_, err := e.client.Health(hctx)
 		cancel()
+		if err != nil && ctx.Err() != nil {
+			// The caller gave up, not the entry: it goes back for the next one.
+			p.pool.mu.Lock()
+			p.pool.idle = append([]poolEntry{e}, p.pool.idle...)
+			p.pool.mu.Unlock()
+			return false
+		}
 		e.client.Close()
 		if err == nil {
 			m := meta{Ref: b.ref, Container: e.name, CgroupPath: p.cgroupPath(e.name)}
