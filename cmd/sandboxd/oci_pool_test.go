@@ -22,6 +22,7 @@ func TestOCIWarmPoolAcrossDaemonSIGKILL(t *testing.T) {
 	needOCI(t)
 	ctx := context.Background()
 	dataDir := t.TempDir()
+	removeContainersAtEnd(t, dataDir)
 	runcRoot := filepath.Join(dataDir, "oci", "runc")
 	containers := func() []string {
 		out, err := runCmd("runc", "--root", runcRoot, "list", "-q")
@@ -30,13 +31,6 @@ func TestOCIWarmPoolAcrossDaemonSIGKILL(t *testing.T) {
 		}
 		return strings.Fields(out)
 	}
-	t.Cleanup(func() { // whatever happens, leave no container behind
-		for _, c := range containers() {
-			runCmd("runc", "--root", runcRoot, "kill", c, "KILL")
-			time.Sleep(100 * time.Millisecond)
-			runCmd("runc", "--root", runcRoot, "delete", "--force", c)
-		}
-	})
 	// poolFull waits until the pool directory holds n running containers, none of them in old.
 	poolFull := func(n int, old ...string) []string {
 		t.Helper()

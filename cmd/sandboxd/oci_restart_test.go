@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -32,6 +33,7 @@ func TestOCISandboxesSurviveDaemonSIGKILL(t *testing.T) {
 	needOCI(t)
 	ctx := context.Background()
 	dataDir := t.TempDir()
+	removeContainersAtEnd(t, dataDir)
 	d := startDaemon(t, dataDir, "--provider", "oci")
 
 	mk := func(key string) sandbox.Sandbox {
@@ -43,12 +45,6 @@ func TestOCISandboxesSurviveDaemonSIGKILL(t *testing.T) {
 		return sb
 	}
 	kept, vanished, gone := mk("kept"), mk("vanished"), mk("gone")
-	t.Cleanup(func() {
-		// Whatever happens, leave no container behind.
-		for _, sb := range []sandbox.Sandbox{kept, vanished, gone} {
-			call(ctx, "POST", fmt.Sprintf("%s/v1/sandboxes/%s/actions/terminate", d.url, sb.ID), map[string]any{"expectedGeneration": 1}, nil)
-		}
-	})
 	put := fmt.Sprintf("%s/v1/sandboxes/%s/files/content", d.url, kept.ID)
 	if st := call(ctx, "PUT", put, map[string]any{"expectedGeneration": 1, "path": "state.txt",
 		"contentBase64": base64.StdEncoding.EncodeToString([]byte("kept across a crash"))}, nil); st != 200 {
@@ -118,6 +114,29 @@ func waitForWithin(t *testing.T, url string, id sandbox.ID, want sandbox.State, 
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// removeContainersAtEnd kills and deletes, when the test ends and after its daemons are gone, every
+// container left under dataDir's oci state: a daemon killed by the test leaves its sandboxes running,
+// and the temporary directory that names them is removed next.
+func removeContainersAtEnd(t *testing.T, dataDir string) {
+	t.Cleanup(func() {
+		root := filepath.Join(dataDir, "oci", "runc")
+		out, err := runCmd("runc", "--root", root, "list", "-q")
+		if err != nil {
+			return // no oci state: nothing was started
+		}
+		for _, c := range strings.Fields(out) {
+			runCmd("runc", "--root", root, "kill", c, "KILL")
+			for i := 0; i < 100; i++ {
+				if _, err := runCmd("runc", "--root", root, "delete", c); err == nil {
+					break
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+			runCmd("runc", "--root", root, "delete", "--force", c)
+		}
+	})
 }
 
 func runCmd(name string, args ...string) (string, error) {
