@@ -45,6 +45,10 @@ type Store interface {
 	Events(ctx context.Context, q EventQuery) ([]Event, error)
 	// LastCursor is the cursor of the newest event ever appended (0 if none).
 	LastCursor(ctx context.Context) (int64, error)
+	// LastEventOf is the cursor of the newest event of sandbox id (0 if none): of any appended since
+	// the store was opened, pruned or not, else of the newest one it retains. A reader filtered to id
+	// that is past it has missed nothing of id up to LastCursor, however much history went meanwhile.
+	LastEventOf(ctx context.Context, id ID) (int64, error)
 	// Close releases the store.
 	Close() error
 }

@@ -16,6 +16,11 @@ func (r *Runtime) Events(ctx context.Context, q sandbox.EventQuery) ([]sandbox.E
 	return r.store.Events(ctx, q)
 }
 
+// LastEventOf is the cursor of sandbox id's newest event (see sandbox.Store).
+func (r *Runtime) LastEventOf(ctx context.Context, id sandbox.ID) (int64, error) {
+	return r.store.LastEventOf(ctx, id)
+}
+
 // LastCursor is the cursor of the newest event ever appended (0 if none).
 func (r *Runtime) LastCursor(ctx context.Context) (int64, error) {
 	return r.store.LastCursor(ctx)

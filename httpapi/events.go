@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -136,7 +137,7 @@ func (s *Server) streamEvents(w http.ResponseWriter, r *http.Request, _ []byte) 
 			}
 		}
 		if mark, err = s.rt.LastCursor(ctx); err == nil {
-			page, err = s.rt.Events(ctx, q)
+			page, err = s.nextPage(ctx, q, mark)
 		}
 		if err != nil {
 			if ctx.Err() == nil {
@@ -145,6 +146,22 @@ func (s *Server) streamEvents(w http.ResponseWriter, r *http.Request, _ []byte) 
 			return nil
 		}
 	}
+}
+
+// nextPage reads the page after q.After. A stream filtered to one sandbox that has seen that sandbox's
+// newest event skips the read, with an empty page (mark, read before, then moves it on): it has
+// nothing to read, and the history behind it may be pruned by then without its missing anything.
+func (s *Server) nextPage(ctx context.Context, q sandbox.EventQuery, mark int64) ([]sandbox.Event, error) {
+	if q.SandboxID != "" {
+		last, err := s.rt.LastEventOf(ctx, q.SandboxID)
+		if err != nil {
+			return nil, err
+		}
+		if last <= q.After {
+			return nil, nil
+		}
+	}
+	return s.rt.Events(ctx, q)
 }
 
 // waitEvents waits until events may have been appended, sending heartbeats meanwhile. It reports false

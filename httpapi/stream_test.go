@@ -15,8 +15,9 @@ import (
 )
 
 // TestFilteredStreamOutlivesShortHistory keeps a stream filtered on one idle sandbox open while other
-// sandboxes push the log far past its retention: the stream must still deliver the idle sandbox's next
-// event, not fall behind the history and end.
+// sandboxes push the log far past its retention between two of its wake-ups: the stream must still
+// deliver the idle sandbox's next event, not fall behind the history and end. (What it cannot outlive
+// is its own sandbox's events being pruned before it reads them: that is a 410, as for any reader.)
 func TestFilteredStreamOutlivesShortHistory(t *testing.T) {
 	ctx := context.Background()
 	st, err := sqlite.Open(ctx, sqlite.Config{Path: t.TempDir() + "/db", Retention: 8})
@@ -29,7 +30,7 @@ func TestFilteredStreamOutlivesShortHistory(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = rt.Close() })
-	srv := httptest.NewServer(New(Config{Runtime: rt, HeartbeatInterval: time.Hour}))
+	srv := httptest.NewServer(New(Config{Runtime: rt, HeartbeatInterval: 5 * time.Millisecond}))
 	defer srv.Close()
 
 	idle, err := rt.Create(ctx, sandbox.Spec{ClientRequestID: "idle"})
@@ -61,6 +62,7 @@ func TestFilteredStreamOutlivesShortHistory(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the stream did not open")
 	}
+	var busy []sandbox.ID
 	for i := range 40 {
 		sb, err := rt.Create(ctx, sandbox.Spec{ClientRequestID: "busy-" + string(rune('a'+i%26)) + strings.Repeat("x", i)})
 		if err != nil {
@@ -68,6 +70,48 @@ func TestFilteredStreamOutlivesShortHistory(t *testing.T) {
 		}
 		if _, err := rt.Terminate(ctx, sb.ID, 1); err != nil {
 			t.Fatal(err)
+		}
+		busy = append(busy, sb.ID)
+	}
+	for _, id := range busy { // releases finish in the background: the burst ends when they have
+		for {
+			sb, err := rt.Get(ctx, id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if sb.State == sandbox.StateTerminated {
+				break
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	// Three heartbeats sent after the burst: the stream has been woken by it since (a pending wake-up
+	// is taken before the next tick is due), found nothing of its sandbox, and moved past the pruned
+	// history. What the stream sent before (heartbeats of the burst's time) is drained first.
+	for drained := false; !drained; {
+		select {
+		case l, ok := <-lines:
+			if !ok {
+				t.Fatal("the filtered stream ended while unrelated history was pruned")
+			}
+			if strings.HasPrefix(l, "data: ") && !strings.Contains(l, string(idle.ID)) {
+				t.Fatalf("the filtered stream delivered another sandbox's event: %s", l)
+			}
+		default:
+			drained = true
+		}
+	}
+	for beats := 0; beats < 3; {
+		select {
+		case l, ok := <-lines:
+			if !ok {
+				t.Fatal("the filtered stream ended while unrelated history was pruned")
+			}
+			if l == ": heartbeat" {
+				beats++
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("no heartbeat within 10s")
 		}
 	}
 	if _, err := rt.Terminate(ctx, idle.ID, 1); err != nil {

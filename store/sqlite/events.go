@@ -208,6 +208,25 @@ func (s *Store) LastCursor(ctx context.Context) (int64, error) {
 	return last, nil
 }
 
+// LastEventOf is the cursor of sandbox id's newest event: any appended since the store opened (pruned
+// or not), else the newest the file retains; 0 if none.
+func (s *Store) LastEventOf(ctx context.Context, id sandbox.ID) (int64, error) {
+	if c, ok := s.tail.lastEventOf(id); ok {
+		return c, nil
+	}
+	// Read on the read connection's snapshot: an append that commits after it tells the tail, and
+	// learn keeps what a commit told rather than this older answer.
+	st, err := s.rs.get(qLastOf)
+	if err != nil {
+		return 0, fmt.Errorf("last event of %s: %w", id, err)
+	}
+	var c int64
+	if err := st.QueryRowContext(ctx, string(id)).Scan(&c); err != nil {
+		return 0, fmt.Errorf("last event of %s: %w", id, err)
+	}
+	return s.tail.learn(id, c), nil
+}
+
 // withCursors returns copies of events with their cursors set, timestamps in UTC and empty data nil,
 // as Events returns them.
 func withCursors(events []sandbox.Event, cursors []int64) []sandbox.Event {

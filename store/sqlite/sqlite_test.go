@@ -469,3 +469,45 @@ func TestWriteEndsItsTransaction(t *testing.T) {
 		t.Fatalf("events: %+v, %v", page, err)
 	}
 }
+
+// TestLastEventOfOutlivesPruning: a sandbox's newest event is known after the log pruned it, for as long
+// as the store stays open; reopened, the store knows what it retains.
+func TestLastEventOfOutlivesPruning(t *testing.T) {
+	ctx := context.Background()
+	cfg := sqlite.Config{Path: filepath.Join(t.TempDir(), "sandboxd.db"), Retention: 4}
+	s := open(t, cfg)
+	quiet, busy := sandbox.Ref{ID: "sbx_quiet", Generation: 1}, sandbox.Ref{ID: "sbx_busy", Generation: 1}
+	ev := func(ref sandbox.Ref) sandbox.Event {
+		return sandbox.NewEvent(sandbox.EventFileWritten, ref, time.Now(), sandbox.FileWrittenData{Path: "/f"})
+	}
+	got, err := s.AppendEvents(ctx, []sandbox.Event{ev(quiet)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 40 {
+		if _, err := s.AppendEvents(ctx, []sandbox.Event{ev(busy)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := s.Events(ctx, sandbox.EventQuery{After: got[0].Cursor - 1}); !errors.Is(err, sandbox.ErrEventHistoryUnavailable) {
+		t.Fatalf("the quiet sandbox's event is still retained (%v): the test needs it pruned", err)
+	}
+	if c, err := s.LastEventOf(ctx, quiet.ID); err != nil || c != got[0].Cursor {
+		t.Fatalf("newest event of the quiet sandbox after pruning: %d, %v; want %d", c, err, got[0].Cursor)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s = open(t, cfg)
+	defer s.Close()
+	if c, err := s.LastEventOf(ctx, quiet.ID); err != nil || c != 0 {
+		t.Fatalf("reopened, newest retained event of the quiet sandbox: %d, %v; want 0", c, err)
+	}
+	last, err := s.LastCursor(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c, err := s.LastEventOf(ctx, busy.ID); err != nil || c != last {
+		t.Fatalf("reopened, newest event of the busy sandbox: %d, %v; want %d", c, err, last)
+	}
+}

@@ -34,12 +34,13 @@ const (
 	qEvents        = `SELECT cursor, type, sandbox_id, generation, ts, data FROM events WHERE cursor > ? ORDER BY cursor LIMIT ?`
 	qSandboxEvents = `SELECT cursor, type, sandbox_id, generation, ts, data FROM events WHERE sandbox_id = ? AND cursor > ? ORDER BY cursor LIMIT ?`
 	qLastCursor    = `SELECT COALESCE((SELECT seq FROM sqlite_sequence WHERE name = 'events'), 0)`
+	qLastOf        = `SELECT COALESCE(MAX(cursor), 0) FROM events WHERE sandbox_id = ?`
 )
 
 var (
 	writeQueries = []string{qInsertEvent, qLogState, qFirstYoung, qDeleteEvents, qSetPruned, qGetIntent, qInsertSandbox, qUpdateSandbox, qInsertIntent,
 		qBegin, qCommit, qRollback}
-	readQueries = []string{qPruned, qEvents, qSandboxEvents, qLastCursor}
+	readQueries = []string{qPruned, qEvents, qSandboxEvents, qLastCursor, qLastOf}
 )
 
 // stmts keeps each query prepared once per pool or connection, so a hot path parses no SQL. The

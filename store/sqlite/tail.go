@@ -23,6 +23,10 @@ type tail struct {
 	base   int64
 	pruned int64
 	evs    []sandbox.Event
+
+	// lastOf is the cursor of each sandbox's newest event appended since the store opened, kept
+	// whatever the tail drops or the log prunes (and of sandboxes looked up in the file, see LastEventOf).
+	lastOf map[sandbox.ID]int64
 }
 
 // pending is what the write transaction in progress will add to the tail once it commits, and the log's
@@ -54,6 +58,12 @@ func (t *tail) reset(last, pruned int64) {
 func (t *tail) commit(p pending) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	if len(p.evs) > 0 && t.lastOf == nil {
+		t.lastOf = make(map[sandbox.ID]int64)
+	}
+	for _, e := range p.evs {
+		t.lastOf[e.SandboxID] = max(t.lastOf[e.SandboxID], e.Cursor)
+	}
 	if !t.ok {
 		return
 	}
@@ -112,6 +122,28 @@ func (t *tail) page(q sandbox.EventQuery, limit int) (out []sandbox.Event, ok bo
 		}
 	}
 	return out, true
+}
+
+// lastEventOf returns the cursor of id's newest event, when the tail knows it.
+func (t *tail) lastEventOf(id sandbox.ID) (int64, bool) {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	c, ok := t.lastOf[id]
+	return c, ok
+}
+
+// learn records c as id's newest event, read from the file, unless a commit has told the tail since.
+func (t *tail) learn(id sandbox.ID, c int64) int64 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if have, ok := t.lastOf[id]; ok {
+		return have
+	}
+	if t.lastOf == nil {
+		t.lastOf = make(map[sandbox.ID]int64)
+	}
+	t.lastOf[id] = c
+	return c
 }
 
 // startTail reads the head of the log and starts the tail there.

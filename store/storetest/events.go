@@ -229,6 +229,50 @@ func testLastCursor(t *testing.T, s sandbox.Store) {
 	}
 }
 
+func testLastEventOf(t *testing.T, s sandbox.Store) {
+	ctx := context.Background()
+	lastOf := func(id sandbox.ID) int64 {
+		t.Helper()
+		c, err := s.LastEventOf(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	if c := lastOf(sandbox.NewID()); c != 0 {
+		t.Fatalf("newest event of an unknown sandbox: %d", c)
+	}
+	a, b := mustCreate(t, s, "req-a"), mustCreate(t, s, "req-b")
+	ga := mustAppend(t, s, fileEvents(a.Ref(), 0, 3))
+	gb := mustAppend(t, s, fileEvents(b.Ref(), 0, 2))
+	if c := lastOf(a.ID); c != ga[2].Cursor {
+		t.Fatalf("newest event of a: %d, want %d", c, ga[2].Cursor)
+	}
+	if c := lastOf(b.ID); c != gb[1].Cursor {
+		t.Fatalf("newest event of b: %d, want %d", c, gb[1].Cursor)
+	}
+	if _, _, err := s.Update(ctx, a.ID, func(*sandbox.Sandbox) (sandbox.Change, error) {
+		return sandbox.Change{Events: fileEvents(a.Ref(), 9, 2)}, errors.New("no")
+	}); err == nil {
+		t.Fatal("update with fn error succeeded")
+	}
+	if c := lastOf(a.ID); c != ga[2].Cursor {
+		t.Fatalf("a failed update moved a's newest event to %d", c)
+	}
+	_, upd, err := s.Update(ctx, a.ID, func(x *sandbox.Sandbox) (sandbox.Change, error) {
+		return sandbox.Change{Events: []sandbox.Event{stateEvent(x, sandbox.StateRequested, sandbox.StateStarting)}}, nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := lastOf(a.ID); c != upd[0].Cursor {
+		t.Fatalf("newest event of a after an update: %d, want %d", c, upd[0].Cursor)
+	}
+	if c := lastOf(b.ID); c != gb[1].Cursor {
+		t.Fatalf("a's update moved b's newest event to %d", c)
+	}
+}
+
 // testReadersDuringWrites reads sandboxes and the log while writers append and update, and checks
 // every reader sees a consistent, strictly increasing log that ends up complete.
 func testReadersDuringWrites(t *testing.T, s sandbox.Store) {

@@ -55,6 +55,7 @@ func Run(t *testing.T, open func(t *testing.T) sandbox.Store) {
 		{"EventsSandboxFilter", testEventsSandboxFilter},
 		{"EventsBeyondNewest", testEventsBeyondNewest},
 		{"LastCursor", testLastCursor},
+		{"LastEventOf", testLastEventOf},
 		{"ReadersDuringWrites", testReadersDuringWrites},
 	}
 	for _, tc := range tests {
