@@ -197,6 +197,8 @@ down() {
   # leftover containers (shims) started by this containerd, mounts, bridge, cgroups
   for f in "$BASE"/containerd/state/io.containerd.runtime.v2.task/k8s.io/*/init.pid; do
     [ -f "$f" ] && kill -9 "$(cat "$f")" 2>/dev/null; done; true
+  # their shims outlive the containerd that started them
+  pkill -KILL -f -- "containerd-shim-runc-v2 .*-address $BASE/containerd/containerd.sock" 2>/dev/null || true
   mount | awk -v b="$BASE" '$3 ~ "^"b {print $3}' | sort -r | xargs -r -n1 umount -l
   ip link del cni0 2>/dev/null || true
   for ipt in iptables ip6tables; do  # chains the kubelet creates
