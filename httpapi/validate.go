@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -32,14 +33,30 @@ func (s *Server) endpoint(v *requestValidator, h handlerFunc) http.Handler {
 				return
 			}
 		}
-		if err := v.validate(r, body); err != nil {
+		doc, err := v.validate(r, body)
+		if err != nil {
 			s.writeError(w, r, err)
 			return
+		}
+		if len(body) > bigBody {
+			// A handler of a large body takes what validation decoded rather than decode it again.
+			r = r.WithContext(context.WithValue(r.Context(), docKey{}, doc))
 		}
 		if err := h(w, r, body); err != nil {
 			s.writeError(w, r, err)
 		}
 	})
+}
+
+// bigBody is the size past which a validated body's decoded document is handed to the handler.
+const bigBody = 64 << 10
+
+type docKey struct{}
+
+// validatedDoc returns the decoded, validated body of a request larger than bigBody.
+func validatedDoc(r *http.Request) (any, bool) {
+	doc, ok := r.Context().Value(docKey{}).(any)
+	return doc, ok && doc != nil
 }
 
 // readBody reads the whole body within the limit: ErrRequestTooLarge past it.

@@ -20,7 +20,7 @@ func BenchmarkValidateCreate(b *testing.B) {
 	r := httptest.NewRequest(http.MethodPost, "/v1/sandboxes", nil)
 	b.ReportAllocs()
 	for b.Loop() {
-		if err := v.validate(r, body); err != nil {
+		if _, err := v.validate(r, body); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -34,7 +34,7 @@ func BenchmarkValidateCommand(b *testing.B) {
 	r.SetPathValue("sandboxId", "sbx_1")
 	b.ReportAllocs()
 	for b.Loop() {
-		if err := v.validate(r, body); err != nil {
+		if _, err := v.validate(r, body); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -67,14 +67,15 @@ type requestValidator struct {
 	bodyReq  bool
 }
 
-// validate checks r's parameters and body (nil without one) against the operation. Every error is
-// ErrInvalidRequest with a one-line message that says where and what.
-func (v *requestValidator) validate(r *http.Request, body []byte) error {
+// validate checks r's parameters and body (nil without one) against the operation, and returns the
+// body as it decoded it (nil without one). Every error is ErrInvalidRequest with a one-line message
+// that says where and what.
+func (v *requestValidator) validate(r *http.Request, body []byte) (any, error) {
 	if v.body != nil {
 		// A body without a Content-Type is taken as JSON, the contract's only media type.
 		if ct := r.Header.Get("Content-Type"); ct != "" {
 			if mt, _, err := mime.ParseMediaType(ct); err != nil || mt != "application/json" {
-				return fmt.Errorf("Content-Type %q: the request body must be application/json: %w", ct, sandbox.ErrInvalidRequest)
+				return nil, fmt.Errorf("Content-Type %q: the request body must be application/json: %w", ct, sandbox.ErrInvalidRequest)
 			}
 		}
 	}
@@ -84,28 +85,28 @@ func (v *requestValidator) validate(r *http.Request, body []byte) error {
 	}
 	for _, p := range v.params {
 		if err := validateParam(p, r, query); err != nil {
-			return fmt.Errorf("%s parameter %q: %s: %w", p.In, p.Name, err, sandbox.ErrInvalidRequest)
+			return nil, fmt.Errorf("%s parameter %q: %s: %w", p.In, p.Name, err, sandbox.ErrInvalidRequest)
 		}
 	}
 	if v.body == nil {
-		return nil
+		return nil, nil
 	}
 	if len(body) == 0 {
 		if v.bodyReq {
-			return fmt.Errorf("request body: value is required but missing: %w", sandbox.ErrInvalidRequest)
+			return nil, fmt.Errorf("request body: value is required but missing: %w", sandbox.ErrInvalidRequest)
 		}
-		return nil
+		return nil, nil
 	}
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.UseNumber()
 	var doc any
 	if err := dec.Decode(&doc); err != nil {
-		return fmt.Errorf("request body: not valid JSON: %s: %w", oneLine(err.Error()), sandbox.ErrInvalidRequest)
+		return nil, fmt.Errorf("request body: not valid JSON: %s: %w", oneLine(err.Error()), sandbox.ErrInvalidRequest)
 	}
 	if err := v.body.Validate(doc); err != nil {
-		return fmt.Errorf("request body: %s: %s: %w", schema.InstancePointer(err.Path), oneLine(err.Message), sandbox.ErrInvalidRequest)
+		return nil, fmt.Errorf("request body: %s: %s: %w", schema.InstancePointer(err.Path), oneLine(err.Message), sandbox.ErrInvalidRequest)
 	}
-	return nil
+	return doc, nil
 }
 
 // validateParam decodes and checks one parameter the way kin-openapi's request filter does: a query

@@ -266,4 +266,16 @@ func (s *suite) testLargeFile(t *testing.T) {
 	if string(got) != string(data) {
 		t.Fatalf("read back %d bytes that differ", len(got))
 	}
+	// A large body is checked as a small one: bad base64, a line break, an unknown member, a stale
+	// generation.
+	b64 := base64.StdEncoding.EncodeToString(data[:1<<20])
+	put := sbPath(sb.ID, "/files/content")
+	for _, bad := range []string{b64[:1000] + "!" + b64[1001:], b64[:1000] + "\n" + b64[1000:]} {
+		st.c.fails("PUT", put, `{"expectedGeneration":1,"path":"b","contentBase64":"`+bad+`"}`, 400, sandbox.CodeInvalidRequest)
+	}
+	st.c.fails("PUT", put, `{"expectedGeneration":1,"path":"b","contentBase64":"`+b64+`","mode":"0600"}`, 400, sandbox.CodeInvalidRequest)
+	st.c.fails("PUT", put, fileBody(2, "b", data[:1<<20]), 409, sandbox.CodeGenerationConflict)
+	if got := st.readFile(sb.ID, "big.bin"); string(got) != string(data) {
+		t.Fatal("a refused write changed the file")
+	}
 }
