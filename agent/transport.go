@@ -63,7 +63,7 @@ func (t *transport) roundTrip(ctx context.Context, method, target string, deadli
 	head = append(head, " HTTP/1.1\r\nHost: agent\r\n"+HeaderDeadline+": "...)
 	head = strconv.AppendInt(head, deadline.UnixNano(), 10)
 	if body != nil {
-		head = append(head, "\r\nContent-Type: application/json\r\nContent-Length: "...)
+		head = append(head, "\r\nContent-Length: "...)
 		head = strconv.AppendInt(head, int64(len(body)), 10)
 	}
 	head = append(head, "\r\n\r\n"...)
