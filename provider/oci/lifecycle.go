@@ -17,8 +17,9 @@ const (
 	reasonMissing = "container_missing"
 )
 
-// Allocate makes the container of ref and waits, up to ReadyTimeout, for its agent to answer; it
-// returns a ready observation, or a starting one when the agent is still silent. An existing
+// Allocate makes the container of ref, or takes one from the warm pool when ref has no resource limits,
+// and waits, up to ReadyTimeout, for its agent to answer; it returns a ready observation, or a starting
+// one when the agent is still silent. An existing
 // generation is returned as it is. Errors: ErrInvalidRequest for unusable resources,
 // ErrProviderUnavailable when the container cannot be made (nothing is left behind then).
 func (p *Provider) Allocate(ctx context.Context, ref sandbox.Ref, spec sandbox.Spec) (sandbox.Observation, error) {
@@ -50,12 +51,7 @@ func (p *Provider) Allocate(ctx context.Context, ref sandbox.Ref, spec sandbox.S
 	}
 	if res == (sandbox.Resources{}) && p.claim(ctx, b) {
 		defer p.refill()
-		b.paused.Store(false)
-		b.known.Store(true)
-		b.gone.Store(false)
-		return p.waitReady(ctx, b)
-	}
-	if err := p.create(ctx, b, res); err != nil {
+	} else if err := p.create(ctx, b, res); err != nil {
 		if cerr := p.releaseLocked(context.WithoutCancel(ctx), b); cerr != nil {
 			p.log.Error("cleaning up a failed allocation", "sandbox", ref, "err", cerr)
 		}
