@@ -137,7 +137,7 @@ func (s *Server) streamEvents(w http.ResponseWriter, r *http.Request, _ []byte) 
 			}
 		}
 		if mark, err = s.rt.LastCursor(ctx); err == nil {
-			page, err = s.nextPage(ctx, q, mark)
+			page, err = s.nextPage(ctx, q)
 		}
 		if err != nil {
 			if ctx.Err() == nil {
@@ -149,9 +149,10 @@ func (s *Server) streamEvents(w http.ResponseWriter, r *http.Request, _ []byte) 
 }
 
 // nextPage reads the page after q.After. A stream filtered to one sandbox that has seen that sandbox's
-// newest event skips the read, with an empty page (mark, read before, then moves it on): it has
-// nothing to read, and the history behind it may be pruned by then without its missing anything.
-func (s *Server) nextPage(ctx context.Context, q sandbox.EventQuery, mark int64) ([]sandbox.Event, error) {
+// newest event skips the read and gets an empty page (the loop then moves q.After on to the mark it
+// read before): it has nothing to read, and the history behind it may be pruned by then without its
+// missing anything.
+func (s *Server) nextPage(ctx context.Context, q sandbox.EventQuery) ([]sandbox.Event, error) {
 	if q.SandboxID != "" {
 		last, err := s.rt.LastEventOf(ctx, q.SandboxID)
 		if err != nil {
