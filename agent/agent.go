@@ -44,7 +44,7 @@ type Agent struct {
 	warm chan struct{} // closed once warmThreads is done; commands wait for it
 
 	mu   sync.Mutex
-	runs map[string]chan struct{} // run id -> closed to cancel
+	runs map[string]context.CancelFunc // run id -> cancels the run
 }
 
 // Main runs the agent until ctx ends or it gets SIGTERM or SIGINT. args are the flags after the
@@ -87,7 +87,7 @@ func Main(ctx context.Context, args []string) error {
 		workdir: *workdir,
 		runner:  newRunner(reaper),
 		log:     log,
-		runs:    make(map[string]chan struct{}),
+		runs:    make(map[string]context.CancelFunc),
 		warm:    make(chan struct{}),
 	}
 	// Health answers at once; the first command waits for the threads.
@@ -203,7 +203,8 @@ func (a *Agent) exec(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, fmt.Errorf("maxOutputBytes %d out of range: %w", req.MaxOutputBytes, sandbox.ErrInvalidRequest))
 		return
 	}
-	cancel := make(chan struct{})
+	ctx, cancel := context.WithCancel(r.Context())
+	defer cancel()
 	if req.ID != "" {
 		a.mu.Lock()
 		_, dup := a.runs[req.ID]
@@ -232,7 +233,7 @@ func (a *Agent) exec(w http.ResponseWriter, r *http.Request) {
 	if !checkDeadline(w, r) {
 		return
 	}
-	writeJSON(w, http.StatusOK, a.run(r.Context(), req, cancel))
+	writeJSON(w, http.StatusOK, a.run(ctx, req))
 }
 
 func (a *Agent) cancel(w http.ResponseWriter, r *http.Request) {
@@ -242,8 +243,8 @@ func (a *Agent) cancel(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	a.mu.Lock()
-	if ch, ok := a.runs[req.ID]; ok {
-		close(ch)
+	if cancel, ok := a.runs[req.ID]; ok {
+		cancel()
 		delete(a.runs, req.ID)
 	}
 	a.mu.Unlock()

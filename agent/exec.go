@@ -33,8 +33,9 @@ func newRunner(reaper *proc.Reaper) *proc.Runner {
 }
 
 // run executes req and always returns a result: a command that cannot start exits 127 with the reason
-// on stderr. It returns early, with the process group killed, when ctx ends or cancel fires (cancelled).
-func (a *Agent) run(ctx context.Context, req ExecRequest, cancel <-chan struct{}) ExecResult {
+// on stderr. It returns early, with the process group killed, when ctx ends (cancelled): the caller
+// went away, or the run was cancelled by its id.
+func (a *Agent) run(ctx context.Context, req ExecRequest) ExecResult {
 	started := time.Now()
 	cwd := req.Cwd
 	if cwd == "" {
@@ -44,15 +45,6 @@ func (a *Agent) run(ctx context.Context, req ExecRequest, cancel <-chan struct{}
 	if err != nil {
 		return cannotStart(req, started, fmt.Sprintf("cwd %q: %v", req.Cwd, err))
 	}
-	ctx, stop := context.WithCancel(ctx)
-	defer stop()
-	go func() {
-		select {
-		case <-cancel:
-			stop()
-		case <-ctx.Done():
-		}
-	}()
 	res, err := a.runner.Run(ctx, dir, sandbox.Command{
 		Argv:           req.Argv,
 		Env:            req.Env,

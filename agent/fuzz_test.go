@@ -129,7 +129,7 @@ func FuzzServerRequests(f *testing.F) {
 	} {
 		f.Add([]byte(seed), "1")
 	}
-	a := &Agent{runs: map[string]chan struct{}{}}
+	a := &Agent{runs: map[string]context.CancelFunc{}}
 	h := a.Handler()
 	past := strconv.FormatInt(time.Now().Add(-time.Hour).UnixNano(), 10)
 	f.Fuzz(func(t *testing.T, body []byte, deadline string) {
