@@ -15,6 +15,7 @@ import (
 	"k8s.io/client-go/tools/remotecommand"
 
 	"github.com/sandboxd/sandbox"
+	"github.com/sandboxd/sandbox/agent"
 )
 
 // execSlack is how much longer than a command's timeout the provider waits for its result: the agent
@@ -169,63 +170,12 @@ func (p *Provider) usable(ctx context.Context, ref sandbox.Ref) (*box, error) {
 	return b, nil
 }
 
-// Exec runs cmd through the sandbox's agent. When ctx ends first, the command is cancelled and its
-// result says so. Errors: ErrNotFound, ErrInvalidRequest, ErrProviderUnavailable (Pod not running,
-// agent unreachable or silent), ErrProviderProtocol (malformed answer).
-func (p *Provider) Exec(ctx context.Context, ref sandbox.Ref, cmd sandbox.Command) (sandbox.CommandResult, error) {
-	b, err := p.usable(ctx, ref)
-	if err != nil {
-		return sandbox.CommandResult{}, err
-	}
-	res, err := b.client.Run(ctx, cmd, execSlack, cancelWait)
-	if err != nil {
-		return sandbox.CommandResult{}, fmt.Errorf("exec in %s: %w", ref, err)
-	}
-	return res, nil
-}
-
-// ReadFile reads a file inside the sandbox. Errors: ErrNotFound (sandbox or file), ErrInvalidRequest
-// (a directory, or too large), ErrProviderUnavailable, ErrProviderProtocol.
-func (p *Provider) ReadFile(ctx context.Context, ref sandbox.Ref, path string) ([]byte, error) {
+// agentClient is the agent client of a sandbox whose Pod runs (see usable), for the provider's
+// agent.DataPlane.
+func (p *Provider) agentClient(ctx context.Context, ref sandbox.Ref) (*agent.Client, error) {
 	b, err := p.usable(ctx, ref)
 	if err != nil {
 		return nil, err
 	}
-	ctx, cancel := context.WithTimeout(ctx, p.cfg.CallTimeout)
-	defer cancel()
-	data, err := b.client.ReadFile(ctx, path)
-	if err != nil {
-		return nil, fmt.Errorf("read in %s: %w", ref, err)
-	}
-	return data, nil
-}
-
-// WriteFile replaces a file inside the sandbox atomically, creating parent directories.
-// Errors: as ReadFile.
-func (p *Provider) WriteFile(ctx context.Context, ref sandbox.Ref, path string, data []byte) error {
-	b, err := p.usable(ctx, ref)
-	if err != nil {
-		return err
-	}
-	ctx, cancel := context.WithTimeout(ctx, p.cfg.CallTimeout)
-	defer cancel()
-	if err := b.client.WriteFile(ctx, path, data); err != nil {
-		return fmt.Errorf("write in %s: %w", ref, err)
-	}
-	return nil
-}
-
-// ListFiles lists one directory inside the sandbox. Errors: as ReadFile.
-func (p *Provider) ListFiles(ctx context.Context, ref sandbox.Ref, path string) ([]sandbox.FileEntry, error) {
-	b, err := p.usable(ctx, ref)
-	if err != nil {
-		return nil, err
-	}
-	ctx, cancel := context.WithTimeout(ctx, p.cfg.CallTimeout)
-	defer cancel()
-	entries, err := b.client.List(ctx, path)
-	if err != nil {
-		return nil, fmt.Errorf("list in %s: %w", ref, err)
-	}
-	return entries, nil
+	return b.client, nil
 }

@@ -95,6 +95,11 @@ type Provider struct {
 
 	mu    sync.Mutex
 	boxes map[sandbox.Ref]*box
+
+	// DataPlane runs commands and file calls through each sandbox's agent over pods/exec (Exec,
+	// ReadFile, WriteFile, ListFiles); its clients come from usable, so a Pod that does not run is
+	// ErrProviderUnavailable.
+	agent.DataPlane
 }
 
 var (
@@ -161,6 +166,7 @@ func New(ctx context.Context, cfg Config) (*Provider, error) {
 		selector: labels.SelectorFromSet(labels.Set{labelManagedBy: managedBy, labelInstance: cfg.Instance}),
 		boxes:    make(map[sandbox.Ref]*box),
 	}
+	p.DataPlane = agent.DataPlane{Client: p.agentClient, ExecSlack: execSlack, CancelWait: cancelWait, CallTimeout: cfg.CallTimeout}
 	factory := informers.NewSharedInformerFactoryWithOptions(cs, 0, informers.WithNamespace(cfg.Namespace),
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = p.selector.String() }))
 	inf := factory.Core().V1().Pods()

@@ -67,6 +67,10 @@ type Provider struct {
 	boxes map[string]*box
 
 	pool pool
+
+	// DataPlane runs commands and file calls through each sandbox's agent (Exec, ReadFile, WriteFile,
+	// ListFiles); its clients come from usable, so a paused sandbox is ErrInvalidState.
+	agent.DataPlane
 }
 
 var (
@@ -172,6 +176,7 @@ func New(cfg Config) (*Provider, error) {
 		boxes:  make(map[string]*box),
 		pool:   pool{dir: filepath.Join(cfg.StateDir, "pool")},
 	}
+	p.DataPlane = agent.DataPlane{Client: p.agentClient, ExecSlack: execSlack, CancelWait: cancelWait, CallTimeout: cfg.CallTimeout}
 	sum := sha256.Sum256([]byte(cfg.StateDir))
 	p.cgTag = hex.EncodeToString(sum[:4])
 	for _, d := range []string{p.boxDir, p.runc.root, p.pool.dir} {
