@@ -25,11 +25,12 @@ func TestOCIWarmPoolAcrossDaemonSIGKILL(t *testing.T) {
 	removeContainersAtEnd(t, dataDir)
 	runcRoot := filepath.Join(dataDir, "oci", "runc")
 	containers := func() []string {
-		out, err := runCmd("runc", "--root", runcRoot, "list", "-q")
+		t.Helper()
+		names, err := runcList(runcRoot)
 		if err != nil {
-			t.Fatalf("runc list: %v\n%s", err, out)
+			t.Fatal(err)
 		}
-		return strings.Fields(out)
+		return names
 	}
 	// poolFull waits until the pool directory holds n running containers, none of them in old.
 	poolFull := func(n int, old ...string) []string {

@@ -122,11 +122,14 @@ func waitForWithin(t *testing.T, url string, id sandbox.ID, want sandbox.State, 
 func removeContainersAtEnd(t *testing.T, dataDir string) {
 	t.Cleanup(func() {
 		root := filepath.Join(dataDir, "oci", "runc")
-		out, err := runCmd("runc", "--root", root, "list", "-q")
-		if err != nil {
+		if _, err := os.Stat(root); err != nil {
 			return // no oci state: nothing was started
 		}
-		for _, c := range strings.Fields(out) {
+		names, err := runcList(root)
+		if err != nil {
+			t.Error(err)
+		}
+		for _, c := range names {
 			runCmd("runc", "--root", root, "kill", c, "KILL")
 			for i := 0; i < 100; i++ {
 				if _, err := runCmd("runc", "--root", root, "delete", c); err == nil {
@@ -137,6 +140,20 @@ func removeContainersAtEnd(t *testing.T, dataDir string) {
 			runCmd("runc", "--root", root, "delete", "--force", c)
 		}
 	})
+}
+
+// runcList lists the containers under root. runc fails a listing when a container's state directory
+// goes while it reads them (a daemon deleting one meanwhile): it is asked again.
+func runcList(root string) ([]string, error) {
+	var out string
+	var err error
+	for i := 0; i < 50; i++ {
+		if out, err = runCmd("runc", "--root", root, "list", "-q"); err == nil {
+			return strings.Fields(out), nil
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return nil, fmt.Errorf("runc list: %v\n%s", err, out)
 }
 
 func runCmd(name string, args ...string) (string, error) {
