@@ -44,10 +44,7 @@ func apiCases(ctx context.Context, c *client, b Bounds, prefix string, fl *floor
 		made, err = c.create(ctx, fmt.Sprintf("%s-ctr-%d", prefix, i))
 		return err
 	}, func(int) error {
-		if err := c.terminate(ctx, made); err != nil {
-			return err
-		}
-		if err := c.waitState(ctx, made.ID, "terminated"); err != nil {
+		if err := c.terminateAndWait(ctx, made); err != nil {
 			return err
 		}
 		if fl == nil {
@@ -312,10 +309,7 @@ func warmCreate(ctx context.Context, c *client, poolDir string, n int, b Bounds,
 		made, err = c.create(ctx, fmt.Sprintf("%s-warm-%d", prefix, i))
 		return err
 	}, func(int) error {
-		if err := c.terminate(ctx, made); err != nil {
-			return err
-		}
-		if err := c.waitState(ctx, made.ID, "terminated"); err != nil {
+		if err := c.terminateAndWait(ctx, made); err != nil {
 			return err
 		}
 		return refilled()

@@ -87,6 +87,14 @@ func (c *client) create(ctx context.Context, key string) (sandboxDoc, error) {
 	return sb, nil
 }
 
+// terminateAndWait terminates sb and waits until it is terminated.
+func (c *client) terminateAndWait(ctx context.Context, sb sandboxDoc) error {
+	if err := c.terminate(ctx, sb); err != nil {
+		return err
+	}
+	return c.waitState(ctx, sb.ID, "terminated")
+}
+
 // waitState polls the sandbox every millisecond until it is in state.
 func (c *client) waitState(ctx context.Context, id, state string) error {
 	for {
