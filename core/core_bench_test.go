@@ -4,12 +4,12 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"path/filepath"
 	"testing"
 
 	"github.com/sandboxd/sandbox"
 	"github.com/sandboxd/sandbox/core"
 	"github.com/sandboxd/sandbox/store/sqlite"
+	"github.com/sandboxd/sandbox/store/sqlite/sqlitetest"
 )
 
 // nopProvider answers every call at once and holds nothing but a set of refs: the benchmarks below
@@ -39,18 +39,12 @@ func (nopProvider) ListFiles(context.Context, sandbox.Ref, string) ([]sandbox.Fi
 // benchRuntime is a runtime over a real SQLite file and nopProvider.
 func benchRuntime(b *testing.B) *core.Runtime {
 	b.Helper()
-	st, err := sqlite.Open(context.Background(), sqlite.Config{Path: filepath.Join(b.TempDir(), "sandboxd.db")})
-	if err != nil {
-		b.Fatal(err)
-	}
+	st := sqlitetest.Open(b, sqlite.Config{})
 	rt, err := core.New(core.Config{Store: st, Provider: nopProvider{}, Logger: slog.New(slog.DiscardHandler), ReconcileInterval: -1})
 	if err != nil {
 		b.Fatal(err)
 	}
-	b.Cleanup(func() {
-		rt.Close()
-		st.Close()
-	})
+	b.Cleanup(func() { rt.Close() })
 	return rt
 }
 

@@ -16,6 +16,7 @@ import (
 	"github.com/sandboxd/sandbox/provider/fault"
 	"github.com/sandboxd/sandbox/provider/host"
 	"github.com/sandboxd/sandbox/store/sqlite"
+	"github.com/sandboxd/sandbox/store/sqlite/sqlitetest"
 )
 
 // env is a runtime over a real SQLite file and the host provider, wrapped in the fault injector.
@@ -29,11 +30,7 @@ type env struct {
 func newEnv(t *testing.T, tweak ...func(*core.Config)) *env {
 	t.Helper()
 	dir := t.TempDir()
-	st, err := sqlite.Open(context.Background(), sqlite.Config{Path: filepath.Join(dir, "db")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
+	st := sqlitetest.Open(t, sqlite.Config{})
 	inner, err := host.New(host.Config{Dir: filepath.Join(dir, "host")})
 	if err != nil {
 		t.Fatal(err)

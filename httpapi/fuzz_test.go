@@ -15,16 +15,13 @@ import (
 	"github.com/sandboxd/sandbox/core"
 	"github.com/sandboxd/sandbox/provider/host"
 	"github.com/sandboxd/sandbox/store/sqlite"
+	"github.com/sandboxd/sandbox/store/sqlite/sqlitetest"
 )
 
 // hostServer is the real stack over the host provider, for the fuzz targets that need real files.
 func hostServer(f *testing.F) (*Server, string) {
 	dir := f.TempDir()
-	st, err := sqlite.Open(context.Background(), sqlite.Config{Path: filepath.Join(dir, "db")})
-	if err != nil {
-		f.Fatal(err)
-	}
-	f.Cleanup(func() { st.Close() })
+	st := sqlitetest.Open(f, sqlite.Config{})
 	prov, err := host.New(host.Config{Dir: filepath.Join(dir, "host")})
 	if err != nil {
 		f.Fatal(err)

@@ -18,6 +18,7 @@ import (
 	"github.com/sandboxd/sandbox"
 	"github.com/sandboxd/sandbox/core"
 	"github.com/sandboxd/sandbox/store/sqlite"
+	"github.com/sandboxd/sandbox/store/sqlite/sqlitetest"
 )
 
 // stubProvider is an edge fake for the tests of this package: every generation it is asked for exists at
@@ -67,11 +68,7 @@ func (p *stubProvider) Resources(context.Context) ([]sandbox.Ref, error) {
 // newRuntime starts a real core over a SQLite store under t.TempDir() and the stub provider.
 func newRuntime(tb testing.TB) *core.Runtime {
 	tb.Helper()
-	st, err := sqlite.Open(context.Background(), sqlite.Config{Path: tb.TempDir() + "/db"})
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() { _ = st.Close() })
+	st := sqlitetest.Open(tb, sqlite.Config{})
 	rt, err := core.New(core.Config{Store: st, Provider: &stubProvider{refs: map[sandbox.Ref]bool{}}})
 	if err != nil {
 		tb.Fatal(err)

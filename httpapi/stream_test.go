@@ -12,6 +12,7 @@ import (
 	"github.com/sandboxd/sandbox"
 	"github.com/sandboxd/sandbox/core"
 	"github.com/sandboxd/sandbox/store/sqlite"
+	"github.com/sandboxd/sandbox/store/sqlite/sqlitetest"
 )
 
 // TestFilteredStreamOutlivesShortHistory keeps a stream filtered on one idle sandbox open while other
@@ -20,11 +21,7 @@ import (
 // is its own sandbox's events being pruned before it reads them: that is a 410, as for any reader.)
 func TestFilteredStreamOutlivesShortHistory(t *testing.T) {
 	ctx := context.Background()
-	st, err := sqlite.Open(ctx, sqlite.Config{Path: t.TempDir() + "/db", Retention: 8})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = st.Close() })
+	st := sqlitetest.Open(t, sqlite.Config{Retention: 8})
 	rt, err := core.New(core.Config{Store: st, Provider: &stubProvider{refs: map[sandbox.Ref]bool{}}, ReconcileInterval: -1})
 	if err != nil {
 		t.Fatal(err)

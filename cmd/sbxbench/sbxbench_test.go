@@ -17,6 +17,7 @@ import (
 	"github.com/sandboxd/sandbox/provider/host"
 	"github.com/sandboxd/sandbox/provider/oci"
 	"github.com/sandboxd/sandbox/store/sqlite"
+	"github.com/sandboxd/sandbox/store/sqlite/sqlitetest"
 )
 
 // inProcess serves the real API (SQLite store, core, host provider) on 127.0.0.1:0 and returns a client.
@@ -65,11 +66,7 @@ func inProcessOCI(t testing.TB) *client {
 
 func serveInProcess(t testing.TB, dir string, prov sandbox.Provider) *client {
 	t.Helper()
-	ctx := context.Background()
-	st, err := sqlite.Open(ctx, sqlite.Config{Path: filepath.Join(dir, "sandboxd.db")})
-	if err != nil {
-		t.Fatal(err)
-	}
+	st := sqlitetest.Open(t, sqlite.Config{Path: filepath.Join(dir, "sandboxd.db")})
 	log := slog.New(slog.DiscardHandler)
 	rt, err := core.New(core.Config{Store: st, Provider: prov, Logger: log, ReconcileInterval: -1})
 	if err != nil {
@@ -81,7 +78,6 @@ func serveInProcess(t testing.TB, dir string, prov sandbox.Provider) *client {
 		srv.Close()
 		api.Close()
 		rt.Close()
-		st.Close()
 	})
 	return newClient(srv.URL)
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/sandboxd/sandbox/provider/fault"
 	"github.com/sandboxd/sandbox/provider/host"
 	"github.com/sandboxd/sandbox/store/sqlite"
+	"github.com/sandboxd/sandbox/store/sqlite/sqlitetest"
 )
 
 type stack struct {
@@ -33,11 +34,7 @@ type stack struct {
 func newStack(t *testing.T, tweak func(*core.Config)) *stack {
 	t.Helper()
 	dir := t.TempDir()
-	st, err := sqlite.Open(context.Background(), sqlite.Config{Path: filepath.Join(dir, "db")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
+	st := sqlitetest.Open(t, sqlite.Config{})
 	inner, err := host.New(host.Config{Dir: filepath.Join(dir, "host")})
 	if err != nil {
 		t.Fatal(err)

@@ -25,6 +25,7 @@ import (
 	"github.com/sandboxd/sandbox/httpapi"
 	"github.com/sandboxd/sandbox/provider/host"
 	"github.com/sandboxd/sandbox/store/sqlite"
+	"github.com/sandboxd/sandbox/store/sqlite/sqlitetest"
 )
 
 // Bounds of one run. SANDBOXD_LIN_SEED replays a run's choices (the interleaving is the scheduler's).
@@ -50,11 +51,7 @@ func seed(t *testing.T) uint64 {
 func stack(t *testing.T) string {
 	t.Helper()
 	dir := t.TempDir()
-	st, err := sqlite.Open(context.Background(), sqlite.Config{Path: filepath.Join(dir, "db")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
+	st := sqlitetest.Open(t, sqlite.Config{})
 	prov, err := host.New(host.Config{Dir: filepath.Join(dir, "host")})
 	if err != nil {
 		t.Fatal(err)
