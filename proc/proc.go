@@ -101,28 +101,31 @@ func (r *Runner) Run(ctx context.Context, dir string, cmd sandbox.Command) (sand
 	if err != nil {
 		return cannotStart(res, cmd.Argv[0], err, max), nil
 	}
-	outR, outW, err := os.Pipe()
+	outR, outW, err := outputPipe()
 	if err != nil {
 		return res, fmt.Errorf("run %q: %w", cmd.Argv[0], err)
 	}
-	errR, errW, err := os.Pipe()
+	errR, errW, err := outputPipe()
 	if err != nil {
 		outR.Close()
-		outW.Close()
+		unix.Close(outW)
 		return res, fmt.Errorf("run %q: %w", cmd.Argv[0], err)
+	}
+	closeWriters := func() {
+		unix.Close(outW)
+		unix.Close(errW)
 	}
 	null, err := devNull()
 	if err != nil {
 		outR.Close()
-		outW.Close()
 		errR.Close()
-		errW.Close()
+		closeWriters()
 		return res, fmt.Errorf("run %q: %w", cmd.Argv[0], err)
 	}
 	attr := &syscall.ProcAttr{
 		Dir:   dir,
 		Env:   env,
-		Files: []uintptr{uintptr(null), outW.Fd(), errW.Fd()},
+		Files: []uintptr{uintptr(null), uintptr(outW), uintptr(errW)},
 		Sys:   &syscall.SysProcAttr{Setpgid: true},
 	}
 
@@ -131,9 +134,9 @@ func (r *Runner) Run(ctx context.Context, dir string, cmd sandbox.Command) (sand
 	r.mu.Lock()
 	if r.closed || r.stopped {
 		r.mu.Unlock()
-		for _, f := range []*os.File{outR, outW, errR, errW} {
-			f.Close()
-		}
+		outR.Close()
+		errR.Close()
+		closeWriters()
 		state := "paused"
 		if r.closed {
 			state = "closed"
@@ -161,8 +164,7 @@ func (r *Runner) Run(ctx context.Context, dir string, cmd sandbox.Command) (sand
 		r.wg.Add(1)
 	}
 	r.mu.Unlock()
-	outW.Close()
-	errW.Close()
+	closeWriters()
 	if startErr != nil {
 		outR.Close()
 		errR.Close()
@@ -344,6 +346,22 @@ func lookPath(name, dir string, env []string) (string, error) {
 		}
 	}
 	return "", fmt.Errorf("executable file not found in $PATH")
+}
+
+// outputPipe returns a pipe for a command's stdout or stderr: the read end pollable by the runtime (so
+// that reads can be cut by a deadline), the write end a plain blocking descriptor, which is only handed
+// to the child and closed, and so is never registered with the runtime's poller.
+func outputPipe() (r *os.File, w int, err error) {
+	var p [2]int
+	if err := unix.Pipe2(p[:], unix.O_CLOEXEC); err != nil {
+		return nil, -1, err
+	}
+	if err := unix.SetNonblock(p[0], true); err != nil {
+		unix.Close(p[0])
+		unix.Close(p[1])
+		return nil, -1, err
+	}
+	return os.NewFile(uintptr(p[0]), "|0"), p[1], nil
 }
 
 // devNull returns a descriptor of /dev/null, opened once for every command's stdin.
