@@ -9,6 +9,7 @@
 //
 //	sbxbench --start --provider oci --sandboxd /tmp/sandboxd          # start a daemon on a temp dir
 //	sbxbench --url http://127.0.0.1:8080 --pid 1234 --data-dir DIR     # drive a running one
+//	sbxbench --start --sandboxd /tmp/new --baseline /tmp/old           # paired: new against old
 //
 // `sbxbench agent ...` runs the sandbox agent, so the binary can serve as its own agent for the floors.
 package main
@@ -45,6 +46,7 @@ type Report struct {
 	Floors   []Result     `json:"floors"`
 	Ratios   []Ratio      `json:"ratios"`
 	Growth   []GrowthStep `json:"growth,omitempty"`
+	Compared []Paired     `json:"compared,omitempty"`
 	Notes    []string     `json:"notes,omitempty"`
 }
 
@@ -57,6 +59,7 @@ type Ratio struct {
 
 type options struct {
 	url, provider, growthProvider, sandboxd, dataDir string
+	baseline                                         string
 	start, jsonOut, floors                           bool
 	pid, warmPool                                    int
 	bounds                                           Bounds
@@ -113,6 +116,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.BoolVar(&o.jsonOut, "json", false, "print JSON instead of tables")
 	fs.BoolVar(&o.floors, "floors", true, "measure fork/exec and runc floors (runc ones need root and runc)")
 	fs.IntVar(&o.warmPool, "warm-pool", 0, "with --start and the oci provider, also time create-to-ready on a second daemon keeping this many containers warm (--oci-warm-pool)")
+	fs.StringVar(&o.baseline, "baseline", "", "with --start, compare --sandboxd with this daemon binary instead: exec, get and create-to-ready on both, samples taken in alternation")
 	growth := fs.String("growth", "10,100,1000", "live sandbox counts of the growth steps; empty skips them")
 	if err := fs.Parse(args); err != nil {
 		return o, err
@@ -149,6 +153,9 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	if o.sandboxd == "" {
 		o.sandboxd, _ = exec.LookPath("sandboxd")
 	}
+	if o.baseline != "" && !o.start {
+		return o, errors.New("--baseline needs --start")
+	}
 	if o.start && o.sandboxd == "" {
 		return o, errors.New("--start needs the daemon binary: --sandboxd PATH (go build -o /tmp/sandboxd ./cmd/sandboxd)")
 	}
@@ -172,6 +179,10 @@ func run(ctx context.Context, o options) (*Report, error) {
 	}
 	defer os.RemoveAll(tmp)
 	prefix := "sbxbench-" + strconv.FormatInt(time.Now().UnixNano(), 36)
+
+	if o.baseline != "" {
+		return rep, comparison(ctx, rep, o, tmp, prefix)
+	}
 
 	d := daemonInfo{pid: o.pid, provider: o.provider, dataDir: o.dataDir}
 	base := o.url
@@ -256,6 +267,25 @@ func run(ctx context.Context, o options) (*Report, error) {
 		}
 	}
 	return rep, nil
+}
+
+// comparison starts a daemon of --sandboxd and one of --baseline, on the same provider, and fills
+// rep.Compared.
+func comparison(ctx context.Context, rep *Report, o options, tmp, prefix string) error {
+	rep.Provider = o.provider
+	var urls [2]string
+	for i, bin := range []string{o.sandboxd, o.baseline} {
+		dm, err := startDaemon(ctx, bin, o.provider, filepath.Join(tmp, fmt.Sprint("compare-", i)))
+		if err != nil {
+			return err
+		}
+		defer dm.stop()
+		urls[i] = dm.url
+	}
+	rep.Notes = append(rep.Notes, "candidate "+o.sandboxd+", baseline "+o.baseline)
+	var err error
+	rep.Compared, err = compare(ctx, newClient(urls[0]), newClient(urls[1]), o.bounds, prefix)
+	return err
 }
 
 func runtimeProvider(ctx context.Context, c *client) (string, error) {

@@ -129,6 +129,31 @@ func TestAPICasesAndGrowth(t *testing.T) {
 	}
 }
 
+// TestCompare runs the paired cases on two daemons and checks that each side took every sample and
+// that the comparison prints.
+func TestCompare(t *testing.T) {
+	a, b := inProcess(t), inProcess(t)
+	ps, err := compare(context.Background(), a, b, Bounds{Count: 4, Duration: time.Minute}, "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"exec true", "get one sandbox", "create-to-ready"}
+	if len(ps) != len(want) {
+		t.Fatalf("got %d paired cases, want %d", len(ps), len(want))
+	}
+	for i, p := range ps {
+		if p.Case != want[i] || p.Candidate.N != 4 || p.Baseline.N != 4 || p.Candidate.P50 <= 0 ||
+			p.Baseline.P50 <= 0 || p.P50Ratio <= 0 || p.Faster < 0 || p.Faster > 1 {
+			t.Errorf("paired case %d: %+v", i, p)
+		}
+	}
+	var sb strings.Builder
+	printText(&sb, &Report{Provider: "host", Compared: ps})
+	if !strings.Contains(sb.String(), "create-to-ready") || strings.Contains(sb.String(), "mean ms") {
+		t.Fatalf("comparison report:\n%s", sb.String())
+	}
+}
+
 func TestFlags(t *testing.T) {
 	for _, args := range [][]string{
 		{},                                // neither --url nor --start
@@ -136,6 +161,7 @@ func TestFlags(t *testing.T) {
 		{"--url", "http://127.0.0.1:1", "--start", "--sandboxd", "/bin/true"},
 		{"--url", "http://127.0.0.1:1", "--growth", "10,x"},
 		{"--url", "http://127.0.0.1:1", "--count", "0"},
+		{"--url", "http://127.0.0.1:1", "--baseline", "/bin/true"}, // --baseline needs --start
 	} {
 		if _, err := parseFlags(args, &strings.Builder{}); err == nil {
 			t.Errorf("%q accepted", args)

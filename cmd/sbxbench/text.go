@@ -9,7 +9,9 @@ import (
 // printText writes the report as tables for people.
 func printText(w io.Writer, rep *Report) {
 	fmt.Fprintf(w, "sbxbench %s on %s (%d CPUs), provider %s\n\n", rep.When.Format("2006-01-02 15:04:05Z"), rep.Host, rep.CPUs, rep.Provider)
-	fmt.Fprintf(w, "%-38s %6s %9s %9s %9s %9s %9s  %s\n", "case", "n", "p50 ms", "p90 ms", "p99 ms", "mean ms", "ops/s", "note")
+	if len(rep.Cases)+len(rep.Floors) > 0 {
+		fmt.Fprintf(w, "%-38s %6s %9s %9s %9s %9s %9s  %s\n", "case", "n", "p50 ms", "p90 ms", "p99 ms", "mean ms", "ops/s", "note")
+	}
 	for _, group := range [][]Result{rep.Cases, rep.Floors} {
 		for _, r := range group {
 			fmt.Fprintf(w, "%-38s %6d %9.3f %9.3f %9.3f %9.3f %9.1f  %s\n", r.Name, r.N, r.P50, r.P90, r.P99, r.Mean, r.Throughput, r.Note)
@@ -38,6 +40,15 @@ func printText(w io.Writer, rep *Report) {
 			}
 			fmt.Fprintf(tw, "%d\t%s\t%.3f\t%.3f\t%.3f\t%.3f\t%.1f\t%.0f\t%s\t%s\t%s\t%s\t\n", g.Live, g.Provider,
 				g.Create.P50, g.Create.P90, g.List.P50, g.List.P99, float64(g.DaemonRSSKiB)/1024, g.PerSandboxKB, agents, rss, pss, state)
+		}
+		tw.Flush()
+	}
+	if len(rep.Compared) > 0 {
+		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+		fmt.Fprintln(tw, "paired case\tn\tcandidate p50 ms\tp90 ms\tbaseline p50 ms\tp90 ms\tp50 ratio\tcandidate faster in\t")
+		for _, p := range rep.Compared {
+			fmt.Fprintf(tw, "%s\t%d\t%.3f\t%.3f\t%.3f\t%.3f\t%.3fx\t%.0f%%\t\n", p.Case, p.Candidate.N,
+				p.Candidate.P50, p.Candidate.P90, p.Baseline.P50, p.Baseline.P90, p.P50Ratio, 100*p.Faster)
 		}
 		tw.Flush()
 	}
