@@ -40,8 +40,11 @@ func (s *Store) appendEvents(ctx context.Context, events []sandbox.Event) ([]int
 	if err != nil {
 		return nil, fmt.Errorf("insert event: %w", err)
 	}
-	cursors := make([]int64, len(events))
 	head := &s.pend.head
+	if err := s.readHead(ctx); err != nil {
+		return nil, err
+	}
+	cursors := make([]int64, len(events))
 	for i, e := range events {
 		ts := e.Timestamp.UTC()
 		if y := ts.Year(); y < 0 || y > 9999 {
@@ -51,19 +54,13 @@ func (s *Store) appendEvents(ctx context.Context, events []sandbox.Event) ([]int
 		if len(e.Data) > 0 {
 			data = []byte(e.Data)
 		}
-		res, err := ins.ExecContext(ctx, string(e.Type), string(e.SandboxID), int64(e.Generation),
-			ts.Format(time.RFC3339Nano), ts.UnixNano(), data)
-		if err != nil {
+		cursor := head.last + 1
+		if _, err := ins.ExecContext(ctx, cursor, string(e.Type), string(e.SandboxID), int64(e.Generation),
+			ts.Format(time.RFC3339Nano), ts.UnixNano(), data); err != nil {
+			s.head.ok = false // the head may be wrong (the file changed under the store): read it again
 			return nil, fmt.Errorf("insert event: %w", err)
 		}
-		if cursors[i], err = res.LastInsertId(); err != nil {
-			return nil, fmt.Errorf("insert event: %w", err)
-		}
-		if cursors[i] == head.last+1 {
-			head.last = cursors[i]
-		} else {
-			head.ok = false // not the cursor the head predicts: prune reads the head from the file
-		}
+		cursors[i], head.last = cursor, cursor
 	}
 	if err := s.prune(ctx); err != nil {
 		return nil, err
@@ -76,20 +73,30 @@ func (s *Store) appendEvents(ctx context.Context, events []sandbox.Event) ([]int
 	return cursors, nil
 }
 
+// readHead reads the log's head from the file, in the write transaction, unless memory knows it.
+func (s *Store) readHead(ctx context.Context) error {
+	head := &s.pend.head
+	if head.ok {
+		return nil
+	}
+	// In the transaction: what it appended is included, as it will be once it commits.
+	if err := s.ws.scan(ctx, qLogState, nil, &head.pruned, &head.last); err != nil {
+		return fmt.Errorf("reading the log's head: %w", err)
+	}
+	head.ok = true
+	return nil
+}
+
 // prune deletes the oldest events beyond the retention bounds, always a prefix of the log, and records
 // the newest deleted cursor. The count bound is enforced in batches of s.slack events, so an append
 // usually deletes nothing; the age check reads only the oldest retained row unless some have expired.
 // The log's head comes from memory (s.pend.head), so the count check alone costs no query; it is read
 // from the file, in the write transaction, only when memory does not know it.
 func (s *Store) prune(ctx context.Context) error {
-	head := &s.pend.head
-	if !head.ok {
-		// In the transaction: what it appended is included, as it will be once it commits.
-		if err := s.ws.scan(ctx, qLogState, nil, &head.pruned, &head.last); err != nil {
-			return fmt.Errorf("prune: %w", err)
-		}
-		head.ok = true
+	if err := s.readHead(ctx); err != nil {
+		return fmt.Errorf("prune: %w", err)
 	}
+	head := &s.pend.head
 	pruned, last := head.pruned, head.last
 	// Cursors are dense: a rolled-back insert also rolls back the sequence, and rows are only ever
 	// deleted as a prefix, so last - pruned is the number of retained events.

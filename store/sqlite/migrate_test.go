@@ -5,7 +5,11 @@ import (
 	"database/sql"
 	"errors"
 	"path/filepath"
+	"slices"
 	"testing"
+	"time"
+
+	"github.com/sandboxd/sandbox"
 )
 
 func openRaw(t *testing.T, path string) *sql.DB {
@@ -91,5 +95,70 @@ func TestMigrateFailedStepLeavesVersion(t *testing.T) {
 	}
 	if got := tables(t, db); got["t2"] {
 		t.Fatal("the failed step's table is there")
+	}
+}
+
+// TestMigrateEventsKeepCursors takes files written before step 3, one with retained events and one
+// pruned empty, through the step: the events keep their cursors, and the next append continues the
+// sequence instead of reusing a cursor.
+func TestMigrateEventsKeepCursors(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		prune       string // SQL run on the old file after five appends
+		wantCursors []int64
+	}{
+		{"retained", `DELETE FROM events WHERE cursor <= 2; UPDATE event_log SET pruned_through = 2`, []int64{3, 4, 5, 6}},
+		{"pruned empty", `DELETE FROM events; UPDATE event_log SET pruned_through = 5`, []int64{6}},
+		{"emptied without a record", `DELETE FROM events`, []int64{6}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			path := filepath.Join(t.TempDir(), "old.db")
+			db := openRaw(t, path)
+			if err := migrate(ctx, db, migrations[:2]); err != nil {
+				t.Fatal(err)
+			}
+			for i := 0; i < 5; i++ {
+				if _, err := db.Exec(`INSERT INTO events (type, sandbox_id, generation, ts, ts_ns)
+					VALUES ('sandbox.created', 'sbx_old', 1, '2025-01-01T00:00:00Z', 0)`); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if _, err := db.Exec(tc.prune); err != nil {
+				t.Fatal(err)
+			}
+			db.Close()
+
+			s, err := Open(ctx, Config{Path: path})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			if last, err := s.LastCursor(ctx); err != nil || last != 5 {
+				t.Fatalf("last cursor after the step: %d, %v; want 5", last, err)
+			}
+			ev := sandbox.NewEvent(sandbox.EventCommandCompleted, sandbox.Ref{ID: "sbx_new", Generation: 1},
+				time.Date(2025, 1, 2, 0, 0, 0, 0, time.UTC), nil)
+			got, err := s.AppendEvents(ctx, []sandbox.Event{ev})
+			if err != nil || len(got) != 1 || got[0].Cursor != 6 {
+				t.Fatalf("append after the step: %+v, %v; want cursor 6", got, err)
+			}
+			rows, err := s.wc.QueryContext(ctx, `SELECT cursor FROM events ORDER BY cursor`)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer rows.Close()
+			var cursors []int64
+			for rows.Next() {
+				var c int64
+				if err := rows.Scan(&c); err != nil {
+					t.Fatal(err)
+				}
+				cursors = append(cursors, c)
+			}
+			if !slices.Equal(cursors, tc.wantCursors) {
+				t.Fatalf("cursors %v, want %v", cursors, tc.wantCursors)
+			}
+		})
 	}
 }

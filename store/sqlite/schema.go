@@ -31,8 +31,8 @@ var migrations = []string{
 	CREATE INDEX intents_by_sandbox ON intents (sandbox_id, generation);`,
 
 	// 2: the event log. AUTOINCREMENT keeps the newest cursor in sqlite_sequence, so a cursor is never
-	// reused after its row is deleted. event_log.pruned_through is the newest pruned cursor: events
-	// with cursor <= it are gone, also when the table is empty.
+	// reused after its row is deleted (until step 3). event_log.pruned_through is the newest pruned
+	// cursor: events with cursor <= it are gone, also when the table is empty.
 	`CREATE TABLE events (
 		cursor     INTEGER PRIMARY KEY AUTOINCREMENT,
 		type       TEXT    NOT NULL,
@@ -48,6 +48,29 @@ var migrations = []string{
 		pruned_through INTEGER NOT NULL
 	);
 	INSERT INTO event_log (id, pruned_through) VALUES (1, 0);`,
+
+	// 3: events without AUTOINCREMENT, whose sqlite_sequence row was one more page written by every
+	// append. The store gives each event its cursor itself, one past the newest: the larger of the
+	// newest row and event_log.pruned_through, which covers a log pruned empty. Rows go only as a
+	// prefix, so a log that is not empty ends at its sequence; one that is moves its sequence into
+	// pruned_through here, and no cursor handed out before comes back.
+	`CREATE TABLE events_v3 (
+		cursor     INTEGER PRIMARY KEY,
+		type       TEXT    NOT NULL,
+		sandbox_id TEXT    NOT NULL,
+		generation INTEGER NOT NULL,
+		ts         TEXT    NOT NULL,
+		ts_ns      INTEGER NOT NULL,
+		data       BLOB
+	);
+	INSERT INTO events_v3 (cursor, type, sandbox_id, generation, ts, ts_ns, data)
+		SELECT cursor, type, sandbox_id, generation, ts, ts_ns, data FROM events ORDER BY cursor;
+	UPDATE event_log SET pruned_through = MAX(pruned_through,
+		COALESCE((SELECT seq FROM sqlite_sequence WHERE name = 'events'), 0))
+		WHERE NOT EXISTS (SELECT 1 FROM events);
+	DROP TABLE events;
+	ALTER TABLE events_v3 RENAME TO events;
+	CREATE INDEX events_by_sandbox ON events (sandbox_id, cursor);`,
 }
 
 // migrate applies the steps the file lacks, each in its own transaction together with the new

@@ -10,9 +10,9 @@ import (
 
 // The queries of the write connection.
 const (
-	qInsertEvent = `INSERT INTO events (type, sandbox_id, generation, ts, ts_ns, data) VALUES (?, ?, ?, ?, ?, ?)`
+	qInsertEvent = `INSERT INTO events (cursor, type, sandbox_id, generation, ts, ts_ns, data) VALUES (?, ?, ?, ?, ?, ?, ?)`
 	qLogState    = `SELECT pruned_through,
-		COALESCE((SELECT seq FROM sqlite_sequence WHERE name = 'events'), 0) FROM event_log`
+		MAX(pruned_through, COALESCE((SELECT MAX(cursor) FROM events), 0)) FROM event_log`
 	qFirstYoung    = `SELECT cursor FROM events WHERE cursor > ? AND ts_ns >= ? ORDER BY cursor LIMIT 1`
 	qDeleteEvents  = `DELETE FROM events WHERE cursor <= ?`
 	qSetPruned     = `UPDATE event_log SET pruned_through = ?`
@@ -33,7 +33,7 @@ const (
 	qPruned        = `SELECT pruned_through FROM event_log`
 	qEvents        = `SELECT cursor, type, sandbox_id, generation, ts, data FROM events WHERE cursor > ? ORDER BY cursor LIMIT ?`
 	qSandboxEvents = `SELECT cursor, type, sandbox_id, generation, ts, data FROM events WHERE sandbox_id = ? AND cursor > ? ORDER BY cursor LIMIT ?`
-	qLastCursor    = `SELECT COALESCE((SELECT seq FROM sqlite_sequence WHERE name = 'events'), 0)`
+	qLastCursor    = `SELECT MAX(pruned_through, COALESCE((SELECT MAX(cursor) FROM events), 0)) FROM event_log`
 	qLastOf        = `SELECT COALESCE(MAX(cursor), 0) FROM events WHERE sandbox_id = ?`
 )
 
