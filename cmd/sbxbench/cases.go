@@ -24,6 +24,9 @@ var oneMiBCommand = []string{"sh", "-c", "yes 0123456789abcdefghijklmnopqrstuvwx
 // on 2 cores here.
 const getRate = 4000.0
 
+// execBlock is the number of back-to-back execs, and then of fork/exec floor samples, in one block.
+const execBlock = 20
+
 // apiCases measures every API case. With fl, the create and exec floors are sampled beside the cases
 // they are compared with, one floor sample after each case sample.
 func apiCases(ctx context.Context, c *client, b Bounds, prefix string, fl *floors) ([]Result, error) {
@@ -84,6 +87,33 @@ func apiCases(ctx context.Context, c *client, b Bounds, prefix string, fl *floor
 		fl.execWall = time.Since(start)
 	}
 	r.Name, r.Note = "exec true", "POST commands, argv [true]"
+	if err := add(r, err); err != nil {
+		return out, err
+	}
+
+	// The same back to back, as a client issuing commands one after another finds the daemon and the
+	// agent: blocks of execs, each followed by as many samples of the fork/exec floor, so that both run
+	// warm. Above, every sample meets processes that slept through the floors' samples.
+	block := min(execBlock, b.Count)
+	start = time.Now()
+	r, err = sequentialThen(ctx, "exec true, back to back", b, func(int) error {
+		_, err := c.exec(ctx, sb, "true")
+		return err
+	}, func(i int) error {
+		if fl == nil || (i+1)%block != 0 {
+			return nil
+		}
+		for range block {
+			if err := fl.sampleForkExecWarm(ctx); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if fl != nil {
+		fl.warmWall = time.Since(start)
+	}
+	r.Name, r.Note = "exec true, back to back", fmt.Sprintf("the same in blocks of %d, each followed by as many fork/exec floor samples", block)
 	if err := add(r, err); err != nil {
 		return out, err
 	}

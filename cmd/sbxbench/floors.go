@@ -27,7 +27,8 @@ type floors struct {
 	root    string      // runc's state root
 
 	forkExec, runD, toReady, provExec []time.Duration
-	createWall, execWall              time.Duration
+	forkExecWarm                      []time.Duration // back to back, in blocks beside the exec case's
+	createWall, execWall, warmWall    time.Duration
 }
 
 // newFloors prepares the floors. withRunc asks for the runc ones; when they cannot run here, f.why says
@@ -71,12 +72,24 @@ func (f *floors) close(ctx context.Context) {
 
 // sampleForkExec times one os/exec of /bin/true.
 func (f *floors) sampleForkExec(ctx context.Context) error {
+	d, err := forkExecTrue(ctx)
+	f.forkExec = append(f.forkExec, d)
+	return err
+}
+
+// sampleForkExecWarm is sampleForkExec for the back-to-back series.
+func (f *floors) sampleForkExecWarm(ctx context.Context) error {
+	d, err := forkExecTrue(ctx)
+	f.forkExecWarm = append(f.forkExecWarm, d)
+	return err
+}
+
+func forkExecTrue(ctx context.Context) (time.Duration, error) {
 	t := time.Now()
 	if err := exec.CommandContext(ctx, "/bin/true").Run(); err != nil {
-		return fmt.Errorf("fork/exec floor: %w", err)
+		return 0, fmt.Errorf("fork/exec floor: %w", err)
 	}
-	f.forkExec = append(f.forkExec, time.Since(t))
-	return nil
+	return time.Since(t), nil
 }
 
 // sampleCreate times one `runc run -d` and the agent's first answer, then releases it untimed.
@@ -148,10 +161,13 @@ func (f *floors) runcRun(ctx context.Context, release bool) (runD, toReady time.
 func (f *floors) results(ctx context.Context, b Bounds) ([]Result, error) {
 	out := []Result{summarize("floor: fork/exec /bin/true", f.forkExec, f.execWall)}
 	out[0].Note = "os/exec from Go, wait included; sampled beside exec true"
+	r := summarize("floor: fork/exec, back to back", f.forkExecWarm, f.warmWall)
+	r.Note = "the same, in blocks beside exec true, back to back"
+	out = append(out, r)
 	if f.prov == nil {
 		return out, nil
 	}
-	r := summarize("floor: runc run -d", f.runD, f.createWall)
+	r = summarize("floor: runc run -d", f.runD, f.createWall)
 	r.Note = "same bundle as the provider's, until runc returns; sampled beside create-to-ready"
 	out = append(out, r)
 	r = summarize("floor: runc run -d + agent answer", f.toReady, f.createWall)

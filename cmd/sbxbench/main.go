@@ -314,6 +314,7 @@ func ratios(rep *Report) []Ratio {
 		{"create-to-ready", "floor: runc run -d"},
 		{"create-to-ready", "floor: runc run -d + agent answer"},
 		{"exec true", "floor: fork/exec /bin/true"},
+		{"exec true, back to back", "floor: fork/exec, back to back"},
 		{"exec true", "floor: runc exec true"},
 		{"oci provider exec true (in-process)", "floor: fork/exec /bin/true"},
 	}

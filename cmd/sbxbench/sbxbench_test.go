@@ -97,12 +97,14 @@ func TestAPICasesAndGrowth(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The fork/exec floor is sampled once beside each exec of true.
+	// The fork/exec floor is sampled once beside each exec of true, and the back-to-back one in a block
+	// after each block of back-to-back execs (here one block of three).
 	floorRes, err := fl.results(ctx, b)
-	if err != nil || len(floorRes) != 1 || floorRes[0].N != cases[1].N || floorRes[0].P50 <= 0 {
-		t.Fatalf("floors %+v %v (exec true took %d samples)", floorRes, err, cases[1].N)
+	if err != nil || len(floorRes) != 2 || floorRes[0].N != cases[1].N || floorRes[0].P50 <= 0 ||
+		floorRes[1].N != cases[2].N || floorRes[1].P50 <= 0 {
+		t.Fatalf("floors %+v %v (exec true took %d samples, back to back %d)", floorRes, err, cases[1].N, cases[2].N)
 	}
-	want := []string{"create-to-ready", "exec true", "exec 1 MiB output", "file write 4 KiB", "file read 4 KiB",
+	want := []string{"create-to-ready", "exec true", "exec true, back to back", "exec 1 MiB output", "file write 4 KiB", "file read 4 KiB",
 		"file write 1 MiB", "file read 1 MiB", "get, 64 clients", "get, 64 clients at 4000/s", "event delivery, 1 subscriber(s)", "event delivery, 100 subscriber(s)"}
 	if len(cases) != len(want) {
 		t.Fatalf("got %d cases, want %d", len(cases), len(want))
@@ -112,7 +114,7 @@ func TestAPICasesAndGrowth(t *testing.T) {
 			t.Errorf("case %d: %+v", i, r)
 		}
 	}
-	if n := cases[10].N; n != 300 { // 3 samples seen by each of 100 subscribers
+	if n := cases[11].N; n != 300 { // 3 samples seen by each of 100 subscribers
 		t.Errorf("event delivery with 100 subscribers took %d samples, want 300", n)
 	}
 	steps, err := growth(ctx, c, daemonInfo{provider: "host"}, []int{2, 5}, b, "test")
