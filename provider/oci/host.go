@@ -17,6 +17,50 @@ import (
 
 const cgroupRoot = "/sys/fs/cgroup"
 
+// runtimesOn lists the processes, other than this one, running the OCI runtime on the state root root:
+// those whose arguments hold "--root" followed by root.
+func runtimesOn(root string) []int {
+	procs, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil
+	}
+	self := os.Getpid()
+	var pids []int
+	for _, e := range procs {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == self {
+			continue
+		}
+		raw, err := os.ReadFile("/proc/" + e.Name() + "/cmdline")
+		if err != nil {
+			continue // gone already
+		}
+		args := strings.Split(string(raw), "\x00")
+		for i := 0; i+1 < len(args); i++ {
+			if args[i] == "--root" && args[i+1] == root {
+				pids = append(pids, pid)
+				break
+			}
+		}
+	}
+	return pids
+}
+
+// waitRuntimes waits, for at most within, until no process runs the OCI runtime on root, and returns
+// those still running then. A provider killed while `runc run` was under way leaves that runc running
+// on: left alone, it could create its container after the next provider has judged the allocation dead
+// half-way and removed its directory, and that container would be nobody's.
+func waitRuntimes(ctx context.Context, root string, within time.Duration) []int {
+	deadline := time.Now().Add(within)
+	for {
+		pids := runtimesOn(root)
+		if len(pids) == 0 || time.Now().After(deadline) || ctx.Err() != nil {
+			return pids
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
 // removeCgroups removes the sandbox's cgroup directory in every hierarchy: runc delete leaves some
 // behind (the named and unified hierarchies of a hybrid layout).
 func removeCgroups(path string) error {

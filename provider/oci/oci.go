@@ -118,9 +118,14 @@ func Available() (bool, string) {
 	return true, ""
 }
 
+// runtimeWait bounds how long New waits for runtime processes an earlier provider left running.
+const runtimeWait = 10 * time.Second
+
 // New checks cfg, prepares the state directory and makes the process a child subreaper, so that it can
-// reap container inits once runc has exited (a reaping PID 1 is not guaranteed). It finds, but does not
-// touch, sandboxes left by an earlier provider on the same state directory.
+// reap container inits once runc has exited (a reaping PID 1 is not guaranteed). It waits, up to
+// runtimeWait, for runtime processes an earlier provider left running on the same state directory (one
+// killed half-way through a create leaves its `runc run` going), then finds, but does not touch, the
+// sandboxes that provider left.
 func New(cfg Config) (*Provider, error) {
 	if cfg.StateDir == "" || cfg.AgentPath == "" {
 		return nil, errors.New("oci: StateDir and AgentPath are required")
@@ -189,6 +194,11 @@ func New(cfg Config) (*Provider, error) {
 	}
 	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
 		return nil, fmt.Errorf("oci: become a child subreaper: %w", err)
+	}
+	// Before anything judges what an earlier provider left: let its runtime calls finish first.
+	if left := waitRuntimes(context.Background(), p.runc.root, runtimeWait); len(left) > 0 {
+		p.log.Warn("runtime processes of an earlier provider still run on this state directory; going on",
+			"pids", left, "waited", runtimeWait)
 	}
 	p.startPool()
 	return p, nil

@@ -134,3 +134,22 @@ func TestSmoke(t *testing.T) {
 		t.Fatal(res.Stdout)
 	}
 }
+
+// TestNewWaitsForEarlierRuntime: a runtime process an earlier provider left running on the state
+// directory (one killed during `runc run`) has finished when New returns, so nothing it makes appears
+// after the new provider has looked at what is there.
+func TestNewWaitsForEarlierRuntime(t *testing.T) {
+	dir := t.TempDir()
+	made := filepath.Join(dir, "made")
+	// Stands for that runc: its arguments name the state directory's runtime root. The script ends in
+	// a builtin, so the shell waits for touch instead of becoming it.
+	left := exec.Command("sh", "-c", `sleep 0.5; touch "$0"; exit 0`, made, "--root", filepath.Join(dir, "runc"), "run", "x")
+	if err := left.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer left.Wait()
+	newProviderAt(t, dir)
+	if _, err := os.Stat(made); err != nil {
+		t.Fatalf("New returned before the earlier runtime process ended: %v", err)
+	}
+}
