@@ -100,39 +100,53 @@ func (s *Server) streamEvents(w http.ResponseWriter, r *http.Request, _ []byte) 
 	h.Set("X-Accel-Buffering", "no")
 	w.WriteHeader(http.StatusOK)
 	rc := http.NewResponseController(w)
-	send := func(b []byte) bool {
+	// send writes what write writes and flushes it, all within one write timeout. Events are encoded
+	// and written one at a time, through the response's own small buffer, so that a stream whose write
+	// waits holds its page of events and little more.
+	var buf bytes.Buffer
+	send := func(write func() bool) bool {
 		if err := rc.SetWriteDeadline(time.Now().Add(s.writeTimeout)); err != nil && !errors.Is(err, http.ErrNotSupported) {
 			return false
 		}
-		if _, err := w.Write(b); err != nil {
-			return false
-		}
-		return rc.Flush() == nil
+		return write() && rc.Flush() == nil
 	}
-	if !send([]byte(": stream\n\n")) {
+	sendBytes := func(b []byte) bool {
+		return send(func() bool {
+			_, err := w.Write(b)
+			return err == nil
+		})
+	}
+	sendPage := func(page []sandbox.Event) bool {
+		return send(func() bool {
+			for _, ev := range page {
+				buf.Reset()
+				if err := writeEvent(&buf, ev); err != nil {
+					s.log.Error("event stream: encoding an event", "cursor", ev.Cursor, "err", err)
+					return false
+				}
+				if _, err := w.Write(buf.Bytes()); err != nil {
+					return false
+				}
+			}
+			return true
+		})
+	}
+	if !sendBytes([]byte(": stream\n\n")) {
 		return nil
 	}
 
 	ticker := time.NewTicker(s.heartbeat)
 	defer ticker.Stop()
-	var buf bytes.Buffer
 	for {
 		if len(page) > 0 {
-			buf.Reset()
-			for _, ev := range page {
-				if err := writeEvent(&buf, ev); err != nil {
-					s.log.Error("event stream: encoding an event", "cursor", ev.Cursor, "err", err)
-					return nil
-				}
-			}
-			if !send(buf.Bytes()) {
+			if !sendPage(page) {
 				return nil
 			}
 			q.After = page[len(page)-1].Cursor
 		}
 		if len(page) < q.Limit {
 			q.After = max(q.After, mark)
-			if !s.waitEvents(w, r, wake, ticker.C, send) {
+			if !s.waitEvents(w, r, wake, ticker.C, sendBytes) {
 				return nil
 			}
 		}

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -192,21 +193,10 @@ func TestThousandsOfSubscribersAndSandboxes(t *testing.T) {
 	addr := strings.TrimPrefix(d.url, "http://")
 	before := rssKiB(t, d.cmd.Process.Pid)
 
+	conns := openStreams(t, net.Dial, addr, "/v1/events/stream", subscribers)
 	ready := make(chan *bufio.Reader, subscribers)
-	var conns []net.Conn
-	defer func() {
-		for _, c := range conns {
-			c.Close()
-		}
-	}()
-	for range subscribers {
-		c, err := net.Dial("tcp", addr)
-		if err != nil {
-			t.Fatalf("subscriber %d: %v", len(conns), err)
-		}
-		conns = append(conns, c)
+	for _, c := range conns {
 		c.SetDeadline(time.Now().Add(2 * time.Minute))
-		fmt.Fprint(c, "GET /v1/events/stream HTTP/1.1\r\nHost: x\r\nAccept: text/event-stream\r\n\r\n")
 		ready <- bufio.NewReader(c)
 	}
 	close(ready)
@@ -244,21 +234,7 @@ func TestThousandsOfSubscribersAndSandboxes(t *testing.T) {
 	}
 	conns = nil
 
-	// Sandboxes, made by 16 clients at once.
-	var next atomic.Int32
-	var made atomic.Int32
-	for range 16 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := next.Add(1); i <= sandboxes-1; i = next.Add(1) {
-				if call(context.Background(), "POST", d.url+"/v1/sandboxes", map[string]any{"clientRequestId": fmt.Sprintf("many-%d", i)}, nil) == 201 {
-					made.Add(1)
-				}
-			}
-		}()
-	}
-	wg.Wait()
+	made := createMany(d.url, "many", sandboxes-1)
 	resp, err := http.Get(d.url + "/v1/sandboxes")
 	if err != nil {
 		t.Fatal(err)
@@ -267,7 +243,7 @@ func TestThousandsOfSubscribersAndSandboxes(t *testing.T) {
 	raw, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
 	if err := json.NewDecoder(bytes.NewReader(raw)).Decode(&list); err != nil || len(list.Sandboxes) != sandboxes {
-		t.Fatalf("listing: %v, %d sandboxes (made %d+1), want %d", err, len(list.Sandboxes), made.Load(), sandboxes)
+		t.Fatalf("listing: %v, %d sandboxes (made %d+1), want %d", err, len(list.Sandboxes), made, sandboxes)
 	}
 	after := rssKiB(t, d.cmd.Process.Pid)
 	t.Logf("RSS %d KiB idle, %d KiB with %d streams, %d KiB with %d sandboxes listed (%d KiB of JSON)",
@@ -275,4 +251,72 @@ func TestThousandsOfSubscribersAndSandboxes(t *testing.T) {
 	if after-before > memoryBoundKiB {
 		t.Fatalf("RSS grew by %d KiB, over the bound of %d KiB", after-before, memoryBoundKiB)
 	}
+}
+
+// TestStalledSubscribersHoldLittle: 2000 event-stream subscribers that stop reading (a small receive
+// window, nothing read) while 3000 sandboxes are created cost the daemon a bounded amount of memory:
+// each stream reads the log a small page at a time and holds at most that page while its write waits.
+func TestStalledSubscribersHoldLittle(t *testing.T) {
+	const subscribers, sandboxes = 2000, 3000
+	raiseNoFile(t, 2*subscribers+1000)
+	d := startDaemon(t, t.TempDir())
+	addr := strings.TrimPrefix(d.url, "http://")
+	before := rssKiB(t, d.cmd.Process.Pid)
+
+	dialer := net.Dialer{Control: func(_, _ string, c syscall.RawConn) error {
+		var serr error
+		err := c.Control(func(fd uintptr) { serr = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 4096) })
+		return errors.Join(err, serr)
+	}}
+	openStreams(t, dialer.Dial, addr, "/v1/events/stream?after=0", subscribers)
+
+	if made := createMany(d.url, "stalled", sandboxes); made != sandboxes {
+		t.Fatalf("%d of %d creates answered 201", made, sandboxes)
+	}
+	stalled := rssKiB(t, d.cmd.Process.Pid)
+	t.Logf("RSS %d KiB idle, %d KiB with %d stalled streams after %d creates", before, stalled, subscribers, sandboxes)
+	if stalled-before > memoryBoundKiB {
+		t.Fatalf("RSS grew by %d KiB, over the bound of %d KiB", stalled-before, memoryBoundKiB)
+	}
+}
+
+// createMany creates n sandboxes, prefix-1 to prefix-n, from 16 clients at once, and returns how many
+// creates were answered 201.
+func createMany(url, prefix string, n int) int {
+	var next, made atomic.Int32
+	var wg sync.WaitGroup
+	for range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := next.Add(1); int(i) <= n; i = next.Add(1) {
+				if call(context.Background(), "POST", url+"/v1/sandboxes", map[string]any{"clientRequestId": fmt.Sprintf("%s-%d", prefix, i)}, nil) == 201 {
+					made.Add(1)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	return int(made.Load())
+}
+
+// openStreams opens n event streams of path on addr, each on a connection made by dial, and closes
+// them when the test ends.
+func openStreams(t *testing.T, dial func(network, addr string) (net.Conn, error), addr, path string, n int) []net.Conn {
+	t.Helper()
+	conns := make([]net.Conn, 0, n)
+	t.Cleanup(func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	})
+	for range n {
+		c, err := dial("tcp", addr)
+		if err != nil {
+			t.Fatalf("subscriber %d: %v", len(conns), err)
+		}
+		conns = append(conns, c)
+		fmt.Fprintf(c, "GET %s HTTP/1.1\r\nHost: x\r\nAccept: text/event-stream\r\n\r\n", path)
+	}
+	return conns
 }
