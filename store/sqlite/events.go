@@ -98,8 +98,9 @@ func (s *Store) prune(ctx context.Context) error {
 	}
 	head := &s.pend.head
 	pruned, last := head.pruned, head.last
-	// Cursors are dense: a rolled-back insert also rolls back the sequence, and rows are only ever
-	// deleted as a prefix, so last - pruned is the number of retained events.
+	// Cursors are dense: each is one past the head, a rolled-back append leaves the committed head
+	// where it was, and rows are only ever deleted as a prefix, so last - pruned is the number of
+	// retained events.
 	through := pruned
 	if last-pruned > s.retention+s.slack {
 		through = last - s.retention

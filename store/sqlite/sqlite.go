@@ -59,8 +59,9 @@ type Store struct {
 	w         *sql.DB    // one connection: the schema migration, then wc
 	wc        *sql.Conn  // w's connection, held from init to Close: every write transaction
 	r         *sql.DB    // read-only connections, for the event log
-	ws        *stmts     // prepared on wc
-	rs        *stmts     // prepared on r
+	ck        *checkpointer
+	ws        *stmts // prepared on wc
+	rs        *stmts // prepared on r
 	cache     cache
 	tail      tail    // the newest committed events
 	pend      pending // what the write in progress adds to tail; guarded by wmu
@@ -129,6 +130,13 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	r.SetConnMaxLifetime(0)
 	r.SetConnMaxIdleTime(0)
 	s.r = r
+	ck, err := sql.Open("sqlite", dsn(cfg.Path, "deferred", false))
+	if err != nil {
+		s.Close()
+		return nil, fmt.Errorf("sqlite store: open %s: %w", cfg.Path, err)
+	}
+	ck.SetMaxOpenConns(1)
+	s.ck = startCheckpointer(ck, &s.wmu)
 	s.rs = newStmts(r)
 	if err := s.rs.prepare(ctx, readQueries); err != nil {
 		s.Close()
@@ -155,6 +163,8 @@ func dsn(path, txlock string, readOnly bool) string {
 		// power loss the file is consistent though the last commits may be lost.
 		q.Set("_journal_mode", "WAL")
 		q.Set("_synchronous", "NORMAL")
+		// Not in the commits: the store's checkpointer does it beside them (checkpoint.go).
+		q.Add("_pragma", "wal_autocheckpoint(0)")
 	}
 	return path + "?" + q.Encode()
 }
@@ -219,6 +229,9 @@ func (s *Store) write(ctx context.Context, fn func() error, committed func()) er
 		return fmt.Errorf("commit: %w", err)
 	}
 	done = true
+	if s.ck != nil {
+		s.ck.committed()
+	}
 	s.head = s.pend.head
 	s.tail.commit(s.pend)
 	if committed != nil {
@@ -244,6 +257,10 @@ func (s *Store) Close() error {
 
 func (s *Store) close() error {
 	var errs []error
+	if s.ck != nil {
+		s.ck.stop()
+		errs = append(errs, s.ck.db.Close())
+	}
 	for _, c := range []*stmts{s.rs, s.ws} {
 		if c != nil {
 			errs = append(errs, c.close())

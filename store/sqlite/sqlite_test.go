@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"reflect"
 	"sync"
@@ -510,4 +511,28 @@ func TestLastEventOfOutlivesPruning(t *testing.T) {
 	if c, err := s.LastEventOf(ctx, busy.ID); err != nil || c != last {
 		t.Fatalf("reopened, newest event of the busy sandbox: %d, %v; want %d", c, err, last)
 	}
+}
+
+// TestCheckpointsKeepTheWALSmall: commits do not checkpoint themselves (the store's checkpointer does,
+// beside them), and the WAL still starts over instead of growing with every commit, also under appends
+// that never pause: 8000 of them leave about 70 MiB of WAL without checkpoints, about 20 with.
+func TestCheckpointsKeepTheWALSmall(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "sandboxd.db")
+	s := open(t, sqlite.Config{Path: path})
+	ref := sandbox.Ref{ID: sandbox.NewID(), Generation: 1}
+	code := 0
+	for i := 0; i < 8000; i++ {
+		ev := sandbox.NewEvent(sandbox.EventCommandCompleted, ref, time.Now(), sandbox.CommandCompletedData{ExitCode: &code})
+		if _, err := s.AppendEvents(context.Background(), []sandbox.Event{ev}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	st, err := os.Stat(path + "-wal")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Size() > 48<<20 {
+		t.Fatalf("WAL of %d MiB after 8000 appends", st.Size()>>20)
+	}
+	t.Logf("WAL %d KiB after 8000 appends", st.Size()>>10)
 }
