@@ -239,7 +239,31 @@ func (a *Agent) exec(w http.ResponseWriter, r *http.Request) {
 	if !checkDeadline(w, r) {
 		return
 	}
-	writeJSON(w, http.StatusOK, a.run(ctx, req))
+	res := a.run(ctx, req)
+	if r.Header.Get("Accept") == MediaExecResult {
+		writeExecResult(w, res)
+		return
+	}
+	writeJSON(w, http.StatusOK, res)
+}
+
+// writeExecResult answers res as MediaExecResult.
+func writeExecResult(w http.ResponseWriter, res ExecResult) {
+	head, err := json.Marshal(ExecHead{ExitCode: res.ExitCode, StdoutBytes: len(res.Stdout), StderrBytes: len(res.Stderr),
+		TimedOut: res.TimedOut, Cancelled: res.Cancelled, Truncated: res.Truncated, StartedAt: res.StartedAt, FinishedAt: res.FinishedAt})
+	if err != nil {
+		writeJSON(w, http.StatusInternalServerError, Error{Code: string(sandbox.CodeInternal), Message: "encoding the answer failed"})
+		return
+	}
+	head = append(head, '\n') // json.Marshal escapes every newline inside the document
+	w.Header().Set("Content-Type", MediaExecResult)
+	w.Header().Set("Content-Length", strconv.Itoa(len(head)+len(res.Stdout)+len(res.Stderr)))
+	w.WriteHeader(http.StatusOK)
+	for _, b := range [][]byte{head, res.Stdout, res.Stderr} {
+		if _, err := w.Write(b); err != nil {
+			return
+		}
+	}
 }
 
 func (a *Agent) cancel(w http.ResponseWriter, r *http.Request) {

@@ -3,6 +3,7 @@ package agent_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -368,4 +369,31 @@ func children(t *testing.T, pid int) []string {
 		}
 	}
 	return out
+}
+
+// TestExecAnswersJSONWithoutAccept: a client that does not ask for the compact answer (one of an
+// earlier daemon) gets ExecResult as JSON, output and all.
+func TestExecAnswersJSONWithoutAccept(t *testing.T) {
+	a := start(t)
+	hc := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		return (&net.Dialer{}).DialContext(ctx, "unix", a.socket)
+	}}}
+	body := `{"argv":["sh","-c","printf out; printf err >&2"],"timeoutMs":5000,"maxOutputBytes":100}`
+	req, err := http.NewRequestWithContext(ctx(t), http.MethodPost, "http://agent"+agent.PathExec, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set(agent.HeaderDeadline, strconv.FormatInt(time.Now().Add(time.Minute).UnixNano(), 10))
+	resp, err := hc.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var res agent.ExecResult
+	if err := json.NewDecoder(resp.Body).Decode(&res); err != nil || resp.Header.Get("Content-Type") != "application/json" {
+		t.Fatalf("answer %s: %v", resp.Header.Get("Content-Type"), err)
+	}
+	if exitOf(t, res) != 0 || string(res.Stdout) != "out" || string(res.Stderr) != "err" {
+		t.Fatalf("result %+v", res)
+	}
 }

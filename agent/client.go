@@ -67,14 +67,53 @@ func (c *Client) Exec(ctx context.Context, req ExecRequest) (ExecResult, error) 
 	if err != nil {
 		return ExecResult{}, fmt.Errorf("agent exec: %w", err)
 	}
-	var res ExecResult
-	if err := c.callJSON(ctx, http.MethodPost, PathExec, nil, body, maxExecBytes, &res); err != nil {
+	res, err := c.exec(ctx, body)
+	if err != nil {
 		return ExecResult{}, err
 	}
 	if err := res.validate(req); err != nil {
 		return ExecResult{}, err
 	}
 	return res, nil
+}
+
+// exec sends an exec request and reads its answer, compact (MediaExecResult) or JSON.
+func (c *Client) exec(ctx context.Context, body []byte) (ExecResult, error) {
+	ctx, cancel := bounded(ctx)
+	defer cancel()
+	resp, err := c.do(ctx, http.MethodPost, PathExec, nil, MediaExecResult, body)
+	if err != nil {
+		return ExecResult{}, err
+	}
+	defer resp.Body.Close()
+	raw, err := readLimited(resp.Body, maxExecBytes)
+	if err != nil {
+		return ExecResult{}, fmt.Errorf("agent %s: %w", PathExec, err)
+	}
+	var res ExecResult
+	if resp.Header.Get("Content-Type") != MediaExecResult {
+		err = decodeStrict(PathExec, raw, &res)
+		return res, err
+	}
+	bad := func(what string) error {
+		return fmt.Errorf("agent %s: answer: %s: %w", PathExec, what, sandbox.ErrProviderProtocol)
+	}
+	nl := bytes.IndexByte(raw, '\n')
+	if nl < 0 {
+		return ExecResult{}, bad("no head line")
+	}
+	var head ExecHead
+	if err := decodeStrict(PathExec, raw[:nl], &head); err != nil {
+		return ExecResult{}, err
+	}
+	out := raw[nl+1:]
+	if head.StdoutBytes < 0 || head.StderrBytes < 0 || head.StdoutBytes+head.StderrBytes != len(out) {
+		return ExecResult{}, bad(fmt.Sprintf("%d+%d bytes of output announced, %d sent", head.StdoutBytes, head.StderrBytes, len(out)))
+	}
+	n := head.StdoutBytes
+	return ExecResult{ExitCode: head.ExitCode, Stdout: out[:n:n], Stderr: out[n:],
+		TimedOut: head.TimedOut, Cancelled: head.Cancelled, Truncated: head.Truncated,
+		StartedAt: head.StartedAt, FinishedAt: head.FinishedAt}, nil
 }
 
 func (r ExecResult) validate(req ExecRequest) error {
@@ -106,7 +145,7 @@ func (c *Client) Cancel(ctx context.Context, id string) error {
 func (c *Client) ReadFile(ctx context.Context, path string) ([]byte, error) {
 	ctx, cancel := bounded(ctx)
 	defer cancel()
-	resp, err := c.do(ctx, http.MethodGet, PathFile, url.Values{"path": {path}}, nil)
+	resp, err := c.do(ctx, http.MethodGet, PathFile, url.Values{"path": {path}}, "", nil)
 	if err != nil {
 		return nil, err
 	}
@@ -128,7 +167,7 @@ func (c *Client) WriteFile(ctx context.Context, path string, data []byte) error 
 	}
 	ctx, cancel := bounded(ctx)
 	defer cancel()
-	resp, err := c.do(ctx, http.MethodPut, PathFile, url.Values{"path": {path}}, data)
+	resp, err := c.do(ctx, http.MethodPut, PathFile, url.Values{"path": {path}}, "", data)
 	if err != nil {
 		return err
 	}
@@ -157,7 +196,7 @@ func (c *Client) List(ctx context.Context, path string) ([]sandbox.FileEntry, er
 func (c *Client) callJSON(ctx context.Context, method, path string, q url.Values, body []byte, max int64, out any) error {
 	ctx, cancel := bounded(ctx)
 	defer cancel()
-	resp, err := c.do(ctx, method, path, q, body)
+	resp, err := c.do(ctx, method, path, q, "", body)
 	if err != nil {
 		return err
 	}
@@ -169,6 +208,12 @@ func (c *Client) callJSON(ctx context.Context, method, path string, q url.Values
 	if out == nil {
 		return nil
 	}
+	return decodeStrict(path, raw, out)
+}
+
+// decodeStrict decodes the JSON document raw, an answer to path, into out: unknown fields and
+// trailing data are protocol errors.
+func decodeStrict(path string, raw []byte, out any) error {
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(out); err != nil {
@@ -182,7 +227,7 @@ func (c *Client) callJSON(ctx context.Context, method, path string, q url.Values
 
 // do sends one request with the context's deadline in HeaderDeadline and turns a non-2xx answer into
 // an error of the right class. The caller closes the body of a 2xx answer.
-func (c *Client) do(ctx context.Context, method, path string, q url.Values, body []byte) (*http.Response, error) {
+func (c *Client) do(ctx context.Context, method, path string, q url.Values, accept string, body []byte) (*http.Response, error) {
 	deadline, ok := ctx.Deadline()
 	if !ok {
 		return nil, fmt.Errorf("agent %s: call without a deadline", path)
@@ -191,7 +236,7 @@ func (c *Client) do(ctx context.Context, method, path string, q url.Values, body
 	if len(q) > 0 {
 		target += "?" + q.Encode()
 	}
-	resp, err := c.t.roundTrip(ctx, method, target, deadline, body)
+	resp, err := c.t.roundTrip(ctx, method, target, accept, deadline, body)
 	if err != nil {
 		return nil, fmt.Errorf("agent %s: %v: %w", path, err, sandbox.ErrProviderUnavailable)
 	}

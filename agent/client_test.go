@@ -54,6 +54,48 @@ func TestClientDistrustsTheAgent(t *testing.T) {
 	}
 }
 
+// TestClientReadsBothAnswerForms: the client asks for the compact exec answer and takes it, checks its
+// lengths and head like any answer, and still takes the JSON answer of an agent that does not know the
+// compact form.
+func TestClientReadsBothAnswerForms(t *testing.T) {
+	req := agent.ExecRequest{Argv: []string{"true"}, TimeoutMs: 1000, MaxOutputBytes: 16}
+	const head = `{"exitCode":3,"stdoutBytes":5,"stderrBytes":2,"timedOut":false,"cancelled":false,"truncated":false,` +
+		`"startedAt":"2024-01-01T00:00:00Z","finishedAt":"2024-01-01T00:00:01Z"}`
+	for _, tc := range []struct {
+		name, contentType, body string
+		want                    error
+	}{
+		{"compact", agent.MediaExecResult, head + "\nhello\x00\n", nil},
+		{"json of an older agent", "application/json", `{"exitCode":3,"stdout":"aGVsbG8=","stderr":"AAo=",` +
+			`"startedAt":"2024-01-01T00:00:00Z","finishedAt":"2024-01-01T00:00:01Z"}`, nil},
+		{"compact, short", agent.MediaExecResult, head + "\nhello", sandbox.ErrProviderProtocol},
+		{"compact, long", agent.MediaExecResult, head + "\nhello\x00\n!", sandbox.ErrProviderProtocol},
+		{"compact, no head line", agent.MediaExecResult, head, sandbox.ErrProviderProtocol},
+		{"compact, unknown field", agent.MediaExecResult, `{"exitCode":0,"extra":1}` + "\n", sandbox.ErrProviderProtocol},
+		{"compact, negative length", agent.MediaExecResult, `{"exitCode":0,"stdoutBytes":-1,"stderrBytes":1,` +
+			`"startedAt":"2024-01-01T00:00:00Z","finishedAt":"2024-01-01T00:00:01Z"}` + "\n", sandbox.ErrProviderProtocol},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := fake(t, func(w http.ResponseWriter, r *http.Request) {
+				if got := r.Header.Get("Accept"); got != agent.MediaExecResult {
+					t.Errorf("Accept %q, want %q", got, agent.MediaExecResult)
+				}
+				w.Header().Set("Content-Type", tc.contentType)
+				w.Write([]byte(tc.body))
+			})
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			res, err := c.Exec(ctx, req)
+			if !errors.Is(err, tc.want) {
+				t.Fatalf("got %v, want %v", err, tc.want)
+			}
+			if err == nil && (string(res.Stdout) != "hello" || string(res.Stderr) != "\x00\n" || res.ExitCode == nil || *res.ExitCode != 3) {
+				t.Fatalf("result %+v", res)
+			}
+		})
+	}
+}
+
 func TestClientTimesOutOnSilence(t *testing.T) {
 	release := make(chan struct{})
 	c := fake(t, func(w http.ResponseWriter, r *http.Request) { <-release })

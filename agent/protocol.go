@@ -47,6 +47,25 @@ type ExecResult struct {
 	FinishedAt time.Time `json:"finishedAt"`
 }
 
+// MediaExecResult is the compact answer to an exec whose request accepts it: an ExecHead as one line of
+// JSON, then the stdout bytes, then the stderr bytes, as they are (ExecResult carries both in base64,
+// which a megabyte of output makes slow to encode and slower to decode). An agent that does not know it
+// answers an ExecResult in JSON, and the client takes either.
+const MediaExecResult = "application/vnd.sandboxd.exec-result"
+
+// ExecHead is ExecResult without its output: the first line of a MediaExecResult answer, followed by
+// StdoutBytes bytes of stdout and StderrBytes bytes of stderr.
+type ExecHead struct {
+	ExitCode    *int      `json:"exitCode"`
+	StdoutBytes int       `json:"stdoutBytes"`
+	StderrBytes int       `json:"stderrBytes"`
+	TimedOut    bool      `json:"timedOut"`
+	Cancelled   bool      `json:"cancelled"`
+	Truncated   bool      `json:"truncated"`
+	StartedAt   time.Time `json:"startedAt"`
+	FinishedAt  time.Time `json:"finishedAt"`
+}
+
 // CancelRequest asks the agent to stop the run named ID. Cancelling an unknown run is not an error.
 type CancelRequest struct {
 	ID string `json:"id"`

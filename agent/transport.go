@@ -55,13 +55,17 @@ func (pc *pconn) Close() error {
 // roundTrip sends one request and returns the answer, whose Body the caller must close; the connection
 // goes back to the idle list when the body was read to its end. ctx must have a deadline: it bounds the
 // whole exchange, and ending ctx aborts it; the agent is told the deadline in HeaderDeadline.
-func (t *transport) roundTrip(ctx context.Context, method, target string, deadline time.Time, body []byte) (*http.Response, error) {
+func (t *transport) roundTrip(ctx context.Context, method, target, accept string, deadline time.Time, body []byte) (*http.Response, error) {
 	head := make([]byte, 0, 160)
 	head = append(head, method...)
 	head = append(head, ' ')
 	head = append(head, target...)
 	head = append(head, " HTTP/1.1\r\nHost: agent\r\n"+HeaderDeadline+": "...)
 	head = strconv.AppendInt(head, deadline.UnixNano(), 10)
+	if accept != "" {
+		head = append(head, "\r\nAccept: "...)
+		head = append(head, accept...)
+	}
 	if body != nil {
 		head = append(head, "\r\nContent-Length: "...)
 		head = strconv.AppendInt(head, int64(len(body)), 10)

@@ -26,7 +26,8 @@ type side struct {
 	sb sandboxDoc
 }
 
-// compare measures the paired cases on the candidate daemon a and the baseline daemon b.
+// compare measures the paired cases on the candidate daemon a and the baseline daemon b: exec of true
+// and of a command printing 1 MiB, GET of one sandbox, create-to-ready.
 func compare(ctx context.Context, a, b *client, bounds Bounds, prefix string) ([]Paired, error) {
 	sides := [2]*side{{c: a}, {c: b}}
 	for i, s := range sides {
@@ -45,6 +46,14 @@ func compare(ctx context.Context, a, b *client, bounds Bounds, prefix string) ([
 		{"exec true", func(s *side, _ int) (time.Duration, error) {
 			t := time.Now()
 			_, err := s.c.exec(ctx, s.sb, "true")
+			return time.Since(t), err
+		}},
+		{"exec 1 MiB output", func(s *side, _ int) (time.Duration, error) {
+			t := time.Now()
+			res, err := s.c.exec(ctx, s.sb, oneMiBCommand...)
+			if err == nil && len(res.Stdout) != 1<<20 {
+				err = fmt.Errorf("got %d bytes of output", len(res.Stdout))
+			}
 			return time.Since(t), err
 		}},
 		{"get one sandbox", func(s *side, _ int) (time.Duration, error) {
