@@ -80,6 +80,7 @@ func (s *Store) readHead(ctx context.Context) error {
 		return nil
 	}
 	// In the transaction: what it appended is included, as it will be once it commits.
+	*head = logHead{}
 	if err := s.ws.scan(ctx, qLogState, nil, &head.pruned, &head.last); err != nil {
 		return fmt.Errorf("reading the log's head: %w", err)
 	}
@@ -105,18 +106,22 @@ func (s *Store) prune(ctx context.Context) error {
 	if last-pruned > s.retention+s.slack {
 		through = last - s.retention
 	}
-	if s.maxAge > 0 {
-		cutoff := s.now().Add(-s.maxAge).UnixNano()
-		var first int64
-		err := s.ws.scan(ctx, qFirstYoung,
-			[]any{through, cutoff}, &first)
+	// The age bound deletes every event before the oldest young one. When the count bound moves
+	// nothing and the oldest retained event is the young one found last time, still young, that is
+	// nothing: skip the query.
+	if cutoff := s.now().Add(-s.maxAge).UnixNano(); s.maxAge > 0 &&
+		!(through == pruned && head.young == pruned+1 && head.youngNs >= cutoff) {
+		var first, firstNs int64
+		err := s.ws.scan(ctx, qFirstYoung, []any{through, cutoff}, &first, &firstNs)
 		switch {
 		case errors.Is(err, sql.ErrNoRows):
 			through = last // every retained event has expired
+			head.young = 0
 		case err != nil:
 			return fmt.Errorf("prune: %w", err)
 		default:
 			through = max(through, first-1)
+			head.young, head.youngNs = first, firstNs
 		}
 	}
 	if through <= pruned {

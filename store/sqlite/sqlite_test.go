@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -535,4 +536,60 @@ func TestCheckpointsKeepTheWALSmall(t *testing.T) {
 		t.Fatalf("WAL of %d MiB after 8000 appends", st.Size()>>20)
 	}
 	t.Logf("WAL %d KiB after 8000 appends", st.Size()>>10)
+}
+
+// TestMaxAgePruneMatchesModel appends events whose timestamps go back and forth while the clock moves
+// on, and checks after every append that the log holds exactly what the age bound leaves: everything
+// from the oldest event still young, by cursor. Pruning skips its query while it knows that event is
+// young; this is what that shortcut must not change.
+func TestMaxAgePruneMatchesModel(t *testing.T) {
+	ctx := context.Background()
+	clk := &clock{now: time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)}
+	s := open(t, sqlite.Config{Path: filepath.Join(t.TempDir(), "sandboxd.db"), MaxAge: time.Hour, Now: clk.Now})
+	defer s.Close()
+	rng := rand.New(rand.NewPCG(1, 2))
+	type kept struct {
+		cursor int64
+		ts     time.Time
+	}
+	var model []kept
+	ref := sandbox.Ref{ID: "sbx_model", Generation: 1}
+	for i := 0; i < 400; i++ {
+		clk.Add(time.Duration(rng.IntN(300)) * time.Second)
+		ts := clk.Now().Add(-time.Duration(rng.IntN(90)) * time.Minute)
+		got, err := s.AppendEvents(ctx, []sandbox.Event{sandbox.NewEvent(sandbox.EventFileWritten, ref, ts, nil)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		model = append(model, kept{got[0].Cursor, ts})
+		cutoff := clk.Now().Add(-time.Hour)
+		first := len(model)
+		for j, k := range model {
+			if !k.ts.Before(cutoff) {
+				first = j
+				break
+			}
+		}
+		model = model[first:]
+		if len(model) == 0 {
+			continue
+		}
+		evs, err := s.Events(ctx, sandbox.EventQuery{After: model[0].cursor - 1})
+		if err != nil {
+			t.Fatalf("append %d: events from %d: %v", i, model[0].cursor, err)
+		}
+		if len(evs) != len(model) {
+			t.Fatalf("append %d: %d events retained, the model keeps %d", i, len(evs), len(model))
+		}
+		for j := range evs {
+			if evs[j].Cursor != model[j].cursor {
+				t.Fatalf("append %d: event %d has cursor %d, the model %d", i, j, evs[j].Cursor, model[j].cursor)
+			}
+		}
+		if c := model[0].cursor - 2; c >= 0 {
+			if _, err := s.Events(ctx, sandbox.EventQuery{After: c}); !errors.Is(err, sandbox.ErrEventHistoryUnavailable) {
+				t.Fatalf("append %d: events after %d, before the oldest kept: %v, want ErrEventHistoryUnavailable", i, c, err)
+			}
+		}
+	}
 }

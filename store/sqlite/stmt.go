@@ -13,7 +13,7 @@ const (
 	qInsertEvent = `INSERT INTO events (cursor, type, sandbox_id, generation, ts, ts_ns, data) VALUES (?, ?, ?, ?, ?, ?, ?)`
 	qLogState    = `SELECT pruned_through,
 		MAX(pruned_through, COALESCE((SELECT MAX(cursor) FROM events), 0)) FROM event_log`
-	qFirstYoung    = `SELECT cursor FROM events WHERE cursor > ? AND ts_ns >= ? ORDER BY cursor LIMIT 1`
+	qFirstYoung    = `SELECT cursor, ts_ns FROM events WHERE cursor > ? AND ts_ns >= ? ORDER BY cursor LIMIT 1`
 	qDeleteEvents  = `DELETE FROM events WHERE cursor <= ?`
 	qSetPruned     = `UPDATE event_log SET pruned_through = ?`
 	qGetIntent     = `SELECT sandbox_id, generation, spec FROM intents WHERE key = ?`

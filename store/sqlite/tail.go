@@ -40,11 +40,15 @@ type pending struct {
 // logHead is the event log's head: the newest pruned cursor and the newest cursor ever assigned. The
 // store keeps it as committed, under the write lock, so that an append learns it without a query; ok
 // is false until it is read from the file, and again whenever it may differ from the file (a commit
-// that failed, a rollback that failed, a cursor that was not the next one).
+// that failed, a rollback that failed, an insert that failed).
 type logHead struct {
 	ok     bool
 	pruned int64
 	last   int64
+	// young is the oldest retained event, when the age bound found it young: cursor pruned+1, its
+	// timestamp youngNs. Until the age bound passes youngNs nothing can expire, and pruning skips
+	// the query. Zero when not known.
+	young, youngNs int64
 }
 
 // reset starts the tail empty at the log's current head.
