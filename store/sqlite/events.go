@@ -57,7 +57,7 @@ func (s *Store) appendEvents(ctx context.Context, events []sandbox.Event) ([]int
 		cursor := head.last + 1
 		if _, err := ins.ExecContext(ctx, cursor, string(e.Type), string(e.SandboxID), int64(e.Generation),
 			ts.Format(time.RFC3339Nano), ts.UnixNano(), data); err != nil {
-			s.head.ok = false // the head may be wrong (the file changed under the store): read it again
+			s.head.ok = false // a cursor refused means the head is not what the file holds: read it again
 			return nil, fmt.Errorf("insert event: %w", err)
 		}
 		cursors[i], head.last = cursor, cursor

@@ -55,13 +55,13 @@ type Store struct {
 	lock      *os.File // held while open: one Store per file
 	closeOnce sync.Once
 	closeErr  error
-	wmu       sync.Mutex // serializes write transactions together with their cache updates
-	w         *sql.DB    // one connection: the schema migration, then wc
-	wc        *sql.Conn  // w's connection, held from init to Close: every write transaction
-	r         *sql.DB    // read-only connections, for the event log
-	ck        *checkpointer
-	ws        *stmts // prepared on wc
-	rs        *stmts // prepared on r
+	wmu       sync.Mutex    // serializes write transactions together with their cache updates
+	w         *sql.DB       // one connection: the schema migration, then wc
+	wc        *sql.Conn     // w's connection, held from init to Close: every write transaction
+	r         *sql.DB       // read-only connections, for the event log
+	ck        *checkpointer // WAL checkpoints, beside the writes (checkpoint.go)
+	ws        *stmts        // prepared on wc
+	rs        *stmts        // prepared on r
 	cache     cache
 	tail      tail    // the newest committed events
 	pend      pending // what the write in progress adds to tail; guarded by wmu
