@@ -249,8 +249,7 @@ func (a *Agent) exec(w http.ResponseWriter, r *http.Request) {
 
 // writeExecResult answers res as MediaExecResult.
 func writeExecResult(w http.ResponseWriter, res ExecResult) {
-	head, err := json.Marshal(ExecHead{ExitCode: res.ExitCode, StdoutBytes: len(res.Stdout), StderrBytes: len(res.Stderr),
-		TimedOut: res.TimedOut, Cancelled: res.Cancelled, Truncated: res.Truncated, StartedAt: res.StartedAt, FinishedAt: res.FinishedAt})
+	head, err := json.Marshal(ExecHead{ExecStatus: res.ExecStatus, StdoutBytes: len(res.Stdout), StderrBytes: len(res.Stderr)})
 	if err != nil {
 		writeJSON(w, http.StatusInternalServerError, Error{Code: string(sandbox.CodeInternal), Message: "encoding the answer failed"})
 		return

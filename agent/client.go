@@ -111,9 +111,7 @@ func (c *Client) exec(ctx context.Context, body []byte) (ExecResult, error) {
 		return ExecResult{}, bad(fmt.Sprintf("%d+%d bytes of output announced, %d sent", head.StdoutBytes, head.StderrBytes, len(out)))
 	}
 	n := head.StdoutBytes
-	return ExecResult{ExitCode: head.ExitCode, Stdout: out[:n:n], Stderr: out[n:],
-		TimedOut: head.TimedOut, Cancelled: head.Cancelled, Truncated: head.Truncated,
-		StartedAt: head.StartedAt, FinishedAt: head.FinishedAt}, nil
+	return ExecResult{ExecStatus: head.ExecStatus, Stdout: out[:n:n], Stderr: out[n:]}, nil
 }
 
 func (r ExecResult) validate(req ExecRequest) error {

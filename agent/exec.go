@@ -56,20 +56,16 @@ func (a *Agent) run(ctx context.Context, req ExecRequest) ExecResult {
 		return cannotStart(req, started, err.Error())
 	}
 	return ExecResult{
-		ExitCode:   res.ExitCode,
-		Stdout:     []byte(res.Stdout),
-		Stderr:     []byte(res.Stderr),
-		TimedOut:   res.TimedOut,
-		Cancelled:  res.Cancelled,
-		Truncated:  res.Truncated,
-		StartedAt:  res.StartedAt,
-		FinishedAt: res.FinishedAt,
+		ExecStatus: ExecStatus{ExitCode: res.ExitCode, TimedOut: res.TimedOut, Cancelled: res.Cancelled,
+			Truncated: res.Truncated, StartedAt: res.StartedAt, FinishedAt: res.FinishedAt},
+		Stdout: []byte(res.Stdout),
+		Stderr: []byte(res.Stderr),
 	}
 }
 
 func cannotStart(req ExecRequest, started time.Time, reason string) ExecResult {
 	code := proc.ExitCannotStart
 	msg := []byte(reason + "\n")
-	return ExecResult{ExitCode: &code, Stderr: sandbox.TruncateUTF8(msg, req.MaxOutputBytes),
-		Truncated: len(msg) > req.MaxOutputBytes, StartedAt: started, FinishedAt: time.Now()}
+	return ExecResult{Stderr: sandbox.TruncateUTF8(msg, req.MaxOutputBytes), ExecStatus: ExecStatus{ExitCode: &code,
+		Truncated: len(msg) > req.MaxOutputBytes, StartedAt: started, FinishedAt: time.Now()}}
 }

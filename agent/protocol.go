@@ -34,17 +34,23 @@ type ExecRequest struct {
 	MaxOutputBytes int               `json:"maxOutputBytes"`
 }
 
-// ExecResult is how a command ended. Output travels as bytes (base64 in JSON) so that invalid UTF-8
-// keeps its length.
-type ExecResult struct {
+// ExecStatus is how a command ended, its output aside. ExitCode is nil when it timed out or was
+// cancelled.
+type ExecStatus struct {
 	ExitCode   *int      `json:"exitCode"`
-	Stdout     []byte    `json:"stdout"`
-	Stderr     []byte    `json:"stderr"`
 	TimedOut   bool      `json:"timedOut"`
 	Cancelled  bool      `json:"cancelled"`
 	Truncated  bool      `json:"truncated"`
 	StartedAt  time.Time `json:"startedAt"`
 	FinishedAt time.Time `json:"finishedAt"`
+}
+
+// ExecResult is how a command ended, with its output. Output travels as bytes (base64 in JSON) so
+// that invalid UTF-8 keeps its length.
+type ExecResult struct {
+	ExecStatus
+	Stdout []byte `json:"stdout"`
+	Stderr []byte `json:"stderr"`
 }
 
 // MediaExecResult is the compact answer to an exec whose request accepts it: an ExecHead as one line of
@@ -53,17 +59,12 @@ type ExecResult struct {
 // answers an ExecResult in JSON, and the client takes either.
 const MediaExecResult = "application/vnd.sandboxd.exec-result"
 
-// ExecHead is ExecResult without its output: the first line of a MediaExecResult answer, followed by
-// StdoutBytes bytes of stdout and StderrBytes bytes of stderr.
+// ExecHead is the first line of a MediaExecResult answer, followed by StdoutBytes bytes of stdout and
+// StderrBytes bytes of stderr.
 type ExecHead struct {
-	ExitCode    *int      `json:"exitCode"`
-	StdoutBytes int       `json:"stdoutBytes"`
-	StderrBytes int       `json:"stderrBytes"`
-	TimedOut    bool      `json:"timedOut"`
-	Cancelled   bool      `json:"cancelled"`
-	Truncated   bool      `json:"truncated"`
-	StartedAt   time.Time `json:"startedAt"`
-	FinishedAt  time.Time `json:"finishedAt"`
+	ExecStatus
+	StdoutBytes int `json:"stdoutBytes"`
+	StderrBytes int `json:"stderrBytes"`
 }
 
 // CancelRequest asks the agent to stop the run named ID. Cancelling an unknown run is not an error.
