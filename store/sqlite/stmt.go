@@ -8,11 +8,14 @@ import (
 	"sync"
 )
 
+// lastCursor is the newest cursor ever assigned, in a query on event_log: the newest row, or the newest
+// pruned one when the log was pruned empty.
+const lastCursor = `MAX(pruned_through, COALESCE((SELECT MAX(cursor) FROM events), 0))`
+
 // The queries of the write connection.
 const (
-	qInsertEvent = `INSERT INTO events (cursor, type, sandbox_id, generation, ts, ts_ns, data) VALUES (?, ?, ?, ?, ?, ?, ?)`
-	qLogState    = `SELECT pruned_through,
-		MAX(pruned_through, COALESCE((SELECT MAX(cursor) FROM events), 0)) FROM event_log`
+	qInsertEvent   = `INSERT INTO events (cursor, type, sandbox_id, generation, ts, ts_ns, data) VALUES (?, ?, ?, ?, ?, ?, ?)`
+	qLogState      = `SELECT pruned_through, ` + lastCursor + ` FROM event_log`
 	qFirstYoung    = `SELECT cursor, ts_ns FROM events WHERE cursor > ? AND ts_ns >= ? ORDER BY cursor LIMIT 1`
 	qDeleteEvents  = `DELETE FROM events WHERE cursor <= ?`
 	qSetPruned     = `UPDATE event_log SET pruned_through = ?`
@@ -33,7 +36,7 @@ const (
 	qPruned        = `SELECT pruned_through FROM event_log`
 	qEvents        = `SELECT cursor, type, sandbox_id, generation, ts, data FROM events WHERE cursor > ? ORDER BY cursor LIMIT ?`
 	qSandboxEvents = `SELECT cursor, type, sandbox_id, generation, ts, data FROM events WHERE sandbox_id = ? AND cursor > ? ORDER BY cursor LIMIT ?`
-	qLastCursor    = `SELECT MAX(pruned_through, COALESCE((SELECT MAX(cursor) FROM events), 0)) FROM event_log`
+	qLastCursor    = `SELECT ` + lastCursor + ` FROM event_log`
 	qLastOf        = `SELECT COALESCE(MAX(cursor), 0) FROM events WHERE sandbox_id = ?`
 )
 
