@@ -307,8 +307,9 @@ func subscribe(ctx context.Context, c *client, path string, ready chan<- error, 
 // warmCreate times create-to-ready on a daemon keeping n containers warm (its pool directory is
 // poolDir). Between samples, untimed, it terminates the sandbox and waits until the pool is full again
 // and every entry's agent answers, so that each sample finds the pool as a steady trickle of creates
-// would; a sample that still finds it empty starts a container of its own, and counts.
-func warmCreate(ctx context.Context, c *client, poolDir string, n int, b Bounds, prefix string) (Result, error) {
+// would; a sample that still finds it empty starts a container of its own, and counts. Sandboxes are
+// created with resources (nil: none).
+func warmCreate(ctx context.Context, c *client, poolDir string, n int, resources map[string]any, b Bounds, prefix string) (Result, error) {
 	refilled := func() error {
 		deadline := time.Now().Add(time.Minute)
 		for {
@@ -336,7 +337,7 @@ func warmCreate(ctx context.Context, c *client, poolDir string, n int, b Bounds,
 	}
 	var made sandboxDoc
 	r, err := sequentialThen(ctx, "", b, func(i int) (err error) {
-		made, err = c.create(ctx, fmt.Sprintf("%s-warm-%d", prefix, i))
+		made, err = c.createWith(ctx, fmt.Sprintf("%s-warm-%d", prefix, i), resources)
 		return err
 	}, func(int) error {
 		if err := c.terminateAndWait(ctx, made); err != nil {
@@ -346,5 +347,9 @@ func warmCreate(ctx context.Context, c *client, poolDir string, n int, b Bounds,
 	})
 	r.Name = fmt.Sprintf("create-to-ready, warm pool of %d", n)
 	r.Note = "the same on a daemon run with --oci-warm-pool: a started container is taken"
+	if resources != nil {
+		r.Name += ", limits"
+		r.Note = "the same with memory and CPU limits, which the taken container's cgroups are given"
+	}
 	return r, err
 }

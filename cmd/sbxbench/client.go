@@ -66,8 +66,17 @@ func (c *client) do(ctx context.Context, method, path string, in any, want int, 
 
 // create makes a sandbox and waits until it is ready.
 func (c *client) create(ctx context.Context, key string) (sandboxDoc, error) {
+	return c.createWith(ctx, key, nil)
+}
+
+// createWith is create of a sandbox with resources (nil: none).
+func (c *client) createWith(ctx context.Context, key string, resources map[string]any) (sandboxDoc, error) {
 	var sb sandboxDoc
-	if err := c.do(ctx, http.MethodPost, "/v1/sandboxes", map[string]any{"clientRequestId": key}, http.StatusCreated, &sb); err != nil {
+	spec := map[string]any{"clientRequestId": key}
+	if resources != nil {
+		spec["resources"] = resources
+	}
+	if err := c.do(ctx, http.MethodPost, "/v1/sandboxes", spec, http.StatusCreated, &sb); err != nil {
 		return sb, err
 	}
 	for sb.State != "ready" {

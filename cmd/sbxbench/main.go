@@ -238,12 +238,15 @@ func run(ctx context.Context, o options) (*Report, error) {
 		if err != nil {
 			return rep, err
 		}
-		r, err := warmCreate(ctx, newClient(dm.url), filepath.Join(dm.dataDir, "oci", "pool"), o.warmPool, o.bounds, prefix)
-		dm.stop()
-		if err != nil {
-			return rep, err
+		for i, resources := range []map[string]any{nil, {"memoryMiB": 256, "cpuMillis": 1000}} {
+			r, err := warmCreate(ctx, newClient(dm.url), filepath.Join(dm.dataDir, "oci", "pool"), o.warmPool, resources, o.bounds, fmt.Sprintf("%s-%d", prefix, i))
+			if err != nil {
+				dm.stop()
+				return rep, err
+			}
+			rep.Cases = append(rep.Cases, r)
 		}
-		rep.Cases = append(rep.Cases, r)
+		dm.stop()
 	}
 
 	if len(o.growth) > 0 {

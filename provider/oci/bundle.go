@@ -179,24 +179,32 @@ func buildRootfs(root string) error {
 	return nil
 }
 
+// memoryLimit is the memory limit of res in bytes, for memory and for memory+swap alike.
+func memoryLimit(res sandbox.Resources) int64 { return res.MemoryMiB << 20 }
+
+// cpuQuota is the CPU limit of res as a CFS quota and period, in microseconds: its millicores of a
+// 100 ms period.
+func cpuQuota(res sandbox.Resources) (quota int64, period uint64) {
+	return res.CPUMillis * 100, 100000
+}
+
 // containerSpec is the runtime spec of one sandbox generation.
 func (p *Provider) containerSpec(l layout, m meta) *specs.Spec {
 	upper := l.upperBase(m.Disk)
 	nofile := uint64(4096)
-	memLimit, cpuQuota, pids := int64(0), int64(0), p.cfg.PidsLimit
+	pids := p.cfg.PidsLimit
 	res := &specs.LinuxResources{
 		Devices: []specs.LinuxDeviceCgroup{{Allow: false, Access: "rwm"}},
 		Pids:    &specs.LinuxPids{Limit: &pids},
 	}
 	if m.Resources.MemoryMiB > 0 {
-		memLimit = m.Resources.MemoryMiB << 20
+		memLimit := memoryLimit(m.Resources)
 		swap := memLimit // memory+swap: no swap beyond the limit
 		res.Memory = &specs.LinuxMemory{Limit: &memLimit, Swap: &swap}
 	}
 	if m.Resources.CPUMillis > 0 {
-		period := uint64(100000)
-		cpuQuota = m.Resources.CPUMillis * 100 // millicores of a 100 ms period, in microseconds
-		res.CPU = &specs.LinuxCPU{Quota: &cpuQuota, Period: &period}
+		quota, period := cpuQuota(m.Resources)
+		res.CPU = &specs.LinuxCPU{Quota: &quota, Period: &period}
 	}
 	caps := []string{"CAP_AUDIT_WRITE", "CAP_KILL", "CAP_NET_BIND_SERVICE"} // runc's default set
 	mounts := []specs.Mount{

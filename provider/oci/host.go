@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/sandboxd/sandbox"
 )
 
 const cgroupRoot = "/sys/fs/cgroup"
@@ -88,6 +90,62 @@ func removeCgroups(path string) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// setLimits gives the running container whose cgroups are at path the memory and CPU limits of res,
+// the values containerSpec would have given runc at its start. It is how a warm pool entry, started
+// without limits, becomes a sandbox that has them; runc's own record of the container's resources is
+// left as it was, and nothing reads it. An entry's limits are none, so every value lowers one: memory
+// is written before memory+swap, which may not be below it.
+func setLimits(path string, res sandbox.Resources) error {
+	type setting struct{ file, value string }
+	var settings []setting
+	v2 := fileExists(filepath.Join(cgroupRoot, "cgroup.controllers")) // one unified hierarchy
+	if res.MemoryMiB > 0 {
+		limit := strconv.FormatInt(memoryLimit(res), 10)
+		if v2 {
+			dir := filepath.Join(cgroupRoot, path)
+			settings = append(settings, setting{filepath.Join(dir, "memory.max"), limit},
+				setting{filepath.Join(dir, "memory.swap.max"), "0"})
+		} else {
+			dir := filepath.Join(cgroupRoot, "memory", path)
+			settings = append(settings, setting{filepath.Join(dir, "memory.limit_in_bytes"), limit},
+				setting{filepath.Join(dir, "memory.memsw.limit_in_bytes"), limit})
+		}
+	}
+	if res.CPUMillis > 0 {
+		quota, period := cpuQuota(res)
+		q, per := strconv.FormatInt(quota, 10), strconv.FormatUint(period, 10)
+		if v2 {
+			settings = append(settings, setting{filepath.Join(cgroupRoot, path, "cpu.max"), q + " " + per})
+		} else {
+			dir := filepath.Join(cgroupRoot, "cpu", path)
+			settings = append(settings, setting{filepath.Join(dir, "cpu.cfs_period_us"), per},
+				setting{filepath.Join(dir, "cpu.cfs_quota_us"), q})
+		}
+	}
+	for _, s := range settings {
+		f, err := os.OpenFile(s.file, os.O_WRONLY, 0)
+		if errors.Is(err, os.ErrNotExist) && (strings.HasSuffix(s.file, ".memsw.limit_in_bytes") || strings.HasSuffix(s.file, ".swap.max")) {
+			continue // no swap accounting on this host: runc leaves the memory+swap limit out as well
+		}
+		if err != nil {
+			return err
+		}
+		_, err = f.WriteString(s.value)
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return fmt.Errorf("write %q to %s: %w", s.value, s.file, err)
+		}
+	}
+	return nil
+}
+
+func fileExists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
 }
 
 // makeDisk creates an ext4 image of mib MiB and mounts it at dir through a loop device that frees

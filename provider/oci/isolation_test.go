@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/sandboxd/sandbox"
+	"github.com/sandboxd/sandbox/provider/oci"
 )
 
 func TestIsolation(t *testing.T) {
@@ -90,17 +91,69 @@ func TestIsolation(t *testing.T) {
 	})
 }
 
+// limited runs check on a sandbox with res made both ways: a container started with the limits, and a
+// warm pool entry that took them. cg is the sandbox's cgroup directory in hierarchy, without the
+// hierarchy's root.
+func limited(t *testing.T, res sandbox.Resources, check func(t *testing.T, p *oci.Provider, ref sandbox.Ref, cg func(hierarchy string) string)) {
+	for _, pooled := range []bool{false, true} {
+		name := "own container"
+		if pooled {
+			name = "warm pool entry"
+		}
+		t.Run(name, func(t *testing.T) {
+			var p *oci.Provider
+			if pooled {
+				p = newPooledProviderAt(t, t.TempDir(), 1)
+				waitIdle(t, p, 1)
+			} else {
+				p = newProvider(t)
+			}
+			ref := sandbox.Ref{ID: sandbox.NewID(), Generation: 1}
+			obs, err := p.Allocate(ctxFor(t), ref, sandbox.Spec{ClientRequestID: "t", Resources: &res})
+			if err != nil || obs.State != sandbox.ObservedReady {
+				t.Fatalf("allocate: %+v %v", obs, err)
+			}
+			container := strings.TrimPrefix(obs.Handle, "runc:")
+			if took := strings.HasPrefix(container, "pool-"); took != pooled {
+				t.Fatalf("allocate with %+v: handle %q, pooled %v", res, obs.Handle, pooled)
+			}
+			check(t, p, ref, func(hierarchy string) string {
+				dirs, err := filepath.Glob("/sys/fs/cgroup/" + hierarchy + "/sandboxd-*-" + container)
+				if err != nil || len(dirs) != 1 {
+					t.Fatalf("%s cgroup of %s: %v %v", hierarchy, container, dirs, err)
+				}
+				return dirs[0]
+			})
+		})
+	}
+}
+
+// cgroupValue reads one value of a cgroup file.
+func cgroupValue(t *testing.T, file string) string {
+	t.Helper()
+	raw, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.TrimSpace(string(raw))
+}
+
 func TestMemoryLimit(t *testing.T) {
-	p := newProvider(t)
-	ref := ready(t, p, &sandbox.Resources{MemoryMiB: 64})
-	// The shell holds 256 MiB in one variable: the cgroup's OOM killer ends it.
-	res := sh(t, p, ref, "x=$(head -c 268435456 /dev/zero | tr '\\0' a); echo survived ${#x}")
-	if code(res) != 137 {
-		t.Fatalf("want an OOM kill (137): %+v", res)
-	}
-	if res := sh(t, p, ref, "echo still here"); code(res) != 0 || res.Stdout != "still here\n" {
-		t.Fatalf("sandbox unusable after an OOM kill: %+v", res)
-	}
+	limited(t, sandbox.Resources{MemoryMiB: 64}, func(t *testing.T, p *oci.Provider, ref sandbox.Ref, cg func(string) string) {
+		for _, f := range []string{"memory.limit_in_bytes", "memory.memsw.limit_in_bytes"} {
+			if got := cgroupValue(t, filepath.Join(cg("memory"), f)); got != strconv.Itoa(64<<20) {
+				t.Fatalf("%s: %s", f, got)
+			}
+		}
+		// The shell holds 256 MiB in one variable: the cgroup's OOM killer ends it.
+		res := sh(t, p, ref, "x=$(head -c 268435456 /dev/zero | tr '\\0' a); echo survived ${#x}")
+		if code(res) != 137 {
+			t.Fatalf("want an OOM kill (137): %+v", res)
+		}
+		if res := sh(t, p, ref, "echo still here"); code(res) != 0 || res.Stdout != "still here\n" {
+			t.Fatalf("sandbox unusable after an OOM kill: %+v", res)
+		}
+	})
 }
 
 func TestPidsLimit(t *testing.T) {
@@ -130,33 +183,29 @@ func TestPidsLimit(t *testing.T) {
 }
 
 func TestCPUQuota(t *testing.T) {
-	p := newProvider(t)
-	ref := ready(t, p, &sandbox.Resources{CPUMillis: 200})
-	usage, err := filepath.Glob("/sys/fs/cgroup/cpuacct/sandboxd-*-" + ref.Name() + "/cpuacct.usage")
-	if err != nil || len(usage) != 1 {
-		t.Fatalf("cpuacct cgroup: %v %v", usage, err)
-	}
-	read := func() time.Duration {
-		raw, err := os.ReadFile(usage[0])
-		if err != nil {
-			t.Fatal(err)
+	limited(t, sandbox.Resources{CPUMillis: 200}, func(t *testing.T, p *oci.Provider, ref sandbox.Ref, cg func(string) string) {
+		if q, per := cgroupValue(t, filepath.Join(cg("cpu"), "cpu.cfs_quota_us")), cgroupValue(t, filepath.Join(cg("cpu"), "cpu.cfs_period_us")); q != "20000" || per != "100000" {
+			t.Fatalf("quota %s per period %s", q, per)
 		}
-		n, err := strconv.ParseInt(strings.TrimSpace(string(raw)), 10, 64)
-		if err != nil {
-			t.Fatal(err)
+		usage := filepath.Join(cg("cpuacct"), "cpuacct.usage")
+		read := func() time.Duration {
+			n, err := strconv.ParseInt(cgroupValue(t, usage), 10, 64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return time.Duration(n)
 		}
-		return time.Duration(n)
-	}
-	before, start := read(), time.Now()
-	res := sh(t, p, ref, "timeout 2 sh -c 'while :; do :; done'; echo done")
-	wall, cpu := time.Since(start), read()-before
-	if res.Stdout != "done\n" {
-		t.Fatalf("%+v", res)
-	}
-	// 200 millicores: a fifth of a CPU, with room for the agent and the period's granularity.
-	if bound := wall/5 + 300*time.Millisecond; cpu > bound {
-		t.Fatalf("busy loop used %v of CPU in %v of wall time, bound %v", cpu, wall, bound)
-	}
+		before, start := read(), time.Now()
+		res := sh(t, p, ref, "timeout 2 sh -c 'while :; do :; done'; echo done")
+		wall, cpu := time.Since(start), read()-before
+		if res.Stdout != "done\n" {
+			t.Fatalf("%+v", res)
+		}
+		// 200 millicores: a fifth of a CPU, with room for the agent and the period's granularity.
+		if bound := wall/5 + 300*time.Millisecond; cpu > bound {
+			t.Fatalf("busy loop used %v of CPU in %v of wall time, bound %v", cpu, wall, bound)
+		}
+	})
 }
 
 func TestDiskLimit(t *testing.T) {

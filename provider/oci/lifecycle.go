@@ -17,7 +17,7 @@ const (
 	reasonMissing = "container_missing"
 )
 
-// Allocate makes the container of ref, or takes one from the warm pool when ref has no resource limits,
+// Allocate makes the container of ref, or takes one from the warm pool when ref asks for no disk limit,
 // and waits, up to ReadyTimeout, for its agent to answer; it returns a ready observation, or a starting
 // one when the agent is still silent. An existing
 // generation is returned as it is. Errors: ErrInvalidRequest for unusable resources,
@@ -49,7 +49,7 @@ func (p *Provider) Allocate(ctx context.Context, ref sandbox.Ref, spec sandbox.S
 			return sandbox.Observation{}, fmt.Errorf("allocate %s: clearing a partial allocation: %v: %w", ref, err, sandbox.ErrProviderUnavailable)
 		}
 	}
-	if res == (sandbox.Resources{}) && p.claim(ctx, b) {
+	if res.DiskMiB == 0 && p.claim(ctx, b, res) {
 		defer p.refill()
 	} else if err := p.create(ctx, b, res); err != nil {
 		if cerr := p.releaseLocked(context.WithoutCancel(ctx), b); cerr != nil {

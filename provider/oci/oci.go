@@ -49,7 +49,7 @@ type Config struct {
 	TmpMiB       int64         // size of /tmp and /var/tmp; default 64
 
 	// WarmPool is how many started, never used containers the provider keeps ready, so that the
-	// allocation of a sandbox with no resource limits takes one instead of starting a container
+	// allocation of a sandbox without a disk limit takes one instead of starting a container
 	// (see pool.go). Zero: none; every allocation starts its own.
 	WarmPool int
 }

@@ -11,13 +11,16 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sandboxd/sandbox"
 	"github.com/sandboxd/sandbox/agent"
 )
 
 // The warm pool: Config.WarmPool containers started ahead of any request, each in its own directory
 // under <state>/pool, named "pool-<random>" for runc and its cgroups, its agent answering. Allocating a
-// sandbox with no resource limits takes one: its metadata is rewritten to name the sandbox's generation
-// (and the container's pool name), then its directory is renamed into <state>/sandboxes. The running
+// sandbox without a disk of its own takes one: its cgroups get the sandbox's memory and CPU limits, its
+// metadata is rewritten to name the sandbox's generation (and the container's pool name), then its
+// directory is renamed into <state>/sandboxes. (A disk is an ext4 image under the overlay's upper
+// directory, which the entry's mounts fixed when it started.) The running
 // container does not notice: its mounts hold the directories, not their paths, and the agent's socket
 // stays bound to the same file. A taken entry is replaced in the background.
 //
@@ -160,10 +163,11 @@ func (p *Provider) warm(ctx context.Context) (poolEntry, error) {
 	return e, nil
 }
 
-// claim makes an idle entry the container of b, whose directory does not exist yet. It returns false,
-// and b untouched, when no entry is idle or the one taken does not answer; the caller then starts a
-// container of its own. After a true, the caller calls refill once it is done.
-func (p *Provider) claim(ctx context.Context, b *box) bool {
+// claim makes an idle entry the container of b, whose directory does not exist yet, with the memory and
+// CPU limits of res (which asks for no disk of its own). It returns false, and b untouched, when no
+// entry is idle or the one taken does not answer or take the limits; the caller then starts a container
+// of its own. After a true, the caller calls refill once it is done.
+func (p *Provider) claim(ctx context.Context, b *box, res sandbox.Resources) bool {
 	for {
 		p.pool.mu.Lock()
 		if len(p.pool.idle) == 0 {
@@ -186,7 +190,10 @@ func (p *Provider) claim(ctx context.Context, b *box) bool {
 		}
 		e.client.Close()
 		if err == nil {
-			m := meta{Ref: b.ref, Container: e.name, CgroupPath: p.cgroupPath(e.name)}
+			err = setLimits(p.cgroupPath(e.name), res)
+		}
+		if err == nil {
+			m := meta{Ref: b.ref, Container: e.name, Resources: res, CgroupPath: p.cgroupPath(e.name)}
 			if err = writeJSONFile(e.l.meta(), m); err == nil {
 				err = os.Rename(e.l.dir, b.l.dir)
 			}

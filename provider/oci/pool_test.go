@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -47,9 +48,10 @@ func TestConformanceWarmPool(t *testing.T) {
 	providertest.Run(t, func(t *testing.T) sandbox.Provider { return newPooledProviderAt(t, t.TempDir(), 2) })
 }
 
-// TestWarmPool: a sandbox with no limits takes an entry, one with limits starts its own container; the
-// pool refills; a taken entry is a sandbox like any other (exec, files, pause, release, adoption by a
-// restarted provider); and nothing is left behind.
+// TestWarmPool: a sandbox with no limits takes an entry, so does one with memory and CPU limits (the
+// limits' effect is TestMemoryLimit's and TestCPUQuota's), one with a disk starts its own container;
+// the pool refills; a taken entry is a sandbox like any other (exec, files, pause, release, adoption by
+// a restarted provider, which keeps its limits); and nothing is left behind.
 func TestWarmPool(t *testing.T) {
 	dir := t.TempDir()
 	before := measure(t, dir)
@@ -62,10 +64,17 @@ func TestWarmPool(t *testing.T) {
 	if err != nil || obs.State != sandbox.ObservedReady || !strings.HasPrefix(obs.Handle, "runc:pool-") {
 		t.Fatalf("allocate from the pool: %+v %v", obs, err)
 	}
+	waitIdle(t, p, 2)
 	limited := sandbox.Ref{ID: sandbox.NewID(), Generation: 1}
-	obs, err = p.Allocate(ctx, limited, sandbox.Spec{ClientRequestID: "t", Resources: &sandbox.Resources{MemoryMiB: 64}})
-	if err != nil || obs.State != sandbox.ObservedReady || obs.Handle != "runc:"+limited.Name() {
-		t.Fatalf("allocate with limits: %+v %v", obs, err)
+	obs, err = p.Allocate(ctx, limited, sandbox.Spec{ClientRequestID: "t", Resources: &sandbox.Resources{MemoryMiB: 64, CPUMillis: 500}})
+	if err != nil || obs.State != sandbox.ObservedReady || !strings.HasPrefix(obs.Handle, "runc:pool-") {
+		t.Fatalf("allocate with limits from the pool: %+v %v", obs, err)
+	}
+	limitedCgroup := "sandboxd-*-" + strings.TrimPrefix(obs.Handle, "runc:")
+	disk := sandbox.Ref{ID: sandbox.NewID(), Generation: 1}
+	obs, err = p.Allocate(ctx, disk, sandbox.Spec{ClientRequestID: "t", Resources: &sandbox.Resources{DiskMiB: 16}})
+	if err != nil || obs.State != sandbox.ObservedReady || obs.Handle != "runc:"+disk.Name() {
+		t.Fatalf("allocate with a disk: %+v %v", obs, err)
 	}
 	waitIdle(t, p, 2)
 
@@ -84,7 +93,7 @@ func TestWarmPool(t *testing.T) {
 	if err := p.Resume(ctx, pooled); err != nil {
 		t.Fatal(err)
 	}
-	if refs, err := p.Resources(ctx); err != nil || len(refs) != 2 {
+	if refs, err := p.Resources(ctx); err != nil || len(refs) != 3 {
 		t.Fatalf("resources: %v %v (pool entries are not sandboxes)", refs, err)
 	}
 
@@ -98,7 +107,19 @@ func TestWarmPool(t *testing.T) {
 	if got, err := p2.ReadFile(ctx, pooled, "note"); err != nil || string(got) != "kept" {
 		t.Fatalf("read after restart: %q %v", got, err)
 	}
-	for _, ref := range []sandbox.Ref{pooled, limited} {
+	for file, want := range map[string]string{
+		"memory/" + limitedCgroup + "/memory.limit_in_bytes": strconv.Itoa(64 << 20),
+		"cpu/" + limitedCgroup + "/cpu.cfs_quota_us":         "50000",
+	} {
+		files, err := filepath.Glob("/sys/fs/cgroup/" + file)
+		if err != nil || len(files) != 1 {
+			t.Fatalf("%s: %v %v", file, files, err)
+		}
+		if got := cgroupValue(t, files[0]); got != want {
+			t.Fatalf("%s after restart: %s, want %s", file, got, want)
+		}
+	}
+	for _, ref := range []sandbox.Ref{pooled, limited, disk} {
 		if err := p2.Release(ctx, ref); err != nil {
 			t.Fatal(err)
 		}
