@@ -1,8 +1,10 @@
 package httpapi
 
 import (
+	"bytes"
 	"encoding/json"
 	"net/http"
+	"sync"
 
 	"github.com/sandboxd/sandbox"
 )
@@ -32,12 +34,18 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	writeJSON(w, class.Status, ErrorResponse{Error: ErrorBody{Code: class.Code, Message: msg}})
 }
 
-// writeJSON writes v as the JSON body of a response with the given status.
+// writeJSON writes v as the JSON body of a response with the given status. The body is encoded into a
+// buffer reused across responses, so a large one (a command's megabytes of output) is not allocated,
+// copied and collected again for every answer.
 func writeJSON(w http.ResponseWriter, status int, v any) {
-	body, err := json.Marshal(v)
-	if err != nil {
+	buf := bodies.Get().(*bytes.Buffer)
+	defer putBody(buf)
+	var body []byte
+	if err := json.NewEncoder(buf).Encode(v); err == nil { // the same bytes as json.Marshal, and '\n'
+		body = buf.Bytes()
+	} else {
 		// Every value written here is a plain domain type; this is a programming error.
-		body = []byte(`{"error":{"code":"internal","message":"internal error"}}`)
+		body = []byte(`{"error":{"code":"internal","message":"internal error"}}` + "\n")
 		status = http.StatusInternalServerError
 	}
 	h := w.Header()
@@ -45,5 +53,18 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	h.Set("Cache-Control", "no-store")
 	h.Set("X-Content-Type-Options", "nosniff")
 	w.WriteHeader(status)
-	_, _ = w.Write(append(body, '\n'))
+	_, _ = w.Write(body)
+}
+
+// bodies are writeJSON's buffers. One that grew past maxPooledBody is dropped rather than kept.
+var bodies = sync.Pool{New: func() any { return new(bytes.Buffer) }}
+
+const maxPooledBody = 16 << 20
+
+func putBody(b *bytes.Buffer) {
+	if b.Cap() > maxPooledBody {
+		return
+	}
+	b.Reset()
+	bodies.Put(b)
 }
