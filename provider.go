@@ -191,13 +191,13 @@ func (r CommandResult) Validate(cmd Command) error {
 }
 
 // TruncateUTF8 cuts s to at most n bytes without splitting a UTF-8 sequence.
-func TruncateUTF8(s []byte, n int) []byte {
+func TruncateUTF8(s string, n int) string {
 	if len(s) <= n {
 		return s
 	}
 	s = s[:n]
 	for i := 0; i < utf8.UTFMax && len(s) > 0; i++ {
-		r, size := utf8.DecodeLastRune(s)
+		r, size := utf8.DecodeLastRuneInString(s)
 		if r != utf8.RuneError || size != 1 {
 			break
 		}

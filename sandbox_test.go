@@ -7,6 +7,7 @@ import (
 	"regexp"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/sandboxd/sandbox"
 )
@@ -67,19 +68,17 @@ func TestErrorClasses(t *testing.T) {
 }
 
 func TestTruncateUTF8NeverSplitsARune(t *testing.T) {
-	s := []byte("aé€😀")
+	s := "aé€😀"
 	for n := 0; n <= len(s); n++ {
 		got := sandbox.TruncateUTF8(s, n)
 		if len(got) > n {
 			t.Fatalf("n=%d: %d bytes", n, len(got))
 		}
-		if !json.Valid([]byte(fmt.Sprintf("%q", got))) || !isValidUTF8(got) {
+		if !json.Valid([]byte(fmt.Sprintf("%q", got))) || !utf8.ValidString(got) {
 			t.Fatalf("n=%d: split a rune: %q", n, got)
 		}
 	}
 }
-
-func isValidUTF8(b []byte) bool { return string([]rune(string(b))) == string(b) }
 
 func TestObservationValidate(t *testing.T) {
 	ref := sandbox.Ref{ID: "sbx_a", Generation: 2}

@@ -244,11 +244,11 @@ func (a *Agent) exec(w http.ResponseWriter, r *http.Request) {
 		writeExecResult(w, res)
 		return
 	}
-	writeJSON(w, http.StatusOK, res)
+	writeJSON(w, http.StatusOK, ExecResult{ExecStatus: res.ExecStatus, Stdout: []byte(res.Stdout), Stderr: []byte(res.Stderr)})
 }
 
 // writeExecResult answers res as MediaExecResult.
-func writeExecResult(w http.ResponseWriter, res ExecResult) {
+func writeExecResult(w http.ResponseWriter, res ExecOutput) {
 	head, err := json.Marshal(ExecHead{ExecStatus: res.ExecStatus, StdoutBytes: len(res.Stdout), StderrBytes: len(res.Stderr)})
 	if err != nil {
 		writeJSON(w, http.StatusInternalServerError, Error{Code: string(sandbox.CodeInternal), Message: "encoding the answer failed"})
@@ -258,8 +258,8 @@ func writeExecResult(w http.ResponseWriter, res ExecResult) {
 	w.Header().Set("Content-Type", MediaExecResult)
 	w.Header().Set("Content-Length", strconv.Itoa(len(head)+len(res.Stdout)+len(res.Stderr)))
 	w.WriteHeader(http.StatusOK)
-	for _, b := range [][]byte{head, res.Stdout, res.Stderr} {
-		if _, err := w.Write(b); err != nil {
+	for _, b := range []string{string(head), res.Stdout, res.Stderr} {
+		if _, err := io.WriteString(w, b); err != nil {
 			return
 		}
 	}

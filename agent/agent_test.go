@@ -99,7 +99,7 @@ func ctx(t *testing.T) context.Context {
 	return c
 }
 
-func run(t *testing.T, a *running, argv ...string) agent.ExecResult {
+func run(t *testing.T, a *running, argv ...string) agent.ExecOutput {
 	t.Helper()
 	res, err := a.c.Exec(ctx(t), agent.ExecRequest{Argv: argv, TimeoutMs: 20000, MaxOutputBytes: 1 << 20})
 	if err != nil {
@@ -108,7 +108,7 @@ func run(t *testing.T, a *running, argv ...string) agent.ExecResult {
 	return res
 }
 
-func exitOf(t *testing.T, r agent.ExecResult) int {
+func exitOf(t *testing.T, r agent.ExecOutput) int {
 	t.Helper()
 	if r.ExitCode == nil {
 		t.Fatalf("no exit code: %+v", r)
@@ -208,7 +208,7 @@ func TestOutputCap(t *testing.T) {
 func TestCancel(t *testing.T) {
 	a := start(t)
 	pidFile := filepath.Join(a.root, "c.pid")
-	done := make(chan agent.ExecResult, 1)
+	done := make(chan agent.ExecOutput, 1)
 	go func() {
 		res, err := a.c.Exec(ctx(t), agent.ExecRequest{ID: "run-1", Argv: []string{"sh", "-c", "echo $$ > " + pidFile + "; echo started; exec sleep 300"},
 			TimeoutMs: 60000, MaxOutputBytes: 1000})
@@ -393,7 +393,7 @@ func TestExecAnswersJSONWithoutAccept(t *testing.T) {
 	if err := json.NewDecoder(resp.Body).Decode(&res); err != nil || resp.Header.Get("Content-Type") != "application/json" {
 		t.Fatalf("answer %s: %v", resp.Header.Get("Content-Type"), err)
 	}
-	if exitOf(t, res) != 0 || string(res.Stdout) != "out" || string(res.Stderr) != "err" {
+	if exitOf(t, agent.ExecOutput{ExecStatus: res.ExecStatus}) != 0 || string(res.Stdout) != "out" || string(res.Stderr) != "err" {
 		t.Fatalf("result %+v", res)
 	}
 }

@@ -10,6 +10,8 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/sandboxd/sandbox"
@@ -61,60 +63,75 @@ func (c *Client) Health(ctx context.Context) (Health, error) {
 	return h, nil
 }
 
-// Exec runs req and validates the result against it.
-func (c *Client) Exec(ctx context.Context, req ExecRequest) (ExecResult, error) {
-	body, err := json.Marshal(req)
-	if err != nil {
-		return ExecResult{}, fmt.Errorf("agent exec: %w", err)
-	}
-	res, err := c.exec(ctx, body)
-	if err != nil {
-		return ExecResult{}, err
-	}
-	if err := res.validate(req); err != nil {
-		return ExecResult{}, err
-	}
-	return res, nil
+// ExecOutput is how a command ended, with its output, as Exec returns it.
+type ExecOutput struct {
+	ExecStatus
+	Stdout, Stderr string
 }
 
-// exec sends an exec request and reads its answer, compact (MediaExecResult) or JSON.
-func (c *Client) exec(ctx context.Context, body []byte) (ExecResult, error) {
+// Exec runs req and validates the result against it.
+func (c *Client) Exec(ctx context.Context, req ExecRequest) (ExecOutput, error) {
+	body, err := json.Marshal(req)
+	if err != nil {
+		return ExecOutput{}, fmt.Errorf("agent exec: %w", err)
+	}
+	out, err := c.exec(ctx, body)
+	if err != nil {
+		return ExecOutput{}, err
+	}
+	if err := out.validate(req, len(out.Stdout), len(out.Stderr)); err != nil {
+		return ExecOutput{}, err
+	}
+	return out, nil
+}
+
+// exec sends an exec request and reads its answer, compact (MediaExecResult) or JSON. A compact answer
+// is read into one string, which stdout and stderr are cut from: a megabyte of output is not copied
+// again to become the strings the daemon answers with.
+func (c *Client) exec(ctx context.Context, body []byte) (ExecOutput, error) {
 	ctx, cancel := bounded(ctx)
 	defer cancel()
 	resp, err := c.do(ctx, http.MethodPost, PathExec, nil, MediaExecResult, body)
 	if err != nil {
-		return ExecResult{}, err
+		return ExecOutput{}, err
 	}
 	defer resp.Body.Close()
-	raw, err := readLimited(resp.Body, maxExecBytes)
-	if err != nil {
-		return ExecResult{}, fmt.Errorf("agent %s: %w", PathExec, err)
-	}
-	var res ExecResult
 	if resp.Header.Get("Content-Type") != MediaExecResult {
-		err = decodeStrict(PathExec, raw, &res)
-		return res, err
+		raw, err := readLimited(resp.Body, maxExecBytes)
+		if err != nil {
+			return ExecOutput{}, fmt.Errorf("agent %s: %w", PathExec, err)
+		}
+		var res ExecResult
+		if err := decodeStrict(PathExec, raw, &res); err != nil {
+			return ExecOutput{}, err
+		}
+		return ExecOutput{ExecStatus: res.ExecStatus, Stdout: string(res.Stdout), Stderr: string(res.Stderr)}, nil
+	}
+	raw, err := readString(resp.Body, resp.ContentLength, maxExecBytes)
+	if err != nil {
+		return ExecOutput{}, fmt.Errorf("agent %s: %w", PathExec, err)
 	}
 	bad := func(what string) error {
 		return fmt.Errorf("agent %s: answer: %s: %w", PathExec, what, sandbox.ErrProviderProtocol)
 	}
-	nl := bytes.IndexByte(raw, '\n')
+	nl := strings.IndexByte(raw, '\n')
 	if nl < 0 {
-		return ExecResult{}, bad("no head line")
+		return ExecOutput{}, bad("no head line")
 	}
 	var head ExecHead
-	if err := decodeStrict(PathExec, raw[:nl], &head); err != nil {
-		return ExecResult{}, err
+	if err := decodeStrict(PathExec, []byte(raw[:nl]), &head); err != nil {
+		return ExecOutput{}, err
 	}
 	out := raw[nl+1:]
 	if head.StdoutBytes < 0 || head.StderrBytes < 0 || head.StdoutBytes+head.StderrBytes != len(out) {
-		return ExecResult{}, bad(fmt.Sprintf("%d+%d bytes of output announced, %d sent", head.StdoutBytes, head.StderrBytes, len(out)))
+		return ExecOutput{}, bad(fmt.Sprintf("%d+%d bytes of output announced, %d sent", head.StdoutBytes, head.StderrBytes, len(out)))
 	}
 	n := head.StdoutBytes
-	return ExecResult{ExecStatus: head.ExecStatus, Stdout: out[:n:n], Stderr: out[n:]}, nil
+	return ExecOutput{ExecStatus: head.ExecStatus, Stdout: out[:n], Stderr: out[n:]}, nil
 }
 
-func (r ExecResult) validate(req ExecRequest) error {
+// validate checks a command's end, and the lengths of its stdout and stderr, against req.
+func (r ExecStatus) validate(req ExecRequest, stdout, stderr int) error {
 	bad := func(format string, args ...any) error {
 		return fmt.Errorf("agent exec result: "+format+": %w", append(args, sandbox.ErrProviderProtocol)...)
 	}
@@ -125,7 +142,7 @@ func (r ExecResult) validate(req ExecRequest) error {
 		return bad("no exit code")
 	case r.ExitCode != nil && (*r.ExitCode < 0 || *r.ExitCode > 255):
 		return bad("exit code %d out of range", *r.ExitCode)
-	case len(r.Stdout) > req.MaxOutputBytes || len(r.Stderr) > req.MaxOutputBytes:
+	case stdout > req.MaxOutputBytes || stderr > req.MaxOutputBytes:
 		return bad("output past the cap of %d", req.MaxOutputBytes)
 	case r.StartedAt.IsZero() || r.FinishedAt.Before(r.StartedAt):
 		return bad("times %v to %v", r.StartedAt, r.FinishedAt)
@@ -252,7 +269,7 @@ func (c *Client) do(ctx context.Context, method, path string, q url.Values, acce
 	}
 	msg := e.Message
 	if len(msg) > 512 {
-		msg = string(sandbox.TruncateUTF8([]byte(msg), 512))
+		msg = sandbox.TruncateUTF8(msg, 512)
 	}
 	switch e.Code {
 	case string(sandbox.CodeNotFound), string(sandbox.CodeInvalidRequest), string(sandbox.CodeRequestTooLarge):
@@ -283,4 +300,26 @@ func readLimited(r io.Reader, max int64) ([]byte, error) {
 		return nil, fmt.Errorf("%w past %d bytes: %w", errTooLarge, max, sandbox.ErrProviderProtocol)
 	}
 	return data, nil
+}
+
+// copyBufs are readString's read buffers, reused across answers.
+var copyBufs = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
+
+// readString is readLimited into a string, read without a copy: size, when known (not negative), is
+// how many bytes to expect.
+func readString(r io.Reader, size, max int64) (string, error) {
+	var b strings.Builder
+	if size >= 0 && size <= max {
+		b.Grow(int(size))
+	}
+	buf := copyBufs.Get().(*[]byte)
+	defer copyBufs.Put(buf)
+	n, err := io.CopyBuffer(&b, io.LimitReader(r, max+1), *buf)
+	if err != nil {
+		return "", fmt.Errorf("reading the answer: %v: %w", err, sandbox.ErrProviderUnavailable)
+	}
+	if n > max {
+		return "", fmt.Errorf("%w past %d bytes: %w", errTooLarge, max, sandbox.ErrProviderProtocol)
+	}
+	return b.String(), nil
 }

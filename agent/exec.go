@@ -35,7 +35,7 @@ func newRunner(reaper *proc.Reaper) *proc.Runner {
 // run executes req and always returns a result: a command that cannot start exits 127 with the reason
 // on stderr. It returns early, with the process group killed, when ctx ends (cancelled): the caller
 // went away, or the run was cancelled by its id.
-func (a *Agent) run(ctx context.Context, req ExecRequest) ExecResult {
+func (a *Agent) run(ctx context.Context, req ExecRequest) ExecOutput {
 	started := time.Now()
 	cwd := req.Cwd
 	if cwd == "" {
@@ -55,17 +55,17 @@ func (a *Agent) run(ctx context.Context, req ExecRequest) ExecResult {
 		// A command proc refuses (a NUL byte in argv or env, say) cannot start either.
 		return cannotStart(req, started, err.Error())
 	}
-	return ExecResult{
+	return ExecOutput{
 		ExecStatus: ExecStatus{ExitCode: res.ExitCode, TimedOut: res.TimedOut, Cancelled: res.Cancelled,
 			Truncated: res.Truncated, StartedAt: res.StartedAt, FinishedAt: res.FinishedAt},
-		Stdout: []byte(res.Stdout),
-		Stderr: []byte(res.Stderr),
+		Stdout: res.Stdout,
+		Stderr: res.Stderr,
 	}
 }
 
-func cannotStart(req ExecRequest, started time.Time, reason string) ExecResult {
+func cannotStart(req ExecRequest, started time.Time, reason string) ExecOutput {
 	code := proc.ExitCannotStart
-	msg := []byte(reason + "\n")
-	return ExecResult{Stderr: sandbox.TruncateUTF8(msg, req.MaxOutputBytes), ExecStatus: ExecStatus{ExitCode: &code,
+	msg := reason + "\n"
+	return ExecOutput{Stderr: sandbox.TruncateUTF8(msg, req.MaxOutputBytes), ExecStatus: ExecStatus{ExitCode: &code,
 		Truncated: len(msg) > req.MaxOutputBytes, StartedAt: started, FinishedAt: time.Now()}}
 }

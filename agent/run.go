@@ -51,7 +51,7 @@ func (c *Client) Run(ctx context.Context, cmd sandbox.Command, slack, cancelWait
 		}
 	})
 	type answer struct {
-		res ExecResult
+		res ExecOutput
 		err error
 	}
 	var a answer
@@ -67,8 +67,8 @@ func (c *Client) Run(ctx context.Context, cmd sandbox.Command, slack, cancelWait
 	r := a.res
 	out := sandbox.CommandResult{
 		ExitCode:   r.ExitCode,
-		Stdout:     string(r.Stdout),
-		Stderr:     string(r.Stderr),
+		Stdout:     r.Stdout,
+		Stderr:     r.Stderr,
 		TimedOut:   r.TimedOut,
 		Cancelled:  r.Cancelled,
 		Truncated:  r.Truncated,

@@ -209,7 +209,7 @@ func (r *Runner) Run(ctx context.Context, dir string, cmd sandbox.Command) (sand
 	outR.Close()
 	errR.Close()
 
-	res.Stdout, res.Stderr = string(out.data), string(errOut.data)
+	res.Stdout, res.Stderr = out.data, errOut.data
 	res.Truncated = out.truncated || errOut.truncated
 	if !res.TimedOut && !res.Cancelled {
 		code := exitCode(ws)
@@ -381,9 +381,9 @@ func setOOMScoreAdj(pid, score int) {
 
 func cannotStart(res sandbox.CommandResult, name string, err error, max int) sandbox.CommandResult {
 	code := ExitCannotStart
-	msg := []byte(fmt.Sprintf("cannot start %q: %v\n", name, err))
+	msg := fmt.Sprintf("cannot start %q: %v\n", name, err)
 	res.ExitCode = &code
-	res.Stderr = string(sandbox.TruncateUTF8(msg, max))
+	res.Stderr = sandbox.TruncateUTF8(msg, max)
 	res.Truncated = len(res.Stderr) < len(msg)
 	res.FinishedAt = time.Now()
 	return res
@@ -397,33 +397,35 @@ func exitCode(ws unix.WaitStatus) int {
 }
 
 type captured struct {
-	data      []byte
+	data      string
 	truncated bool
 }
 
 // capture reads f to its end (or until its read deadline), keeping at most max bytes cut on a UTF-8
-// boundary and dropping the rest, so the writer never blocks on a full pipe.
+// boundary and dropping the rest, so the writer never blocks on a full pipe. The output is kept in a
+// strings.Builder: the result's string is the bytes read, not a copy of them.
 func capture(f *os.File, max int) captured {
 	keep := max + utf8.UTFMax // enough to see whether the cut at max splits a sequence
 	chunk := chunks.Get().(*[]byte)
 	defer chunks.Put(chunk)
-	var buf []byte // most commands print little or nothing: grown as output comes
+	var buf strings.Builder // most commands print little or nothing: grown as output comes
 	over := false
 	for {
 		n, err := f.Read(*chunk)
-		if room := keep - len(buf); n > room {
-			buf, over = append(buf, (*chunk)[:room]...), true
+		if room := keep - buf.Len(); n > room {
+			buf.Write((*chunk)[:room])
+			over = true
 		} else {
-			buf = append(buf, (*chunk)[:n]...)
+			buf.Write((*chunk)[:n])
 		}
 		if err != nil {
 			break
 		}
 	}
-	if len(buf) > max {
-		return captured{data: sandbox.TruncateUTF8(buf, max), truncated: true}
+	if buf.Len() > max {
+		return captured{data: sandbox.TruncateUTF8(buf.String(), max), truncated: true}
 	}
-	return captured{data: buf, truncated: over}
+	return captured{data: buf.String(), truncated: over}
 }
 
 // chunks are capture's read buffers, reused across commands.
