@@ -59,10 +59,14 @@ func dead(pid int) bool {
 	return fields[0] == "Z" || fields[0] == "X"
 }
 
-// waitFor polls cond until it holds; the test's own deadline bounds it.
+// waitFor polls cond until it holds, for at most half a minute.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
 	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("no %s after 30s", what)
+		}
 		time.Sleep(10 * time.Millisecond)
 	}
 }
@@ -239,30 +243,53 @@ func TestTruncation(t *testing.T) {
 func TestStopContinue(t *testing.T) {
 	r := &Runner{Env: baseEnv}
 	dir := t.TempDir()
-	pidFile, goFile := filepath.Join(dir, "pid"), filepath.Join(dir, "go")
+	pidFile, fifo := filepath.Join(dir, "pid"), filepath.Join(dir, "go")
+	if err := unix.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
 	var res sandbox.CommandResult
-	var wg sync.WaitGroup
-	wg.Add(1)
+	var runErr error
+	ran := make(chan struct{})
 	go func() {
-		defer wg.Done()
-		res, _ = r.Run(context.Background(), dir, sh("echo $$ > "+pidFile+"; while [ ! -e "+goFile+" ]; do sleep 0.02; done; echo finished"))
+		defer close(ran)
+		// Builtins only, until the test writes the fifo: a shell stopped while it vforks a command (dash
+		// does) waits for the stopped child in uninterruptible sleep, so it would never show "T".
+		res, runErr = r.Run(context.Background(), dir, sh("echo $$ > "+pidFile+"; read word < "+fifo+"; echo finished $word"))
 	}()
 	pid := readPid(t, pidFile)
 	r.Stop()
 	if !r.Stopped() {
 		t.Fatal("not stopped after Stop")
 	}
-	waitFor(t, "stopped state", func() bool { return procState(pid) == "T" })
+	waitFor(t, "stopped state", func() bool {
+		select {
+		case <-ran:
+			t.Fatalf("the command ended while it should be stopped: %+v %v", res, runErr)
+		default:
+		}
+		return procState(pid) == "T"
+	})
 	if _, err := r.Run(context.Background(), dir, sandbox.Command{Argv: []string{"true"}}); !errors.Is(err, sandbox.ErrInvalidState) {
 		t.Fatalf("run while stopped: %v", err)
 	}
-	if err := os.WriteFile(goFile, nil, 0o644); err != nil {
+	r.Continue()
+	// The continued shell opens the fifo to read: only then can a writer open it without blocking.
+	var w *os.File
+	waitFor(t, "a reader of the fifo", func() bool {
+		var err error
+		w, err = os.OpenFile(fifo, os.O_WRONLY|unix.O_NONBLOCK, 0)
+		return err == nil
+	})
+	if _, err := w.WriteString("now\n"); err != nil {
 		t.Fatal(err)
 	}
-	r.Continue()
-	wg.Wait()
+	w.Close()
+	<-ran
+	if runErr != nil {
+		t.Fatal(runErr)
+	}
 	wantExit(t, res, 0)
-	if res.Stdout != "finished\n" {
+	if res.Stdout != "finished now\n" {
 		t.Fatalf("stdout %q", res.Stdout)
 	}
 	wantExit(t, run(t, r, dir, sandbox.Command{Argv: []string{"true"}}), 0)
