@@ -20,6 +20,9 @@ type Paired struct {
 	Faster float64 `json:"candidateFasterShare"`
 }
 
+// fourKiB is the content of the paired file write.
+var fourKiB = make([]byte, 4<<10)
+
 // side is one daemon of a comparison and the sandbox the bench keeps on it.
 type side struct {
 	c  *client
@@ -27,7 +30,7 @@ type side struct {
 }
 
 // compare measures the paired cases on the candidate daemon a and the baseline daemon b: exec of true
-// and of a command printing 1 MiB, GET of one sandbox, create-to-ready.
+// and of a command printing 1 MiB, a write of 4 KiB, GET of one sandbox, create-to-ready.
 func compare(ctx context.Context, a, b *client, bounds Bounds, prefix string) ([]Paired, error) {
 	sides := [2]*side{{c: a}, {c: b}}
 	for i, s := range sides {
@@ -54,6 +57,11 @@ func compare(ctx context.Context, a, b *client, bounds Bounds, prefix string) ([
 			if err == nil && len(res.Stdout) != 1<<20 {
 				err = fmt.Errorf("got %d bytes of output", len(res.Stdout))
 			}
+			return time.Since(t), err
+		}},
+		{"file write 4 KiB", func(s *side, _ int) (time.Duration, error) {
+			t := time.Now()
+			err := s.c.writeFile(ctx, s.sb, "paired.bin", fourKiB)
 			return time.Since(t), err
 		}},
 		{"get one sandbox", func(s *side, _ int) (time.Duration, error) {

@@ -116,7 +116,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.BoolVar(&o.jsonOut, "json", false, "print JSON instead of tables")
 	fs.BoolVar(&o.floors, "floors", true, "measure fork/exec and runc floors (runc ones need root and runc)")
 	fs.IntVar(&o.warmPool, "warm-pool", 0, "with --start and the oci provider, also time create-to-ready on a second daemon keeping this many containers warm (--oci-warm-pool)")
-	fs.StringVar(&o.baseline, "baseline", "", "with --start, compare --sandboxd with this daemon binary instead: exec (true, 1 MiB of output), get and create-to-ready on both, samples taken in alternation")
+	fs.StringVar(&o.baseline, "baseline", "", "with --start, compare --sandboxd with this daemon binary instead: exec (true, 1 MiB of output), a 4 KiB file write, get and create-to-ready on both, samples taken in alternation")
 	growth := fs.String("growth", "10,100,1000", "live sandbox counts of the growth steps; empty skips them")
 	if err := fs.Parse(args); err != nil {
 		return o, err

@@ -139,7 +139,7 @@ func TestCompare(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []string{"exec true", "exec 1 MiB output", "get one sandbox", "create-to-ready"}
+	want := []string{"exec true", "exec 1 MiB output", "file write 4 KiB", "get one sandbox", "create-to-ready"}
 	if len(ps) != len(want) {
 		t.Fatalf("got %d paired cases, want %d", len(ps), len(want))
 	}
