@@ -3,6 +3,7 @@ package fsroot
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -89,8 +90,17 @@ func snapshot(t testing.TB, dir string) string {
 	return b.String()
 }
 
+// TestRoundTrip runs on a root that syncs its writes and on one that does not: the two differ only
+// after a crash of the host.
 func TestRoundTrip(t *testing.T) {
+	for _, durable := range []bool{false, true} {
+		t.Run(fmt.Sprintf("durable=%v", durable), func(t *testing.T) { roundTrip(t, durable) })
+	}
+}
+
+func roundTrip(t *testing.T, durable bool) {
 	j := newJail(t)
+	j.r.Durable = durable
 	bin := make([]byte, 1<<20)
 	for i := range bin {
 		bin[i] = byte(i * 7)

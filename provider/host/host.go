@@ -328,6 +328,7 @@ func (p *Provider) withRoot(ref sandbox.Ref, f func(*fsroot.Root) error) error {
 		return fmt.Errorf("host provider: open %s: %w", ref, err)
 	}
 	defer root.Close()
+	root.Durable = true // a host sandbox is only a directory: it is still there after a crash of the host
 	return f(root)
 }
 
