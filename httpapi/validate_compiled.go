@@ -1,7 +1,6 @@
 package httpapi
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -97,10 +96,8 @@ func (v *requestValidator) validate(r *http.Request, body []byte) (any, error) {
 		}
 		return nil, nil
 	}
-	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.UseNumber()
-	var doc any
-	if err := dec.Decode(&doc); err != nil {
+	doc, err := schema.Decode(body)
+	if err != nil {
 		return nil, fmt.Errorf("request body: not valid JSON: %s: %w", oneLine(err.Error()), sandbox.ErrInvalidRequest)
 	}
 	if err := v.body.Validate(doc); err != nil {

@@ -229,3 +229,41 @@ func benchExecTrue(b *testing.B, c *client) {
 		}
 	}
 }
+
+// BenchmarkAPIWrite1MiB and BenchmarkAPIRead1MiB are the 1 MiB file cases over HTTP, in process, on the
+// host provider: the client's JSON, the API, the store and the file, without the agent's hop.
+func BenchmarkAPIWrite1MiB(b *testing.B) {
+	c, sb := benchSandbox(b)
+	data := make([]byte, 1<<20)
+	b.SetBytes(int64(len(data)))
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if err := c.writeFile(context.Background(), sb, "f.bin", data); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkAPIRead1MiB(b *testing.B) {
+	c, sb := benchSandbox(b)
+	data := make([]byte, 1<<20)
+	if err := c.writeFile(context.Background(), sb, "f.bin", data); err != nil {
+		b.Fatal(err)
+	}
+	b.SetBytes(int64(len(data)))
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if got, err := c.readFile(context.Background(), sb, "f.bin"); err != nil || len(got) != len(data) {
+			b.Fatal(len(got), err)
+		}
+	}
+}
+
+func benchSandbox(b *testing.B) (*client, sandboxDoc) {
+	c := inProcess(b)
+	sb, err := c.create(context.Background(), "bench")
+	if err != nil {
+		b.Fatal(err)
+	}
+	return c, sb
+}
