@@ -123,19 +123,12 @@ func (d *decoder) object(depth int) (any, error) {
 			return nil, err
 		}
 		m[k] = v
-		d.space()
-		if d.i >= len(d.data) {
-			return nil, d.errorf("")
+		more, err := d.next('}', "after an object member")
+		if err != nil {
+			return nil, err
 		}
-		switch d.data[d.i] {
-		case ',':
-			d.i++
-			d.space()
-		case '}':
-			d.i++
+		if !more {
 			return m, nil
-		default:
-			return nil, d.errorf("after an object member")
 		}
 	}
 }
@@ -154,21 +147,32 @@ func (d *decoder) array(depth int) (any, error) {
 			return nil, err
 		}
 		a = append(a, v)
-		d.space()
-		if d.i >= len(d.data) {
-			return nil, d.errorf("")
+		more, err := d.next(']', "after an array element")
+		if err != nil {
+			return nil, err
 		}
-		switch d.data[d.i] {
-		case ',':
-			d.i++
-			d.space()
-		case ']':
-			d.i++
+		if !more {
 			return a, nil
-		default:
-			return nil, d.errorf("after an array element")
 		}
 	}
+}
+
+// next takes what follows a member of an object or an array: a comma (more is true) or the closing
+// end (more is false); anything else is an error.
+func (d *decoder) next(end byte, context string) (more bool, err error) {
+	d.space()
+	switch {
+	case d.i >= len(d.data):
+		return false, d.errorf("")
+	case d.data[d.i] == ',':
+		d.i++
+		d.space()
+		return true, nil
+	case d.data[d.i] == end:
+		d.i++
+		return false, nil
+	}
+	return false, d.errorf(context)
 }
 
 // number takes a number as JSON writes it and returns its text, as UseNumber does.
