@@ -14,6 +14,7 @@ import (
 	"github.com/sandboxd/sandbox"
 	"github.com/sandboxd/sandbox/api"
 	"github.com/sandboxd/sandbox/httpapi/schema"
+	"github.com/sandboxd/sandbox/internal/jsondoc"
 )
 
 // The contract's request schemas are compiled once per process by package schema, which enforces
@@ -96,7 +97,7 @@ func (v *requestValidator) validate(r *http.Request, body []byte) (any, error) {
 		}
 		return nil, nil
 	}
-	doc, err := schema.Decode(body)
+	doc, err := jsondoc.Decode(body)
 	if err != nil {
 		return nil, fmt.Errorf("request body: not valid JSON: %s: %w", oneLine(err.Error()), sandbox.ErrInvalidRequest)
 	}

@@ -1,4 +1,4 @@
-package schema
+package jsondoc
 
 import (
 	"bytes"

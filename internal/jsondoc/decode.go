@@ -1,4 +1,7 @@
-package schema
+// Package jsondoc parses JSON documents into the generic values encoding/json gives an interface{}
+// (with UseNumber), in one pass: the request validator's parser, for bodies that can hold megabytes in
+// one string.
+package jsondoc
 
 import (
 	"encoding/json"
@@ -9,12 +12,12 @@ import (
 	"unicode/utf8"
 )
 
-// Decode parses a JSON document into the values Validate takes: the same as encoding/json decoding into
+// Decode parses a JSON document into the same values as encoding/json decoding into
 // an interface{} with UseNumber (map[string]any with the last of duplicate keys, []any, string,
 // json.Number, bool, nil; invalid UTF-8 and lone surrogates become U+FFFD), and nothing but white space
-// may follow the value. It exists for speed: a request of megabytes is mostly one string (a file's
-// base64), which encoding/json scans twice and then copies rune by rune, and which Decode takes in one
-// pass, copied once. FuzzDecode holds it to encoding/json on any input.
+// may follow the value. It exists for speed: a body of megabytes is mostly one string (a file's base64,
+// a command's output), which encoding/json scans twice and then copies rune by rune, and which Decode
+// takes in one pass, copied once. FuzzDecode holds it to encoding/json on any input.
 func Decode(data []byte) (any, error) {
 	d := decoder{data: data}
 	d.space()
