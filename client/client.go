@@ -206,6 +206,16 @@ func (c *Client) do(ctx context.Context, k call, out any) error {
 		_, _ = io.Copy(io.Discard, resp.Body)
 		return nil
 	}
+	if bd, ok := out.(bodyDecoder); ok {
+		body, err := io.ReadAll(resp.Body)
+		if err == nil {
+			err = bd.decodeBody(body)
+		}
+		if err != nil {
+			return fmt.Errorf("%s %s: decoding the response: %w", k.method, k.path, err)
+		}
+		return nil
+	}
 	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
 		return fmt.Errorf("%s %s: decoding the response: %w", k.method, k.path, err)
 	}

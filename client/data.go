@@ -24,11 +24,11 @@ func (c *Client) Exec(ctx context.Context, id sandbox.ID, gen sandbox.Generation
 		TimeoutSeconds     float64            `json:"timeoutSeconds,omitempty"`
 		MaxOutputBytes     int                `json:"maxOutputBytes,omitempty"`
 	}{gen, cmd.Argv, cmd.Cwd, cmd.Env, cmd.Timeout.Seconds(), cmd.MaxOutputBytes}
-	var res sandbox.CommandResult
+	var res commandResult
 	if err := c.do(ctx, call{method: "POST", path: sandboxPath(id) + "/commands", body: req}, &res); err != nil {
 		return nil, err
 	}
-	return &res, nil
+	return &res.CommandResult, nil
 }
 
 // fileContent is the contract's FileReadResult.

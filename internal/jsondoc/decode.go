@@ -1,6 +1,6 @@
 // Package jsondoc parses JSON documents into the generic values encoding/json gives an interface{}
-// (with UseNumber), in one pass: the request validator's parser, for bodies that can hold megabytes in
-// one string.
+// (with UseNumber), in one pass: the parser of the daemon's request validator and of the client's
+// large answers, bodies that can hold megabytes in one string.
 package jsondoc
 
 import (
