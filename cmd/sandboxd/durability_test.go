@@ -288,7 +288,7 @@ func checkRecovered(t *testing.T, d *daemon, a *acked, lastCursor int64) {
 		t.Fatalf("new event cursor reused: %+v after %d", page.Events, after)
 	}
 	// No sandbox stays transitional: start-up reconcile completes or fails each within a bound.
-	deadline := time.Now().Add(20 * time.Second)
+	deadline := time.Now().Add(transitionalBound)
 	for {
 		var list struct{ Sandboxes []sandbox.Sandbox }
 		if st := call(ctx, "GET", d.url+"/v1/sandboxes", nil, &list); st != 200 {
@@ -304,7 +304,7 @@ func checkRecovered(t *testing.T, d *daemon, a *acked, lastCursor int64) {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("sandboxes still transitional 20s after restart: %v", stuck)
+			t.Fatalf("sandboxes still transitional %v after restart: %v", transitionalBound, stuck)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
