@@ -98,36 +98,41 @@ func removeCgroups(path string) error {
 // left as it was, and nothing reads it. An entry's limits are none, so every value lowers one: memory
 // is written before memory+swap, which may not be below it.
 func setLimits(path string, res sandbox.Resources) error {
-	type setting struct{ file, value string }
+	// swap marks the memory+swap limit, absent on a host without swap accounting: runc leaves it out
+	// there as well.
+	type setting struct {
+		file, value string
+		swap        bool
+	}
 	var settings []setting
 	v2 := fileExists(filepath.Join(cgroupRoot, "cgroup.controllers")) // one unified hierarchy
 	if res.MemoryMiB > 0 {
 		limit := strconv.FormatInt(memoryLimit(res), 10)
 		if v2 {
 			dir := filepath.Join(cgroupRoot, path)
-			settings = append(settings, setting{filepath.Join(dir, "memory.max"), limit},
-				setting{filepath.Join(dir, "memory.swap.max"), "0"})
+			settings = append(settings, setting{filepath.Join(dir, "memory.max"), limit, false},
+				setting{filepath.Join(dir, "memory.swap.max"), "0", true})
 		} else {
 			dir := filepath.Join(cgroupRoot, "memory", path)
-			settings = append(settings, setting{filepath.Join(dir, "memory.limit_in_bytes"), limit},
-				setting{filepath.Join(dir, "memory.memsw.limit_in_bytes"), limit})
+			settings = append(settings, setting{filepath.Join(dir, "memory.limit_in_bytes"), limit, false},
+				setting{filepath.Join(dir, "memory.memsw.limit_in_bytes"), limit, true})
 		}
 	}
 	if res.CPUMillis > 0 {
 		quota, period := cpuQuota(res)
 		q, per := strconv.FormatInt(quota, 10), strconv.FormatUint(period, 10)
 		if v2 {
-			settings = append(settings, setting{filepath.Join(cgroupRoot, path, "cpu.max"), q + " " + per})
+			settings = append(settings, setting{filepath.Join(cgroupRoot, path, "cpu.max"), q + " " + per, false})
 		} else {
 			dir := filepath.Join(cgroupRoot, "cpu", path)
-			settings = append(settings, setting{filepath.Join(dir, "cpu.cfs_period_us"), per},
-				setting{filepath.Join(dir, "cpu.cfs_quota_us"), q})
+			settings = append(settings, setting{filepath.Join(dir, "cpu.cfs_period_us"), per, false},
+				setting{filepath.Join(dir, "cpu.cfs_quota_us"), q, false})
 		}
 	}
 	for _, s := range settings {
 		f, err := os.OpenFile(s.file, os.O_WRONLY, 0)
-		if errors.Is(err, os.ErrNotExist) && (strings.HasSuffix(s.file, ".memsw.limit_in_bytes") || strings.HasSuffix(s.file, ".swap.max")) {
-			continue // no swap accounting on this host: runc leaves the memory+swap limit out as well
+		if s.swap && errors.Is(err, os.ErrNotExist) {
+			continue
 		}
 		if err != nil {
 			return err
