@@ -2,9 +2,14 @@ package httpapi
 
 import (
 	"bytes"
+	"context"
 	"encoding/base64"
+	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
+
+	"github.com/sandboxd/sandbox"
 )
 
 // writeFileContent writes byte for byte what writeJSON writes for the same FileContent.
@@ -26,6 +31,27 @@ func TestWriteFileContentIsWriteJSON(t *testing.T) {
 			}
 			if got.Code != want.Code {
 				t.Fatalf("status %d, want %d", got.Code, want.Code)
+			}
+		}
+	}
+}
+
+// TestDataAfterTheDocumentIsRefused: a write body with something after its JSON document is a 400,
+// whether it is small (decoded by the handler) or over bigBody (decoded once, by validation).
+func TestDataAfterTheDocumentIsRefused(t *testing.T) {
+	s, _ := hostServer(t)
+	sb, err := s.rt.Create(context.Background(), sandbox.Spec{ClientRequestID: "trailing"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := "/v1/sandboxes/" + string(sb.ID) + "/files/content"
+	for _, size := range []int{3, 3 * bigBody} {
+		doc := `{"expectedGeneration":1,"path":"f","contentBase64":"` + base64.StdEncoding.EncodeToString(make([]byte, size)) + `"}`
+		for body, want := range map[string]int{doc: http.StatusOK, doc + "\n ": http.StatusOK, doc + "0": http.StatusBadRequest, doc + "{}": http.StatusBadRequest} {
+			w := httptest.NewRecorder()
+			s.ServeHTTP(w, httptest.NewRequest("PUT", path, strings.NewReader(body)))
+			if w.Code != want {
+				t.Errorf("%d bytes, then %q: %d %s, want %d", size, body[len(doc):], w.Code, w.Body.Bytes(), want)
 			}
 		}
 	}

@@ -19,7 +19,7 @@ import (
 )
 
 // hostServer is the real stack over the host provider, for the fuzz targets that need real files.
-func hostServer(f *testing.F) (*Server, string) {
+func hostServer(f testing.TB) (*Server, string) {
 	dir := f.TempDir()
 	st := sqlitetest.Open(f, sqlite.Config{})
 	prov, err := host.New(host.Config{Dir: filepath.Join(dir, "host")})

@@ -68,7 +68,7 @@ type requestValidator struct {
 }
 
 // validate checks r's parameters and body (nil without one) against the operation, and returns the
-// body as it decoded it (nil without one). Every error is ErrInvalidRequest with a one-line message
+// body as it decoded it (nil without one, or when something follows the document). Every error is ErrInvalidRequest with a one-line message
 // that says where and what.
 func (v *requestValidator) validate(r *http.Request, body []byte) (any, error) {
 	if v.body != nil {
@@ -97,12 +97,17 @@ func (v *requestValidator) validate(r *http.Request, body []byte) (any, error) {
 		}
 		return nil, nil
 	}
-	doc, err := jsondoc.Decode(body)
+	// The first value is what is validated, as kin-openapi's decoder takes it; data after it is the
+	// handlers' to refuse (decodeStrict), so such a document is not handed to them.
+	doc, rest, err := jsondoc.DecodeFirst(body)
 	if err != nil {
 		return nil, fmt.Errorf("request body: not valid JSON: %s: %w", oneLine(err.Error()), sandbox.ErrInvalidRequest)
 	}
 	if err := v.body.Validate(doc); err != nil {
 		return nil, fmt.Errorf("request body: %s: %s: %w", schema.InstancePointer(err.Path), oneLine(err.Message), sandbox.ErrInvalidRequest)
+	}
+	if !jsondoc.Blank(rest) {
+		return nil, nil
 	}
 	return doc, nil
 }

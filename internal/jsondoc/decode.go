@@ -12,24 +12,41 @@ import (
 	"unicode/utf8"
 )
 
-// Decode parses a JSON document into the same values as encoding/json decoding into
-// an interface{} with UseNumber (map[string]any with the last of duplicate keys, []any, string,
-// json.Number, bool, nil; invalid UTF-8 and lone surrogates become U+FFFD), and nothing but white space
-// may follow the value. It exists for speed: a body of megabytes is mostly one string (a file's base64,
-// a command's output), which encoding/json scans twice and then copies rune by rune, and which Decode
-// takes in one pass, copied once. FuzzDecode holds it to encoding/json on any input.
+// Decode parses a JSON document into the same values as encoding/json decoding into an interface{}
+// with UseNumber (map[string]any with the last of duplicate keys, []any, string, json.Number, bool, nil;
+// invalid UTF-8 and lone surrogates become U+FFFD), and nothing but white space may follow the value.
+// It exists for speed: a body of megabytes is mostly one string (a file's base64, a command's output),
+// which encoding/json scans twice and then copies rune by rune, and which Decode takes in one pass,
+// copied once. FuzzDecode holds it to encoding/json on any input.
 func Decode(data []byte) (any, error) {
-	d := decoder{data: data}
-	d.space()
-	v, err := d.value(0)
+	v, rest, err := DecodeFirst(data)
 	if err != nil {
 		return nil, err
 	}
-	d.space()
-	if d.i < len(d.data) {
+	if !Blank(rest) {
+		d := decoder{data: data, i: len(data) - len(rest)}
+		d.space()
 		return nil, d.errorf("after the top-level value")
 	}
 	return v, nil
+}
+
+// DecodeFirst is Decode of the first value in data, as a json.Decoder's Decode takes it: whatever
+// follows the value is returned as rest, unread.
+func DecodeFirst(data []byte) (v any, rest []byte, err error) {
+	d := decoder{data: data}
+	d.space()
+	if v, err = d.value(0); err != nil {
+		return nil, nil, err
+	}
+	return v, data[d.i:], nil
+}
+
+// Blank reports whether b is only JSON white space.
+func Blank(b []byte) bool {
+	d := decoder{data: b}
+	d.space()
+	return d.i == len(b)
 }
 
 // maxDepth is encoding/json's bound on nesting.

@@ -14,13 +14,22 @@ import (
 // but white space.
 func stdDecode(data []byte) (any, error) {
 	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.UseNumber()
-	var v any
-	if err := dec.Decode(&v); err != nil {
+	v, err := stdDecodeFirst(dec)
+	if err != nil {
 		return nil, err
 	}
 	if _, err := dec.Token(); err != io.EOF {
 		return nil, errors.New("data after the value")
+	}
+	return v, nil
+}
+
+// stdDecodeFirst is what DecodeFirst must equal: one Decode of a json.Decoder with UseNumber.
+func stdDecodeFirst(dec *json.Decoder) (any, error) {
+	dec.UseNumber()
+	var v any
+	if err := dec.Decode(&v); err != nil {
+		return nil, err
 	}
 	return v, nil
 }
@@ -32,6 +41,7 @@ var decodeSeeds = []string{
 	"\"\xff\xfe\"", "\"\xed\xa0\x80\"", "\"caf\xc3\xa9\"", "\"\xef\xbf\xbd\"", `"unterminated`, `"a\`,
 	`{}`, `[]`, `[1,2,]`, `[,]`, `{"a":1,}`, `{"a" 1}`, `{a:1}`, `{"a":1,"a":2}`, `{"a":[{"b":null}]}`,
 	`{"path":"f","contentBase64":"aGVsbG8=","expectedGeneration":1}`, ` [1] `, `[1] x`, `1 2`, `{}}`, "\xef\xbb\xbf{}",
+	`{"expectedGeneration":1}0`, `1x`, `01`, `0.5.3`, `"s"x`, `1.x`, `true false`,
 	strings.Repeat("[", 10000) + strings.Repeat("]", 10000), strings.Repeat("[", 10001) + strings.Repeat("]", 10001),
 }
 
@@ -58,6 +68,16 @@ func checkDecode(t *testing.T, data []byte) {
 	if err == nil && !reflect.DeepEqual(got, want) {
 		t.Fatalf("%q: Decode %#v, encoding/json %#v", data, got, want)
 	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	first, rest, err := DecodeFirst(data)
+	want, werr = stdDecodeFirst(dec)
+	if (err == nil) != (werr == nil) {
+		t.Fatalf("%q: DecodeFirst error %v, json.Decoder error %v", data, err, werr)
+	}
+	if err == nil && (!reflect.DeepEqual(first, want) || len(data)-len(rest) != int(dec.InputOffset())) {
+		t.Fatalf("%q: DecodeFirst %#v and %d bytes, json.Decoder %#v and %d", data, first, len(data)-len(rest), want, dec.InputOffset())
+	}
+
 }
 
 // BenchmarkDecodeWrite1MiB and BenchmarkStdDecodeWrite1MiB decode a write of 1 MiB.
