@@ -523,3 +523,153 @@ func TestTerminateDuringAllocationLeavesNothing(t *testing.T) {
 		t.Fatalf("state %s after the allocation finished", got.State)
 	}
 }
+
+// pass starts ReconcileAll and holds it inside its observation of first, the first sandbox listed, until
+// resume is called; meanwhile the test changes the sandboxes listed after first.
+func pass(t *testing.T, e *env, first sandbox.Ref) (resume func() error) {
+	t.Helper()
+	observing, observed := make(chan struct{}), make(chan struct{})
+	e.prov.SetHooks(func(p *fault.Provider) {
+		p.OnObserve = fault.Only(first, func(ctx context.Context, _ fault.Op, call func(context.Context) (sandbox.Observation, error)) (sandbox.Observation, error) {
+			close(observing)
+			<-observed
+			return call(ctx)
+		})
+	})
+	passed := make(chan error, 1)
+	go func() { passed <- e.rt.ReconcileAll(context.Background()) }()
+	<-observing
+	return func() error {
+		close(observed)
+		return <-passed
+	}
+}
+
+// TestReconcileAllNeverAllocatesATerminatedSandbox: a pass over every sandbox takes an observation each,
+// so a long one reaches a sandbox well after listing it. A sandbox listed while its create was under way,
+// then created and terminated before the pass reached it, must not be allocated again.
+func TestReconcileAllNeverAllocatesATerminatedSandbox(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	first := e.create(t, "first")
+	entered, proceed := make(chan struct{}), make(chan struct{})
+	e.prov.SetHooks(func(p *fault.Provider) {
+		p.OnAllocate = func(ctx context.Context, _ fault.Op, call func(context.Context) (sandbox.Observation, error)) (sandbox.Observation, error) {
+			close(entered)
+			<-proceed
+			return call(ctx)
+		}
+	})
+	created := make(chan error, 1)
+	go func() {
+		_, err := e.rt.Create(ctx, spec("second"))
+		created <- err
+	}()
+	<-entered // the second is listed as requested
+	resume := pass(t, e, first.Ref())
+	e.prov.SetHooks(func(p *fault.Provider) { p.OnAllocate = nil })
+	close(proceed)
+	if err := <-created; err != nil {
+		t.Fatal(err)
+	}
+	all, _ := e.rt.List(ctx)
+	second := all[1]
+	if got, err := e.rt.Terminate(ctx, second.ID, second.Generation); err != nil || got.State != sandbox.StateTerminated {
+		t.Fatalf("terminate: %v %+v", err, got)
+	}
+	allocations := e.prov.Calls("Allocate")
+	if err := resume(); err != nil {
+		t.Fatal(err)
+	}
+	if n := e.prov.Calls("Allocate"); n != allocations {
+		t.Fatalf("the pass allocated the terminated sandbox again (%d allocations, %d before it)", n, allocations)
+	}
+	if held, _ := e.inner.Resources(ctx); len(held) != 1 || held[0] != first.Ref() {
+		t.Fatalf("resources after the pass: %v, want only %s", held, first.Ref())
+	}
+}
+
+// TestReconcileAllNeverPausesAResumedSandbox: a sandbox listed while pausing, then paused and resumed
+// before the pass reached it, must not be paused again behind a state that says ready.
+func TestReconcileAllNeverPausesAResumedSandbox(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	first := e.create(t, "first")
+	second := e.create(t, "second")
+	entered, proceed := make(chan struct{}), make(chan struct{})
+	e.prov.SetHooks(func(p *fault.Provider) {
+		p.OnPause = func(ctx context.Context, _ fault.Op, call func(context.Context) (struct{}, error)) (struct{}, error) {
+			close(entered)
+			<-proceed
+			return call(ctx)
+		}
+	})
+	paused := make(chan error, 1)
+	go func() {
+		_, err := e.rt.Pause(ctx, second.ID, second.Generation)
+		paused <- err
+	}()
+	<-entered // the second is listed as pausing
+	resume := pass(t, e, first.Ref())
+	e.prov.SetHooks(func(p *fault.Provider) { p.OnPause = nil })
+	close(proceed)
+	if err := <-paused; err != nil {
+		t.Fatal(err)
+	}
+	if got, err := e.rt.Resume(ctx, second.ID, second.Generation); err != nil || got.State != sandbox.StateReady {
+		t.Fatalf("resume: %v %+v", err, got)
+	}
+	pauses := e.prov.Calls("Pause")
+	if err := resume(); err != nil {
+		t.Fatal(err)
+	}
+	if n := e.prov.Calls("Pause"); n != pauses {
+		t.Fatalf("the pass paused the resumed sandbox again (%d pauses, %d before it)", n, pauses)
+	}
+	if obs, err := e.inner.Observe(ctx, second.Ref()); err != nil || obs.State != sandbox.ObservedReady {
+		t.Fatalf("the provider holds the sandbox %v (%v), its record says ready", obs.State, err)
+	}
+}
+
+// TestReconcileNeverAllocatesWhatWasTerminatedDuringItsObservation: a reconcile reads a sandbox left
+// requested (as after a crash), then waits for the provider's observation; a terminate meanwhile must
+// keep it from allocating.
+func TestReconcileNeverAllocatesWhatWasTerminatedDuringItsObservation(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	now := time.Now().UTC()
+	sb := &sandbox.Sandbox{ID: sandbox.NewID(), Generation: 1, State: sandbox.StateRequested, Spec: spec("crash"),
+		Provider: "host", CreatedAt: now, UpdatedAt: now}
+	canon, _ := sb.Spec.CanonicalJSON()
+	if _, _, err := e.store.Create(ctx, sb, sandbox.Intent{Key: "crash", SandboxID: sb.ID, Generation: 1, Spec: canon},
+		[]sandbox.Event{sandbox.NewEvent(sandbox.EventCreated, sb.Ref(), now, sandbox.CreatedData{ClientRequestID: "crash", Spec: sb.Spec})}); err != nil {
+		t.Fatal(err)
+	}
+	observing, observed := make(chan struct{}), make(chan struct{})
+	e.prov.SetHooks(func(p *fault.Provider) {
+		p.OnObserve = func(ctx context.Context, _ fault.Op, call func(context.Context) (sandbox.Observation, error)) (sandbox.Observation, error) {
+			close(observing)
+			<-observed
+			return call(ctx)
+		}
+	})
+	reconciled := make(chan error, 1)
+	go func() {
+		_, err := e.rt.Reconcile(ctx, sb.ID)
+		reconciled <- err
+	}()
+	<-observing
+	if got, err := e.rt.Terminate(ctx, sb.ID, 1); err != nil || got.State != sandbox.StateTerminated {
+		t.Fatalf("terminate: %v %+v", err, got)
+	}
+	close(observed)
+	if err := <-reconciled; err != nil {
+		t.Fatal(err)
+	}
+	if n := e.prov.Calls("Allocate"); n != 0 {
+		t.Fatalf("the reconcile allocated a terminated sandbox (%d allocations)", n)
+	}
+	if held, _ := e.inner.Resources(ctx); len(held) != 0 {
+		t.Fatalf("left behind: %v", held)
+	}
+}

@@ -128,8 +128,17 @@ func (r *Runtime) Recreate(ctx context.Context, id sandbox.ID, gen sandbox.Gener
 func (r *Runtime) allocate(ctx context.Context, ref sandbox.Ref, spec sandbox.Spec) (*sandbox.Sandbox, error) {
 	done := r.markBusy(ref)
 	defer done()
+	// Only a requested generation is handed to the provider: a caller that read the sandbox a while ago
+	// (a reconcile that waited for an observation) may find it terminated, or allocated, by now.
+	sb, err := r.store.Get(ctx, ref.ID)
+	if err != nil {
+		return nil, err
+	}
+	if sb.Generation != ref.Generation || sb.State != sandbox.StateRequested {
+		return sb, nil
+	}
 	var obs sandbox.Observation
-	err := r.call(ctx, "allocate", func(ctx context.Context) (err error) {
+	err = r.call(ctx, "allocate", func(ctx context.Context) (err error) {
 		obs, err = r.prov.Allocate(ctx, ref, spec)
 		return err
 	})
@@ -144,7 +153,7 @@ func (r *Runtime) allocate(ctx context.Context, ref sandbox.Ref, spec sandbox.Sp
 		r.failWith(ctx, ref, err)
 		return nil, err
 	}
-	sb, err := r.apply(ctx, ref, obs)
+	sb, err = r.apply(ctx, ref, obs)
 	if err != nil {
 		return nil, err
 	}

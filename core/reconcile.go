@@ -72,7 +72,17 @@ func (r *Runtime) ReconcileAll(ctx context.Context) error {
 	}
 	var errs []error
 	live := make(map[sandbox.Ref]bool, len(all))
-	for _, sb := range all {
+	for _, listed := range all {
+		// Each sandbox costs an observation, so the pass reaches the last ones long after listing them:
+		// act on the sandbox as it is now. As listed, one created and terminated meanwhile would still
+		// say requested and be allocated again, one paused and resumed would say pausing and be paused.
+		sb, err := r.store.Get(ctx, listed.ID)
+		if err != nil {
+			if !errors.Is(err, sandbox.ErrNotFound) {
+				errs = append(errs, fmt.Errorf("reconcile %s: %w", listed.ID, err))
+			}
+			continue
+		}
 		if sb.State != sandbox.StateTerminated {
 			live[sb.Ref()] = true
 		}
