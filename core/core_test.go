@@ -60,6 +60,20 @@ func (e *env) create(t *testing.T, key string) *sandbox.Sandbox {
 }
 
 // waitState polls until the sandbox is in want (readiness is observed in the background).
+// recordRequested stores a create that was recorded but never handed to the provider, as after a crash.
+func (e *env) recordRequested(t *testing.T, key string) *sandbox.Sandbox {
+	t.Helper()
+	now := time.Now().UTC()
+	sb := &sandbox.Sandbox{ID: sandbox.NewID(), Generation: 1, State: sandbox.StateRequested, Spec: spec(key),
+		Provider: "host", CreatedAt: now, UpdatedAt: now}
+	canon, _ := sb.Spec.CanonicalJSON()
+	if _, _, err := e.store.Create(context.Background(), sb, sandbox.Intent{Key: key, SandboxID: sb.ID, Generation: 1, Spec: canon},
+		[]sandbox.Event{sandbox.NewEvent(sandbox.EventCreated, sb.Ref(), now, sandbox.CreatedData{ClientRequestID: key, Spec: sb.Spec})}); err != nil {
+		t.Fatal(err)
+	}
+	return sb
+}
+
 func (e *env) waitState(t *testing.T, id sandbox.ID, want sandbox.State) *sandbox.Sandbox {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
@@ -416,15 +430,7 @@ func TestReconcileFindsALostResource(t *testing.T) {
 func TestStartCompletesInterruptedWorkAndRemovesOrphans(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
-	// A create recorded but never handed to the provider, as after a crash.
-	now := time.Now().UTC()
-	sb := &sandbox.Sandbox{ID: sandbox.NewID(), Generation: 1, State: sandbox.StateRequested, Spec: spec("crash"),
-		Provider: "host", CreatedAt: now, UpdatedAt: now}
-	canon, _ := sb.Spec.CanonicalJSON()
-	if _, _, err := e.store.Create(ctx, sb, sandbox.Intent{Key: "crash", SandboxID: sb.ID, Generation: 1, Spec: canon},
-		[]sandbox.Event{sandbox.NewEvent(sandbox.EventCreated, sb.Ref(), now, sandbox.CreatedData{ClientRequestID: "crash", Spec: sb.Spec})}); err != nil {
-		t.Fatal(err)
-	}
+	sb := e.recordRequested(t, "crash")
 	// A resource of no sandbox.
 	orphan := sandbox.Ref{ID: "sbx_orphan", Generation: 3}
 	if _, err := e.inner.Allocate(ctx, orphan, spec("o")); err != nil {
@@ -491,29 +497,36 @@ func TestWatchSignalsWithoutBlocking(t *testing.T) {
 	}
 }
 
+// background runs f in a goroutine; the returned function waits for its error.
+func background(f func() error) (wait func() error) {
+	done := make(chan error, 1)
+	go func() { done <- f() }()
+	return func() error { return <-done }
+}
+
+// createAsync starts a create of key and returns a wait for its error.
+func (e *env) createAsync(key string) (wait func() error) {
+	return background(func() error {
+		_, err := e.rt.Create(context.Background(), spec(key))
+		return err
+	})
+}
+
 // TestTerminateDuringAllocationLeavesNothing terminates a sandbox while the provider is still allocating
 // it: the resource made after the terminate's release must be released too.
 func TestTerminateDuringAllocationLeavesNothing(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
-	entered, proceed := make(chan struct{}), make(chan struct{})
-	e.prov.OnAllocate = func(ctx context.Context, _ fault.Op, call func(context.Context) (sandbox.Observation, error)) (sandbox.Observation, error) {
-		close(entered)
-		<-proceed
-		return call(ctx)
-	}
-	created := make(chan error, 1)
-	go func() {
-		_, err := e.rt.Create(ctx, spec("slow"))
-		created <- err
-	}()
+	hold, entered, release := fault.Hold[sandbox.Observation]()
+	e.prov.OnAllocate = hold
+	created := e.createAsync("slow")
 	<-entered
 	all, _ := e.rt.List(ctx)
 	if got, err := e.rt.Terminate(ctx, all[0].ID, 1); err != nil || got.State != sandbox.StateTerminated {
 		t.Fatalf("terminate during allocation: %v %+v", err, got)
 	}
-	close(proceed)
-	if err := <-created; err != nil {
+	release()
+	if err := created(); err != nil {
 		t.Fatal(err)
 	}
 	if held, _ := e.inner.Resources(ctx); len(held) != 0 {
@@ -524,24 +537,17 @@ func TestTerminateDuringAllocationLeavesNothing(t *testing.T) {
 	}
 }
 
-// pass starts ReconcileAll and holds it inside its observation of first, the first sandbox listed, until
-// resume is called; meanwhile the test changes the sandboxes listed after first.
+// pass starts ReconcileAll and holds it inside its observation of first, the first sandbox listed,
+// until resume is called; meanwhile the test changes the sandboxes listed after first.
 func pass(t *testing.T, e *env, first sandbox.Ref) (resume func() error) {
 	t.Helper()
-	observing, observed := make(chan struct{}), make(chan struct{})
-	e.prov.SetHooks(func(p *fault.Provider) {
-		p.OnObserve = fault.Only(first, func(ctx context.Context, _ fault.Op, call func(context.Context) (sandbox.Observation, error)) (sandbox.Observation, error) {
-			close(observing)
-			<-observed
-			return call(ctx)
-		})
-	})
-	passed := make(chan error, 1)
-	go func() { passed <- e.rt.ReconcileAll(context.Background()) }()
-	<-observing
+	hold, entered, release := fault.Hold[sandbox.Observation]()
+	e.prov.SetHooks(func(p *fault.Provider) { p.OnObserve = fault.Only(first, hold) })
+	passed := background(func() error { return e.rt.ReconcileAll(context.Background()) })
+	<-entered
 	return func() error {
-		close(observed)
-		return <-passed
+		release()
+		return passed()
 	}
 }
 
@@ -552,24 +558,14 @@ func TestReconcileAllNeverAllocatesATerminatedSandbox(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
 	first := e.create(t, "first")
-	entered, proceed := make(chan struct{}), make(chan struct{})
-	e.prov.SetHooks(func(p *fault.Provider) {
-		p.OnAllocate = func(ctx context.Context, _ fault.Op, call func(context.Context) (sandbox.Observation, error)) (sandbox.Observation, error) {
-			close(entered)
-			<-proceed
-			return call(ctx)
-		}
-	})
-	created := make(chan error, 1)
-	go func() {
-		_, err := e.rt.Create(ctx, spec("second"))
-		created <- err
-	}()
-	<-entered // the second is listed as requested
+	hold, entered, release := fault.Hold[sandbox.Observation]()
+	e.prov.SetHooks(func(p *fault.Provider) { p.OnAllocate = hold })
+	created := e.createAsync("second")
+	<-entered // the pass lists the second as requested
 	resume := pass(t, e, first.Ref())
 	e.prov.SetHooks(func(p *fault.Provider) { p.OnAllocate = nil })
-	close(proceed)
-	if err := <-created; err != nil {
+	release()
+	if err := created(); err != nil {
 		t.Fatal(err)
 	}
 	all, _ := e.rt.List(ctx)
@@ -596,24 +592,17 @@ func TestReconcileAllNeverPausesAResumedSandbox(t *testing.T) {
 	ctx := context.Background()
 	first := e.create(t, "first")
 	second := e.create(t, "second")
-	entered, proceed := make(chan struct{}), make(chan struct{})
-	e.prov.SetHooks(func(p *fault.Provider) {
-		p.OnPause = func(ctx context.Context, _ fault.Op, call func(context.Context) (struct{}, error)) (struct{}, error) {
-			close(entered)
-			<-proceed
-			return call(ctx)
-		}
-	})
-	paused := make(chan error, 1)
-	go func() {
+	hold, entered, release := fault.Hold[struct{}]()
+	e.prov.SetHooks(func(p *fault.Provider) { p.OnPause = hold })
+	paused := background(func() error {
 		_, err := e.rt.Pause(ctx, second.ID, second.Generation)
-		paused <- err
-	}()
-	<-entered // the second is listed as pausing
+		return err
+	})
+	<-entered // the pass lists the second as pausing
 	resume := pass(t, e, first.Ref())
 	e.prov.SetHooks(func(p *fault.Provider) { p.OnPause = nil })
-	close(proceed)
-	if err := <-paused; err != nil {
+	release()
+	if err := paused(); err != nil {
 		t.Fatal(err)
 	}
 	if got, err := e.rt.Resume(ctx, second.ID, second.Generation); err != nil || got.State != sandbox.StateReady {
@@ -637,33 +626,19 @@ func TestReconcileAllNeverPausesAResumedSandbox(t *testing.T) {
 func TestReconcileNeverAllocatesWhatWasTerminatedDuringItsObservation(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
-	now := time.Now().UTC()
-	sb := &sandbox.Sandbox{ID: sandbox.NewID(), Generation: 1, State: sandbox.StateRequested, Spec: spec("crash"),
-		Provider: "host", CreatedAt: now, UpdatedAt: now}
-	canon, _ := sb.Spec.CanonicalJSON()
-	if _, _, err := e.store.Create(ctx, sb, sandbox.Intent{Key: "crash", SandboxID: sb.ID, Generation: 1, Spec: canon},
-		[]sandbox.Event{sandbox.NewEvent(sandbox.EventCreated, sb.Ref(), now, sandbox.CreatedData{ClientRequestID: "crash", Spec: sb.Spec})}); err != nil {
-		t.Fatal(err)
-	}
-	observing, observed := make(chan struct{}), make(chan struct{})
-	e.prov.SetHooks(func(p *fault.Provider) {
-		p.OnObserve = func(ctx context.Context, _ fault.Op, call func(context.Context) (sandbox.Observation, error)) (sandbox.Observation, error) {
-			close(observing)
-			<-observed
-			return call(ctx)
-		}
-	})
-	reconciled := make(chan error, 1)
-	go func() {
+	sb := e.recordRequested(t, "crash")
+	hold, entered, release := fault.Hold[sandbox.Observation]()
+	e.prov.SetHooks(func(p *fault.Provider) { p.OnObserve = hold })
+	reconciled := background(func() error {
 		_, err := e.rt.Reconcile(ctx, sb.ID)
-		reconciled <- err
-	}()
-	<-observing
+		return err
+	})
+	<-entered
 	if got, err := e.rt.Terminate(ctx, sb.ID, 1); err != nil || got.State != sandbox.StateTerminated {
 		t.Fatalf("terminate: %v %+v", err, got)
 	}
-	close(observed)
-	if err := <-reconciled; err != nil {
+	release()
+	if err := reconciled(); err != nil {
 		t.Fatal(err)
 	}
 	if n := e.prov.Calls("Allocate"); n != 0 {

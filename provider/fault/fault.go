@@ -42,6 +42,24 @@ func Hang[T any]() Hook[T] {
 	}
 }
 
+// Hold returns a hook that holds every call until release is called, then makes it; entered is closed
+// when the first call arrives. It lets a test change the world while a call is under way.
+func Hold[T any]() (h Hook[T], entered <-chan struct{}, release func()) {
+	in, out := make(chan struct{}), make(chan struct{})
+	var arrived, released sync.Once
+	h = func(ctx context.Context, _ Op, call func(context.Context) (T, error)) (T, error) {
+		arrived.Do(func() { close(in) })
+		select {
+		case <-out:
+			return call(ctx)
+		case <-ctx.Done():
+			var zero T
+			return zero, ctx.Err()
+		}
+	}
+	return h, in, func() { released.Do(func() { close(out) }) }
+}
+
 // Crash runs the inner call to its end and then returns err instead of its answer, as a provider that
 // did the work but died before replying.
 func Crash[T any](err error) Hook[T] {

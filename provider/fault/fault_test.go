@@ -62,6 +62,44 @@ func TestHang(t *testing.T) {
 	}
 }
 
+func TestHold(t *testing.T) {
+	p, _ := newFault(t)
+	h, entered, release := fault.Hold[sandbox.Observation]()
+	p.OnAllocate = h
+	r := ref()
+	done := make(chan error, 2)
+	for range 2 {
+		go func() {
+			_, err := p.Allocate(context.Background(), r, sandbox.Spec{})
+			done <- err
+		}()
+	}
+	<-entered
+	select {
+	case err := <-done:
+		t.Fatalf("a held allocate returned before the release: %v", err)
+	case <-time.After(20 * time.Millisecond):
+	}
+	release()
+	release() // a second release is harmless
+	for range 2 {
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := observe(t, p, r); got != sandbox.ObservedReady {
+		t.Fatalf("after the release: %s", got)
+	}
+	// A held call gives up with its context.
+	h, _, _ = fault.Hold[sandbox.Observation]()
+	p.SetHooks(func(p *fault.Provider) { p.OnObserve = h })
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	if _, err := p.Observe(ctx, r); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("a held observe past its deadline: %v", err)
+	}
+}
+
 func TestCrash(t *testing.T) {
 	p, inner := newFault(t)
 	p.OnAllocate = fault.Crash[sandbox.Observation](sandbox.ErrProviderUnavailable)
