@@ -37,6 +37,12 @@ type AgentMemory struct {
 	Count  int   `json:"count"`
 	RSSKiB int64 `json:"rssKiB"` // resident, shared pages counted in each
 	PSSKiB int64 `json:"pssKiB"` // proportional: shared pages split between their users
+	// Cgroups counts the oci sandboxes' memory cgroups, and CgroupKiB sums what the kernel charges them:
+	// the agent's and its commands' pages and the kernel memory they allocated (cgroup v1 counts kernel
+	// memory in memory.usage_in_bytes, v2 in memory.current). The shared binary's page cache is charged
+	// to whichever cgroup read it first.
+	Cgroups   int   `json:"cgroups"`
+	CgroupKiB int64 `json:"cgroupKiB"`
 }
 
 // agentMemory finds every process whose argv[0] is the in-container agent path of the oci provider.
@@ -60,7 +66,32 @@ func agentMemory() AgentMemory {
 		m.RSSKiB += rssKiB(pid)
 		m.PSSKiB += procKiB("/proc/"+e.Name()+"/smaps_rollup", "Pss")
 	}
+	m.Cgroups, m.CgroupKiB = sandboxCgroups("/sys/fs/cgroup")
 	return m
+}
+
+// sandboxCgroups counts the memory cgroups of oci sandboxes (named "sandboxd-…" at the top of the
+// hierarchy) in the cgroup file system mounted at root, and sums the bytes charged to them.
+func sandboxCgroups(root string) (n int, kib int64) {
+	for _, pattern := range []string{
+		"memory/sandboxd-*/memory.usage_in_bytes", // v1
+		"sandboxd-*/memory.current",               // v2
+	} {
+		files, _ := filepath.Glob(filepath.Join(root, pattern))
+		for _, f := range files {
+			raw, err := os.ReadFile(f)
+			if err != nil {
+				continue
+			}
+			b, err := strconv.ParseInt(strings.TrimSpace(string(raw)), 10, 64)
+			if err != nil {
+				continue
+			}
+			n++
+			kib += b / 1024
+		}
+	}
+	return n, kib
 }
 
 // diskKiB is the space allocated to the files under dir (not following mounts or symlinks).

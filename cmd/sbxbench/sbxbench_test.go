@@ -267,3 +267,42 @@ func benchSandbox(b *testing.B) (*client, sandboxDoc) {
 	}
 	return c, sb
 }
+
+// TestSandboxCgroups reads the memory charge of sandbox cgroups from a made-up cgroup tree, v1 and v2.
+func TestSandboxCgroups(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		files map[string]string
+	}{
+		{"v1", map[string]string{
+			"memory/sandboxd-1a2b3c4d-sbx_a-g1/memory.usage_in_bytes": "2334720\n",
+			"memory/sandboxd-1a2b3c4d-sbx_b-g2/memory.usage_in_bytes": "1048576\n",
+			"memory/user.slice/memory.usage_in_bytes":                 "999999999\n",
+			"pids/sandboxd-1a2b3c4d-sbx_a-g1/pids.current":            "3\n",
+		}},
+		{"v2", map[string]string{
+			"sandboxd-1a2b3c4d-sbx_a-g1/memory.current": "2334720\n",
+			"sandboxd-1a2b3c4d-sbx_b-g2/memory.current": "1048576\n",
+			"system.slice/memory.current":               "999999999\n",
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			root := t.TempDir()
+			for name, content := range tc.files {
+				p := filepath.Join(root, name)
+				if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if n, kib := sandboxCgroups(root); n != 2 || kib != 2280+1024 {
+				t.Fatalf("got %d cgroups, %d KiB; want 2, %d KiB", n, kib, 2280+1024)
+			}
+		})
+	}
+	if n, kib := sandboxCgroups(t.TempDir()); n != 0 || kib != 0 {
+		t.Fatalf("an empty tree: %d cgroups, %d KiB", n, kib)
+	}
+}
