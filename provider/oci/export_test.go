@@ -1,5 +1,8 @@
 package oci
 
+// CgroupPrefix begins the name of every cgroup a provider on stateDir makes, for the tests.
+func CgroupPrefix(stateDir string) string { return "sandboxd-" + cgroupTag(stateDir) + "-" }
+
 // IdleEntries is how many warm pool entries wait, for the tests.
 func IdleEntries(p *Provider) int { return p.idleEntries() }
 

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/sandboxd/sandbox"
+	"github.com/sandboxd/sandbox/provider/oci"
 )
 
 func TestPauseFreezesAndResumeContinues(t *testing.T) {
@@ -195,9 +196,11 @@ func measure(t *testing.T, dir string) footprint {
 			f.mounts++
 		}
 	}
+	// Only this provider's cgroups and agents: another package's tests may run containers meanwhile.
+	prefix := oci.CgroupPrefix(dir)
 	hier, _ := os.ReadDir("/sys/fs/cgroup")
 	for _, h := range hier {
-		m, _ := filepath.Glob(filepath.Join("/sys/fs/cgroup", h.Name(), "sandboxd-*"))
+		m, _ := filepath.Glob(filepath.Join("/sys/fs/cgroup", h.Name(), prefix+"*"))
 		f.cgroups += len(m)
 	}
 	out, _ = exec.Command("losetup", "-a").Output()
@@ -216,9 +219,11 @@ func measure(t *testing.T, dir string) footprint {
 		i := bytes.LastIndexByte(stat, ')')
 		fields := strings.Fields(string(stat[i+1:]))
 		cmd, _ := os.ReadFile("/proc/" + e.Name() + "/cmdline")
-		// Our children (zombies too), and anything running our agent or our runc root.
+		cg, _ := os.ReadFile("/proc/" + e.Name() + "/cgroup")
+		// Our children (zombies too), anything running our agent binary or on our state directory, and
+		// every process in one of our cgroups.
 		if (len(fields) > 1 && fields[1] == me) || bytes.Contains(cmd, []byte(agentBin)) || bytes.Contains(cmd, []byte(dir)) ||
-			bytes.Contains(cmd, []byte("/.sandboxd/agent")) {
+			bytes.Contains(cg, []byte("/"+prefix)) {
 			f.processes++
 		}
 	}

@@ -182,8 +182,7 @@ func New(cfg Config) (*Provider, error) {
 		pool:   pool{dir: filepath.Join(cfg.StateDir, "pool")},
 	}
 	p.DataPlane = agent.DataPlane{Client: p.agentClient, ExecSlack: execSlack, CancelWait: cancelWait, CallTimeout: cfg.CallTimeout}
-	sum := sha256.Sum256([]byte(cfg.StateDir))
-	p.cgTag = hex.EncodeToString(sum[:4])
+	p.cgTag = cgroupTag(cfg.StateDir)
 	for _, d := range []string{p.boxDir, p.runc.root, p.pool.dir} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
 			return nil, fmt.Errorf("oci: %w", err)
@@ -330,6 +329,13 @@ func inRunDir(l layout, fn func(sock string) error) error {
 	}
 	defer unix.Close(fd)
 	return fn("/proc/self/fd/" + strconv.Itoa(fd) + "/" + filepath.Base(sock))
+}
+
+// cgroupTag names the cgroups of the provider on stateDir apart from those of providers on other state
+// directories.
+func cgroupTag(stateDir string) string {
+	sum := sha256.Sum256([]byte(stateDir))
+	return hex.EncodeToString(sum[:4])
 }
 
 // dialAgent connects to the agent's socket. A socket path too long for sockaddr_un is dialled through
