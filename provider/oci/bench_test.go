@@ -68,6 +68,47 @@ func BenchmarkRelease(b *testing.B) {
 	})
 }
 
+// cpuTime is the CPU this process and its waited-for children have used.
+func cpuTime(b *testing.B) time.Duration {
+	var total time.Duration
+	for _, who := range []int{unix.RUSAGE_SELF, unix.RUSAGE_CHILDREN} {
+		var ru unix.Rusage
+		if err := unix.Getrusage(who, &ru); err != nil {
+			b.Fatal(err)
+		}
+		total += time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	}
+	return total
+}
+
+// benchObserve times Observe of one sandbox, paused or not, and reports the CPU each took, the
+// runtime processes it started included: what a reconcile pass costs per sandbox.
+func benchObserve(b *testing.B, paused bool) {
+	p := newProvider(b)
+	ref := ready(b, p, nil)
+	ctx := context.Background()
+	want := sandbox.ObservedReady
+	if paused {
+		if err := p.Pause(ctx, ref); err != nil {
+			b.Fatal(err)
+		}
+		want = sandbox.ObservedPaused
+	}
+	cpu := cpuTime(b)
+	percentiles(b, func(int) {
+		if obs, err := p.Observe(ctx, ref); err != nil || obs.State != want {
+			b.Fatalf("%+v %v", obs, err)
+		}
+	})
+	b.ReportMetric(float64((cpuTime(b)-cpu).Microseconds())/1000/float64(b.N), "cpu-ms/op")
+}
+
+// BenchmarkObserveReady: a running sandbox's agent answers; no runtime process is started.
+func BenchmarkObserveReady(b *testing.B) { benchObserve(b, false) }
+
+// BenchmarkObservePaused: a paused sandbox is looked at with `runc state`.
+func BenchmarkObservePaused(b *testing.B) { benchObserve(b, true) }
+
 func BenchmarkExecTrue(b *testing.B) {
 	p := newProvider(b)
 	ref := ready(b, p, nil)

@@ -175,6 +175,64 @@ func TestReleaseAfterAgentDeath(t *testing.T) {
 	}
 }
 
+// TestObserveAsksTheAgentFirst: observing a running sandbox starts no runtime process, since its agent
+// answers; a paused sandbox and one whose agent died are still told apart by the runtime.
+func TestObserveAsksTheAgentFirst(t *testing.T) {
+	dir := t.TempDir()
+	calls := filepath.Join(dir, "runtime-calls")
+	runc, err := exec.LookPath("runc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	counting := filepath.Join(dir, "runc-counting")
+	script := "#!/bin/sh\necho \"$1 $2 $3\" >> '" + calls + "'\nexec '" + runc + "' \"$@\"\n"
+	if err := os.WriteFile(counting, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	p, err := oci.New(oci.Config{StateDir: filepath.Join(dir, "state"), AgentPath: agentBin, Runtime: counting, StopGrace: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { releaseAll(t, p) })
+	runs := func() int {
+		raw, _ := os.ReadFile(calls)
+		return strings.Count(string(raw), "\n")
+	}
+	ref := ready(t, p, nil)
+	observe := func() sandbox.ObservedState {
+		t.Helper()
+		obs, err := p.Observe(ctxFor(t), ref)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return obs.State
+	}
+	before := runs()
+	for i := 0; i < 20; i++ {
+		if got := observe(); got != sandbox.ObservedReady {
+			t.Fatalf("observation %d: %s", i, got)
+		}
+	}
+	if n := runs() - before; n != 0 {
+		t.Fatalf("20 observations of a running sandbox ran the runtime %d times", n)
+	}
+	if err := p.Pause(ctxFor(t), ref); err != nil {
+		t.Fatal(err)
+	}
+	if got := observe(); got != sandbox.ObservedPaused {
+		t.Fatalf("paused sandbox observed %s", got)
+	}
+	if err := p.Resume(ctxFor(t), ref); err != nil {
+		t.Fatal(err)
+	}
+	if got := observe(); got != sandbox.ObservedReady {
+		t.Fatalf("resumed sandbox observed %s", got)
+	}
+	// The agent exits (PID 1 handles SIGTERM); the exec dies with it.
+	_, _ = p.Exec(ctxFor(t), ref, sandbox.Command{Argv: []string{"kill", "-TERM", "1"}})
+	waitFor(t, func() bool { return observe() == sandbox.ObservedFailed })
+}
+
 // footprint counts what a sandbox can leave on the host.
 type footprint struct {
 	containers, mounts, cgroups, loops, processes, dirs int
