@@ -17,6 +17,7 @@ type GrowthStep struct {
 	List         Result       `json:"list"`         // GET /v1/sandboxes with Live sandboxes
 	DaemonRSSKiB int64        `json:"daemonRssKiB"` // 0 when the daemon's pid is unknown
 	PerSandboxKB float64      `json:"daemonKiBPerSandbox"`
+	IdleCPU      float64      `json:"idleCpuMsPerS,omitempty"` // the daemon's CPU while idle, ms a second, with --idle-window
 	Agents       *AgentMemory `json:"agents,omitempty"`
 	StateKiB     int64        `json:"stateKiB,omitempty"` // provider state on disk, all sandboxes
 }
@@ -29,8 +30,9 @@ type daemonInfo struct {
 }
 
 // growth brings the daemon to each number of live sandboxes in turn, idle, and measures create and list
-// latency and memory there. Every sandbox it made is terminated at the end.
-func growth(ctx context.Context, c *client, d daemonInfo, steps []int, b Bounds, prefix string) ([]GrowthStep, error) {
+// latency and memory there, and with idle > 0 the daemon's CPU over that long. Every sandbox it made
+// is terminated at the end.
+func growth(ctx context.Context, c *client, d daemonInfo, steps []int, b Bounds, idle time.Duration, prefix string) ([]GrowthStep, error) {
 	var live []sandboxDoc
 	defer func() {
 		if err := terminateAll(context.WithoutCancel(ctx), c, live); err != nil {
@@ -69,6 +71,13 @@ func growth(ctx context.Context, c *client, d daemonInfo, steps []int, b Bounds,
 		if d.pid > 0 {
 			st.DaemonRSSKiB = rssKiB(d.pid)
 			st.PerSandboxKB = float64(st.DaemonRSSKiB-base) / float64(n)
+			if idle > 0 {
+				used, err := idleCPU(ctx, d.pid, idle)
+				if err != nil {
+					return out, err
+				}
+				st.IdleCPU = float64(used.Microseconds()) / 1000 / idle.Seconds()
+			}
 		}
 		if d.provider == "oci" {
 			am := agentMemory()

@@ -63,6 +63,7 @@ type options struct {
 	start, jsonOut, floors                           bool
 	pid, warmPool                                    int
 	bounds                                           Bounds
+	idleWindow                                       time.Duration
 	growth                                           []int
 }
 
@@ -118,6 +119,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.warmPool, "warm-pool", 0, "with --start and the oci provider, also time create-to-ready on a second daemon keeping this many containers warm (--oci-warm-pool)")
 	fs.StringVar(&o.baseline, "baseline", "", "with --start, compare --sandboxd with this daemon binary instead: exec (true, 1 MiB of output), a 4 KiB file write, get and create-to-ready on both, samples taken in alternation")
 	growth := fs.String("growth", "10,100,1000", "live sandbox counts of the growth steps; empty skips them")
+	fs.DurationVar(&o.idleWindow, "idle-window", 0, "at each growth step, measure the daemon's CPU, its runtime processes included, while its sandboxes idle this long (cover a reconcile interval: 30s by default); 0 skips")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
@@ -260,7 +262,7 @@ func run(ctx context.Context, o options) (*Report, error) {
 			gc = newClient(dm.url)
 			gd = daemonInfo{pid: dm.pid(), provider: o.growthProvider, dataDir: dm.dataDir}
 		}
-		steps, err := growth(ctx, gc, gd, o.growth, o.bounds, prefix)
+		steps, err := growth(ctx, gc, gd, o.growth, o.bounds, o.idleWindow, prefix)
 		rep.Growth = steps
 		if err != nil {
 			return rep, err

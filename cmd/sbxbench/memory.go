@@ -3,11 +3,14 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"context"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // procKiB reads a "Name:   123 kB" field of a /proc file, 0 when absent.
@@ -27,6 +30,52 @@ func procKiB(path, field string) int64 {
 		return n
 	}
 	return 0
+}
+
+// clockTicks is the unit of the times in /proc/<pid>/stat (USER_HZ, 100 on Linux).
+const clockTicks = 100
+
+// cpuTime is the CPU pid has used, with that of the children it has waited for (a daemon's runtime
+// processes), from /proc/<pid>/stat.
+func cpuTime(pid int) (time.Duration, error) {
+	raw, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0, err
+	}
+	// The fields after the command's closing parenthesis start with the state (field 3); utime,
+	// stime, cutime and cstime are fields 14 to 17.
+	i := bytes.LastIndexByte(raw, ')')
+	if i < 0 {
+		return 0, fmt.Errorf("/proc/%d/stat: %q", pid, raw)
+	}
+	f := strings.Fields(string(raw[i+1:]))
+	if len(f) < 15 {
+		return 0, fmt.Errorf("/proc/%d/stat: %d fields after the command", pid, len(f))
+	}
+	var ticks int64
+	for _, s := range f[11:15] {
+		n, err := strconv.ParseInt(s, 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("/proc/%d/stat: %v", pid, err)
+		}
+		ticks += n
+	}
+	return time.Duration(ticks) * time.Second / clockTicks, nil
+}
+
+// idleCPU is the CPU pid uses over the next window.
+func idleCPU(ctx context.Context, pid int, window time.Duration) (time.Duration, error) {
+	before, err := cpuTime(pid)
+	if err != nil {
+		return 0, err
+	}
+	select {
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	case <-time.After(window):
+	}
+	after, err := cpuTime(pid)
+	return after - before, err
 }
 
 // rssKiB is the resident set of pid.

@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -117,7 +118,7 @@ func TestAPICasesAndGrowth(t *testing.T) {
 	if n := cases[11].N; n != 300 { // 3 samples seen by each of 100 subscribers
 		t.Errorf("event delivery with 100 subscribers took %d samples, want 300", n)
 	}
-	steps, err := growth(ctx, c, daemonInfo{provider: "host"}, []int{2, 5}, b, "test")
+	steps, err := growth(ctx, c, daemonInfo{provider: "host"}, []int{2, 5}, b, 0, "test")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -304,5 +305,42 @@ func TestSandboxCgroups(t *testing.T) {
 	}
 	if n, kib := sandboxCgroups(t.TempDir()); n != 0 || kib != 0 {
 		t.Fatalf("an empty tree: %d cgroups, %d KiB", n, kib)
+	}
+}
+
+// TestCPUTime: a process's CPU time counts its own work and that of the children it waited for.
+func TestCPUTime(t *testing.T) {
+	me := os.Getpid()
+	childCPU := func() time.Duration {
+		var ru syscall.Rusage
+		if err := syscall.Getrusage(syscall.RUSAGE_CHILDREN, &ru); err != nil {
+			t.Fatal(err)
+		}
+		return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	}
+	before, err := cpuTime(me)
+	if err != nil {
+		t.Fatal(err)
+	}
+	children := childCPU()
+	// A child that computes for a while, waited for.
+	if out, err := exec.Command("sh", "-c", "i=0; while [ $i -lt 300000 ]; do i=$((i+1)); done").CombinedOutput(); err != nil {
+		t.Fatalf("%v %s", err, out)
+	}
+	child := childCPU() - children
+	after, err := cpuTime(me)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// /proc counts in ticks of 10 ms: allow two of them.
+	if got := after - before; got < child-20*time.Millisecond {
+		t.Fatalf("CPU time grew by %v over a child that used %v", got, child)
+	}
+	if _, err := cpuTime(-1); err == nil {
+		t.Fatal("no error for a process that does not exist")
+	}
+	used, err := idleCPU(context.Background(), me, 10*time.Millisecond)
+	if err != nil || used < 0 {
+		t.Fatalf("idle CPU %v %v", used, err)
 	}
 }

@@ -29,9 +29,12 @@ func printText(w io.Writer, rep *Report) {
 	if len(rep.Growth) > 0 {
 		fmt.Fprintln(w)
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-		fmt.Fprintln(tw, "live\tprovider\tcreate p50 ms\tcreate p90 ms\tlist p50 ms\tlist p99 ms\tdaemon RSS MiB\tdaemon KiB/sandbox\tagents\tagent RSS KiB each\tagent PSS KiB each\tcgroup KiB each\tstate KiB each\t")
+		fmt.Fprintln(tw, "live\tprovider\tcreate p50 ms\tcreate p90 ms\tlist p50 ms\tlist p99 ms\tdaemon RSS MiB\tdaemon KiB/sandbox\tidle CPU ms/s\tagents\tagent RSS KiB each\tagent PSS KiB each\tcgroup KiB each\tstate KiB each\t")
 		for _, g := range rep.Growth {
-			agents, rss, pss, cg, state := "-", "-", "-", "-", "-"
+			agents, rss, pss, cg, state, idle := "-", "-", "-", "-", "-", "-"
+			if g.IdleCPU > 0 {
+				idle = fmt.Sprintf("%.1f", g.IdleCPU)
+			}
 			if a := g.Agents; a != nil && a.Count > 0 {
 				agents = fmt.Sprint(a.Count)
 				rss = fmt.Sprint(a.RSSKiB / int64(a.Count))
@@ -41,8 +44,8 @@ func printText(w io.Writer, rep *Report) {
 				}
 				state = fmt.Sprint(g.StateKiB / int64(g.Live))
 			}
-			fmt.Fprintf(tw, "%d\t%s\t%.3f\t%.3f\t%.3f\t%.3f\t%.1f\t%.0f\t%s\t%s\t%s\t%s\t%s\t\n", g.Live, g.Provider,
-				g.Create.P50, g.Create.P90, g.List.P50, g.List.P99, float64(g.DaemonRSSKiB)/1024, g.PerSandboxKB, agents, rss, pss, cg, state)
+			fmt.Fprintf(tw, "%d\t%s\t%.3f\t%.3f\t%.3f\t%.3f\t%.1f\t%.0f\t%s\t%s\t%s\t%s\t%s\t%s\t\n", g.Live, g.Provider,
+				g.Create.P50, g.Create.P90, g.List.P50, g.List.P99, float64(g.DaemonRSSKiB)/1024, g.PerSandboxKB, idle, agents, rss, pss, cg, state)
 		}
 		tw.Flush()
 	}
