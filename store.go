@@ -35,7 +35,8 @@ type Store interface {
 	// Update reads the sandbox, applies fn and writes the result, its events and intent atomically: no
 	// other update of the same sandbox interleaves. It returns the sandbox as written and the events with
 	// their cursors; ErrNotFound for an unknown id; ErrIdempotencyConflict when the intent's key is taken;
-	// and fn's error as it is.
+	// and fn's error as it is. A result that changes nothing (the same sandbox, no event, no intent)
+	// need not be written.
 	Update(ctx context.Context, id ID, fn UpdateFunc) (*Sandbox, []Event, error)
 	// AppendEvents appends events that change no sandbox (commands, file writes) and returns them with
 	// their cursors.

@@ -116,34 +116,45 @@ func (s *Store) List(ctx context.Context) ([]*sandbox.Sandbox, error) {
 }
 
 // Update reads the sandbox, applies fn to a copy and writes the result with its events and new intent
-// in one transaction; writes are serialized, so no other update interleaves. It returns ErrNotFound
+// in one transaction; writes are serialized, so no other update interleaves. A result that changes
+// nothing (the same document, no event, no intent) is not written. It returns ErrNotFound
 // for an unknown id, ErrIdempotencyConflict when the new intent's key is taken, fn's error as it is,
 // and ErrInvalidRequest when fn changes the sandbox's id. On any error nothing is written.
 func (s *Store) Update(ctx context.Context, id sandbox.ID, fn sandbox.UpdateFunc) (*sandbox.Sandbox, []sandbox.Event, error) {
-	var (
-		stored *sandbox.Sandbox
-		events []sandbox.Event
-	)
-	err := s.write(ctx, func() error {
-		cur, ok := s.cache.get(id) // under the write lock the cache is what is committed
-		if !ok {
-			return fmt.Errorf("sandbox %s: %w", id, sandbox.ErrNotFound)
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	if err := ctx.Err(); err != nil {
+		return nil, nil, fmt.Errorf("update %s: %w", id, err)
+	}
+	cur, ok := s.cache.get(id) // under the write lock the cache is what is committed
+	if !ok {
+		return nil, nil, fmt.Errorf("sandbox %s: %w", id, sandbox.ErrNotFound)
+	}
+	sb := clone(cur)
+	ch, err := fn(sb)
+	if err != nil {
+		return nil, nil, err
+	}
+	if sb.ID != id {
+		return nil, nil, fmt.Errorf("update %s: the update changed the id to %s: %w", id, sb.ID, sandbox.ErrInvalidRequest)
+	}
+	doc, err := marshalSandbox(sb)
+	if err != nil {
+		return nil, nil, fmt.Errorf("update %s: %w", id, err)
+	}
+	if ch.Intent == nil && len(ch.Events) == 0 {
+		// Nothing to write when the document is the one stored (a reconcile that found the sandbox as
+		// recorded): no transaction, no WAL frame.
+		if was, err := marshalSandbox(cur); err == nil && bytes.Equal(doc, was) {
+			return clone(cur), nil, nil
 		}
-		sb := clone(cur)
-		ch, err := fn(sb)
-		if err != nil {
-			return err
-		}
-		if sb.ID != id {
-			return fmt.Errorf("update %s: the update changed the id to %s: %w", id, sb.ID, sandbox.ErrInvalidRequest)
-		}
-		doc, err := marshalSandbox(sb)
-		if err != nil {
-			return fmt.Errorf("update %s: %w", id, err)
-		}
-		if stored, err = unmarshalSandbox(doc); err != nil {
-			return fmt.Errorf("update %s: %w", id, err)
-		}
+	}
+	stored, err := unmarshalSandbox(doc)
+	if err != nil {
+		return nil, nil, fmt.Errorf("update %s: %w", id, err)
+	}
+	var events []sandbox.Event
+	err = s.writeLocked(ctx, func() error {
 		if _, err := s.ws.exec(ctx, qUpdateSandbox,
 			sb.Generation, sb.State, doc, id); err != nil {
 			return fmt.Errorf("update %s: %w", id, err)

@@ -205,6 +205,11 @@ func (s *Store) init(ctx context.Context) error {
 func (s *Store) write(ctx context.Context, fn func() error, committed func()) error {
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
+	return s.writeLocked(ctx, fn, committed)
+}
+
+// writeLocked is write for a caller that holds wmu.
+func (s *Store) writeLocked(ctx context.Context, fn func() error, committed func()) error {
 	if _, err := s.ws.exec(ctx, qBegin); err != nil {
 		s.rollback(ctx) // an interrupted BEGIN may have begun
 		return fmt.Errorf("begin write: %w", err)
