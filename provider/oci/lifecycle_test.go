@@ -175,29 +175,37 @@ func TestReleaseAfterAgentDeath(t *testing.T) {
 	}
 }
 
-// TestObserveAsksTheAgentFirst: observing a running sandbox starts no runtime process, since its agent
-// answers; a paused sandbox and one whose agent died are still told apart by the runtime.
-func TestObserveAsksTheAgentFirst(t *testing.T) {
-	dir := t.TempDir()
-	calls := filepath.Join(dir, "runtime-calls")
+// countingRuntime writes a runc wrapper into dir that logs each invocation's arguments, a line each,
+// and returns its path and a reader of that log.
+func countingRuntime(t *testing.T, dir string) (path string, calls func() []string) {
+	t.Helper()
 	runc, err := exec.LookPath("runc")
 	if err != nil {
 		t.Fatal(err)
 	}
-	counting := filepath.Join(dir, "runc-counting")
-	script := "#!/bin/sh\necho \"$1 $2 $3\" >> '" + calls + "'\nexec '" + runc + "' \"$@\"\n"
-	if err := os.WriteFile(counting, []byte(script), 0o755); err != nil {
+	log := filepath.Join(dir, "runtime-calls")
+	path = filepath.Join(dir, "runc-counting")
+	script := "#!/bin/sh\necho \"$*\" >> '" + log + "'\nexec '" + runc + "' \"$@\"\n"
+	if err := os.WriteFile(path, []byte(script), 0o755); err != nil {
 		t.Fatal(err)
 	}
+	return path, func() []string {
+		raw, _ := os.ReadFile(log)
+		return strings.Split(strings.TrimSpace(string(raw)), "\n")
+	}
+}
+
+// TestObserveAsksTheAgentFirst: observing a running sandbox starts no runtime process, since its agent
+// answers; a paused sandbox and one whose agent died are still told apart by the runtime.
+func TestObserveAsksTheAgentFirst(t *testing.T) {
+	dir := t.TempDir()
+	counting, calls := countingRuntime(t, dir)
 	p, err := oci.New(oci.Config{StateDir: filepath.Join(dir, "state"), AgentPath: agentBin, Runtime: counting, StopGrace: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { releaseAll(t, p) })
-	runs := func() int {
-		raw, _ := os.ReadFile(calls)
-		return strings.Count(string(raw), "\n")
-	}
+	runs := func() int { return len(calls()) }
 	ref := ready(t, p, nil)
 	observe := func() sandbox.ObservedState {
 		t.Helper()
@@ -231,6 +239,43 @@ func TestObserveAsksTheAgentFirst(t *testing.T) {
 	// The agent exits (PID 1 handles SIGTERM); the exec dies with it.
 	_, _ = p.Exec(ctxFor(t), ref, sandbox.Command{Argv: []string{"kill", "-TERM", "1"}})
 	waitFor(t, func() bool { return observe() == sandbox.ObservedFailed })
+}
+
+// TestRestartListsOnce: a restarted provider learns the state of every container from one `runc list`,
+// so observing its running sandboxes starts no runtime process; a paused one is still observed paused
+// and refuses commands.
+func TestRestartListsOnce(t *testing.T) {
+	dir := t.TempDir()
+	p1 := newProviderAt(t, dir)
+	running, paused := ready(t, p1, nil), ready(t, p1, nil)
+	if err := p1.Pause(ctxFor(t), paused); err != nil {
+		t.Fatal(err)
+	}
+	counting, calls := countingRuntime(t, t.TempDir())
+	p2, err := oci.New(oci.Config{StateDir: dir, AgentPath: agentBin, Runtime: counting, StopGrace: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for ref, want := range map[sandbox.Ref]sandbox.ObservedState{running: sandbox.ObservedReady, paused: sandbox.ObservedPaused} {
+		if obs, err := p2.Observe(ctxFor(t), ref); err != nil || obs.State != want {
+			t.Fatalf("observe %s: %+v %v, want %s", ref, obs, err, want)
+		}
+	}
+	if _, err := p2.Exec(ctxFor(t), paused, sandbox.Command{Argv: []string{"true"}}); !errors.Is(err, sandbox.ErrInvalidState) {
+		t.Fatalf("exec in an adopted paused sandbox: %v", err)
+	}
+	if res := sh(t, p2, running, "echo adopted"); res.Stdout != "adopted\n" {
+		t.Fatalf("exec in an adopted running sandbox: %+v", res)
+	}
+	got := calls()
+	if len(got) == 0 || !strings.Contains(got[0], " list ") {
+		t.Fatalf("the restarted provider's first runtime call: %q, want a list", got)
+	}
+	for _, c := range got[1:] {
+		if strings.Contains(c, running.Name()) || strings.Contains(c, " list ") {
+			t.Fatalf("runtime calls after the list: %q (the running sandbox needs none, the list is made once)", got)
+		}
+	}
 }
 
 // footprint counts what a sandbox can leave on the host.

@@ -65,6 +65,10 @@ type Provider struct {
 
 	mu    sync.Mutex
 	boxes map[string]*box
+	// found holds the state of each container the runtime listed when the provider started, until the
+	// box of its sandbox is made: one `runc list` tells a restarted provider what a `runc state` per
+	// sandbox would.
+	found map[string]containerState
 
 	pool pool
 
@@ -199,6 +203,9 @@ func New(cfg Config) (*Provider, error) {
 		p.log.Warn("runtime processes of an earlier provider still run on this state directory; going on",
 			"pids", left, "waited", runtimeWait)
 	}
+	if p.found, err = p.runc.list(context.Background()); err != nil {
+		p.log.Warn("listing the containers an earlier provider left; each will be looked at alone", "err", err)
+	}
 	p.startPool()
 	return p, nil
 }
@@ -276,6 +283,13 @@ func (p *Provider) box(ref sandbox.Ref) *box {
 		b = &box{ref: ref, l: l, client: agent.NewClient(dialAgent(l))}
 		if m, err := readMeta(l); err == nil && m.Container != "" {
 			b.cid.Store(&m.Container)
+		}
+		if st, ok := p.found[b.container()]; ok {
+			delete(p.found, b.container())
+			if st.Status == "running" || st.Status == "paused" {
+				b.paused.Store(st.Status == "paused")
+				b.known.Store(true)
+			}
 		}
 		p.boxes[name] = b
 	}

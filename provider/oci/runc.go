@@ -69,6 +69,23 @@ func (r runc) simple(ctx context.Context, args ...string) ([]byte, error) {
 	return stdout.Bytes(), nil
 }
 
+// list returns the state of every container on the runtime's root, by name.
+func (r runc) list(ctx context.Context) (map[string]containerState, error) {
+	out, err := r.simple(ctx, "list", "--format", "json")
+	if err != nil {
+		return nil, err
+	}
+	var all []containerState // runc prints null for none
+	if err := json.Unmarshal(out, &all); err != nil {
+		return nil, fmt.Errorf("runc list: malformed answer %q: %v", out, err)
+	}
+	byName := make(map[string]containerState, len(all))
+	for _, st := range all {
+		byName[st.ID] = st
+	}
+	return byName, nil
+}
+
 // state returns the container's state, or errNoContainer.
 func (r runc) state(ctx context.Context, name string) (containerState, error) {
 	out, err := r.simple(ctx, "state", name)
