@@ -37,8 +37,7 @@ func (p *Provider) usable(ctx context.Context, ref sandbox.Ref) (*box, error) {
 				b.mu.Unlock()
 				return nil, fmt.Errorf("sandbox %s: %v: %w", ref, err, sandbox.ErrProviderUnavailable)
 			}
-			b.paused.Store(st.Status == "paused")
-			b.known.Store(true)
+			b.saw(st.Status)
 		}
 		b.mu.Unlock()
 	}

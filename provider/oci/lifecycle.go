@@ -57,8 +57,7 @@ func (p *Provider) Allocate(ctx context.Context, ref sandbox.Ref, spec sandbox.S
 		}
 		return sandbox.Observation{}, fmt.Errorf("allocate %s: %v: %w", ref, err, sandbox.ErrProviderUnavailable)
 	}
-	b.paused.Store(false)
-	b.known.Store(true)
+	b.saw("running")
 	b.gone.Store(false)
 	return p.waitReady(ctx, b)
 }
@@ -196,8 +195,7 @@ func (p *Provider) observeLocked(ctx context.Context, b *box) (sandbox.Observati
 	if err != nil {
 		return sandbox.Observation{}, fmt.Errorf("observe %s: %v: %w", b.ref, err, sandbox.ErrProviderUnavailable)
 	}
-	b.paused.Store(st.Status == "paused")
-	b.known.Store(true)
+	b.saw(st.Status)
 	switch st.Status {
 	case "paused":
 		return p.observation(b, sandbox.ObservedPaused, "", ""), nil
@@ -345,7 +343,6 @@ func (p *Provider) freeze(ctx context.Context, ref sandbox.Ref, verb, want strin
 			return fmt.Errorf("%s %s: %v: %w", verb, ref, err, sandbox.ErrProviderUnavailable)
 		}
 	}
-	b.paused.Store(want == "paused")
-	b.known.Store(true)
+	b.saw(want)
 	return nil
 }

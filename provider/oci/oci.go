@@ -97,6 +97,13 @@ type box struct {
 	client *agent.Client
 }
 
+// saw records the container's status (runc's: created, running, paused, stopped) as the box's
+// knowledge of it.
+func (b *box) saw(status string) {
+	b.paused.Store(status == "paused")
+	b.known.Store(true)
+}
+
 // container is the name runc knows the box's container by.
 func (b *box) container() string {
 	if c := b.cid.Load(); c != nil {
@@ -286,10 +293,7 @@ func (p *Provider) box(ref sandbox.Ref) *box {
 		}
 		if st, ok := p.found[b.container()]; ok {
 			delete(p.found, b.container())
-			if st.Status == "running" || st.Status == "paused" {
-				b.paused.Store(st.Status == "paused")
-				b.known.Store(true)
-			}
+			b.saw(st.Status)
 		}
 		p.boxes[name] = b
 	}
