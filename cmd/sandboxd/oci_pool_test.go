@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -66,13 +65,8 @@ func TestOCIWarmPoolAcrossDaemonSIGKILL(t *testing.T) {
 	if st := call(ctx, "POST", d.url+"/v1/sandboxes", map[string]any{"clientRequestId": "pooled"}, &sb); st != 201 || sb.State != sandbox.StateReady {
 		t.Fatalf("create: %d %+v", st, sb)
 	}
-	raw, err := os.ReadFile(filepath.Join(dataDir, "oci", "sandboxes", sb.Ref().Name(), "meta.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var m struct{ Container string }
-	if err := json.Unmarshal(raw, &m); err != nil || !strings.HasPrefix(m.Container, "pool-") {
-		t.Fatalf("the sandbox did not take a pool container: %s %v", raw, err)
+	if c := containerOf(t, dataDir, sb); !strings.HasPrefix(c, "pool-") {
+		t.Fatalf("the sandbox did not take a pool container: %s", c)
 	}
 	exec := func(d *daemon) {
 		t.Helper()

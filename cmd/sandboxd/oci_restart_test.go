@@ -3,10 +3,12 @@ package main
 import (
 	"context"
 	"encoding/base64"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -15,9 +17,6 @@ import (
 	"github.com/sandboxd/sandbox/provider/oci"
 )
 
-// TestOCISandboxesSurviveDaemonSIGKILL kills a daemon running real runc sandboxes with SIGKILL, restarts it
-// on the same data dir, and finds the sandboxes ready with their files, commands working, a sandbox whose
-// container vanished meanwhile failed with a reason, and nothing left of a terminated one.
 // needOCI skips a test where the oci provider cannot run, except in CI, where it must.
 func needOCI(t *testing.T) {
 	t.Helper()
@@ -29,12 +28,34 @@ func needOCI(t *testing.T) {
 	}
 }
 
+// TestOCISandboxesSurviveDaemonSIGKILL kills a daemon running real runc sandboxes with SIGKILL, restarts it
+// on the same data dir, and finds the sandboxes ready with their files, commands working, a sandbox whose
+// container vanished meanwhile failed with a reason, and nothing left of a terminated one: on the
+// defaults, where sandboxes take containers of the warm pool, and without a pool, where each starts its
+// own.
 func TestOCISandboxesSurviveDaemonSIGKILL(t *testing.T) {
 	needOCI(t)
+	t.Run("defaults", func(t *testing.T) { survivesSIGKILL(t, true) })
+	t.Run("no pool", func(t *testing.T) { survivesSIGKILL(t, false, "--oci-warm-pool", "0") })
+}
+
+func survivesSIGKILL(t *testing.T, pooled bool, flags ...string) {
 	ctx := context.Background()
 	dataDir := t.TempDir()
 	removeContainersAtEnd(t, dataDir)
-	d := startDaemon(t, dataDir, "--provider", "oci")
+	flags = append([]string{"--provider", "oci"}, flags...)
+	d := startDaemon(t, dataDir, flags...)
+	if pooled {
+		// The pool warms one entry after another, each once the one before answers: with the last
+		// entry's directory there, the three sandboxes below find three idle entries.
+		deadline := time.Now().Add(30 * time.Second)
+		for ents, _ := os.ReadDir(filepath.Join(dataDir, "oci", "pool")); len(ents) < DefaultOCIWarmPool; ents, _ = os.ReadDir(filepath.Join(dataDir, "oci", "pool")) {
+			if time.Now().After(deadline) {
+				t.Fatalf("the default pool holds %d entries, want %d", len(ents), DefaultOCIWarmPool)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
 
 	mk := func(key string) sandbox.Sandbox {
 		var sb sandbox.Sandbox
@@ -45,6 +66,12 @@ func TestOCISandboxesSurviveDaemonSIGKILL(t *testing.T) {
 		return sb
 	}
 	kept, vanished, gone := mk("kept"), mk("vanished"), mk("gone")
+	vanishedC, goneC := containerOf(t, dataDir, vanished), containerOf(t, dataDir, gone)
+	for _, c := range []string{containerOf(t, dataDir, kept), vanishedC, goneC} {
+		if strings.HasPrefix(c, "pool-") != pooled {
+			t.Fatalf("container %s: from the pool %v, want %v", c, !pooled, pooled)
+		}
+	}
 	put := fmt.Sprintf("%s/v1/sandboxes/%s/files/content", d.url, kept.ID)
 	if st := call(ctx, "PUT", put, map[string]any{"expectedGeneration": 1, "path": "state.txt",
 		"contentBase64": base64.StdEncoding.EncodeToString([]byte("kept across a crash"))}, nil); st != 200 {
@@ -62,11 +89,11 @@ func TestOCISandboxesSurviveDaemonSIGKILL(t *testing.T) {
 			t.Logf("runc %v: %v\n%s", args, err, out)
 		}
 	}
-	runc("kill", vanished.Ref().Name(), "KILL")
+	runc("kill", vanishedC, "KILL")
 	time.Sleep(200 * time.Millisecond)
-	runc("delete", "--force", vanished.Ref().Name())
+	runc("delete", "--force", vanishedC)
 
-	d = startDaemon(t, dataDir, "--provider", "oci")
+	d = startDaemon(t, dataDir, flags...)
 	var got sandbox.Sandbox
 	call(ctx, "GET", d.url+"/v1/sandboxes/"+string(kept.ID), nil, &got)
 	if got.State != sandbox.StateReady || got.Generation != 1 {
@@ -88,9 +115,27 @@ func TestOCISandboxesSurviveDaemonSIGKILL(t *testing.T) {
 	if failed.Failure == nil || failed.Failure.Code == "" {
 		t.Fatalf("vanished sandbox failed without a reason: %+v", failed)
 	}
-	if out, _ := runCmd("runc", "--root", dataDir+"/oci/runc", "list", "-q"); strings.Contains(out, string(gone.ID)) {
-		t.Fatalf("a terminated sandbox's container is still there:\n%s", out)
+	if names, err := runcList(filepath.Join(dataDir, "oci", "runc")); err != nil || slices.Contains(names, goneC) {
+		t.Fatalf("a terminated sandbox's container %s is still there (%v): %v", goneC, err, names)
 	}
+}
+
+// containerOf returns the name runc knows sb's container by, from the provider's record of the
+// sandbox: the name of the pool entry it took, or else its own.
+func containerOf(t *testing.T, dataDir string, sb sandbox.Sandbox) string {
+	t.Helper()
+	raw, err := os.ReadFile(filepath.Join(dataDir, "oci", "sandboxes", sb.Ref().Name(), "meta.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m struct{ Container string }
+	if err := json.Unmarshal(raw, &m); err != nil {
+		t.Fatalf("sandbox %s: %s: %v", sb.ID, raw, err)
+	}
+	if m.Container == "" {
+		return sb.Ref().Name()
+	}
+	return m.Container
 }
 
 // waitFor polls a sandbox until it reaches want, for at most 30 s.

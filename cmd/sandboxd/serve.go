@@ -53,6 +53,11 @@ type Main struct {
 	stopAuth func() // stops the token reloads on SIGHUP
 }
 
+// DefaultOCIWarmPool is how many started containers the oci provider keeps ready unless told otherwise:
+// enough that sandboxes created one after another, or a few at once, are ready in milliseconds instead
+// of a runc run each (docs/performance.md), for the memory of four idle agents.
+const DefaultOCIWarmPool = 4
+
 // NewMain returns a daemon with the defaults, logging to logOut.
 func NewMain(logOut io.Writer) *Main {
 	return &Main{
@@ -64,6 +69,7 @@ func NewMain(logOut io.Writer) *Main {
 		ReconcileInterval: core.DefaultReconcileInterval,
 		LogFormat:         "text",
 		ReadHeaderTimeout: 10 * time.Second,
+		OCIWarmPool:       DefaultOCIWarmPool,
 		logOut:            logOut,
 	}
 }

@@ -23,6 +23,8 @@ type daemon struct {
 func (d *daemon) pid() int { return d.cmd.Process.Pid }
 
 // startDaemon runs `sandboxd serve` with provider on a free loopback port and waits for its health check.
+// It runs without a warm pool unless extra asks for one: cold creates are the case the floors divide,
+// and a pool's idle containers would count in the growth steps.
 // Its log goes to daemon.log beside the data directory.
 func startDaemon(ctx context.Context, bin, provider, dir string, extra ...string) (*daemon, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
@@ -39,7 +41,7 @@ func startDaemon(ctx context.Context, bin, provider, dir string, extra ...string
 		return nil, err
 	}
 	d := &daemon{url: "http://" + addr, dataDir: filepath.Join(dir, "data"), log: logf}
-	d.cmd = exec.Command(bin, append([]string{"serve", "--provider", provider, "--data-dir", d.dataDir, "--listen", addr}, extra...)...)
+	d.cmd = exec.Command(bin, append([]string{"serve", "--provider", provider, "--data-dir", d.dataDir, "--listen", addr, "--oci-warm-pool", "0"}, extra...)...)
 	d.cmd.Stdout, d.cmd.Stderr = logf, logf
 	if err := d.cmd.Start(); err != nil {
 		logf.Close()

@@ -30,8 +30,13 @@ import (
 // (before it warms new entries) or closes, so nothing of the pool outlives the provider that made it
 // for longer than the next start.
 
-// poolRetry is how long the pool waits after it failed to start an entry.
-const poolRetry = time.Second
+// After it failed to start an entry, the pool waits poolRetry, doubled after each failure in a row up
+// to poolRetryMax: a machine where containers cannot start at all (the pool is on by default) gets a
+// warning a minute, not one a second.
+const (
+	poolRetry    = time.Second
+	poolRetryMax = time.Minute
+)
 
 type pool struct {
 	dir string
@@ -104,6 +109,7 @@ func (p *Provider) discardLeftovers(ctx context.Context) {
 
 // fill keeps WarmPool entries idle until ctx ends.
 func (p *Provider) fill(ctx context.Context) {
+	retry := poolRetry
 	for {
 		p.pool.mu.Lock()
 		short := len(p.pool.idle) < p.cfg.WarmPool
@@ -114,17 +120,19 @@ func (p *Provider) fill(ctx context.Context) {
 				p.pool.mu.Lock()
 				p.pool.idle = append(p.pool.idle, e)
 				p.pool.mu.Unlock()
+				retry = poolRetry
 				continue
 			}
 			if ctx.Err() != nil {
 				return
 			}
-			p.log.Warn("starting a warm pool entry", "err", err)
+			p.log.Warn("starting a warm pool entry", "err", err, "retry_in", retry)
 			select {
 			case <-ctx.Done():
 				return
-			case <-time.After(poolRetry):
+			case <-time.After(retry):
 			}
+			retry = min(2*retry, poolRetryMax)
 			continue
 		}
 		select {

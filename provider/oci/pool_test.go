@@ -2,7 +2,9 @@ package oci_test
 
 import (
 	"context"
+	"log/slog"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -172,4 +174,59 @@ func waitEmpty(t *testing.T, dir string) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// TestPoolBacksOff: a pool whose containers cannot start waits longer after each failure in a row
+// (1 s, then 2 s, ...). The pool is on by default, so a machine where runc cannot run containers gets
+// a warning now and then, not one a second.
+func TestPoolBacksOff(t *testing.T) {
+	dir := t.TempDir()
+	runc, err := exec.LookPath("runc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	failing := filepath.Join(dir, "runc-failing")
+	script := "#!/bin/sh\nfor a; do [ \"$a\" = run ] && { echo no containers here >&2; exit 1; }; done\nexec '" + runc + "' \"$@\"\n"
+	if err := os.WriteFile(failing, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	waits := make(chan time.Duration, 16)
+	p, err := oci.New(oci.Config{StateDir: filepath.Join(dir, "state"), AgentPath: agentBin, Runtime: failing,
+		WarmPool: 1, Logger: slog.New(retryHandler(waits))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	for i, want := range []time.Duration{time.Second, 2 * time.Second} {
+		select {
+		case got := <-waits:
+			if got != want {
+				t.Fatalf("failure %d: retry in %v, want %v", i+1, got, want)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("no warning of failure %d", i+1)
+		}
+	}
+	if oci.IdleEntries(p) != 0 {
+		t.Fatal("an entry is idle although no container could start")
+	}
+}
+
+// retryHandler sends the retry_in of each warning about a pool entry to waits.
+type retryHandler chan<- time.Duration
+
+func (h retryHandler) Enabled(context.Context, slog.Level) bool { return true }
+func (h retryHandler) WithAttrs([]slog.Attr) slog.Handler       { return h }
+func (h retryHandler) WithGroup(string) slog.Handler            { return h }
+func (h retryHandler) Handle(_ context.Context, r slog.Record) error {
+	if r.Message != "starting a warm pool entry" {
+		return nil
+	}
+	r.Attrs(func(a slog.Attr) bool {
+		if a.Key == "retry_in" {
+			h <- a.Value.Duration()
+		}
+		return true
+	})
+	return nil
 }
