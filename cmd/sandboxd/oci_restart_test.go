@@ -170,6 +170,11 @@ func removeContainersAtEnd(t *testing.T, dataDir string) {
 		if _, err := os.Stat(root); err != nil {
 			return // no oci state: nothing was started
 		}
+		// A daemon killed while it started a container (a warm pool entry, say) leaves its runc run
+		// going: the container would appear after the listing below.
+		for deadline := time.Now().Add(10 * time.Second); runtimeBusy(root) && time.Now().Before(deadline); {
+			time.Sleep(20 * time.Millisecond)
+		}
 		names, err := runcList(root)
 		if err != nil {
 			t.Error(err)
@@ -185,6 +190,24 @@ func removeContainersAtEnd(t *testing.T, dataDir string) {
 			runCmd("runc", "--root", root, "delete", "--force", c)
 		}
 	})
+}
+
+// runtimeBusy reports whether a runc process works on the containers under root.
+func runtimeBusy(root string) bool {
+	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	for _, p := range procs {
+		raw, err := os.ReadFile(p)
+		if err != nil {
+			continue
+		}
+		args := strings.Split(string(raw), "\x00")
+		for i := 0; i+1 < len(args); i++ {
+			if args[i] == "--root" && args[i+1] == root {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // runcList lists the containers under root. runc fails a listing when a container's state directory
