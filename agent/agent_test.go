@@ -61,6 +61,7 @@ func start(t testing.TB) *running {
 	t.Cleanup(func() { os.RemoveAll(sockDir) })
 	sock := filepath.Join(sockDir, "a.sock")
 	cmd := exec.Command(agentBin, "agent", "-socket", sock, "-root", root, "-workdir", "/workspace")
+	cmd.Env = append(os.Environ(), "GOMAXPROCS=1") // as the oci provider starts it
 	cmd.Stderr = os.Stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -131,13 +132,14 @@ func TestExec(t *testing.T) {
 	if r := run(t, a, "sh", "-c", "kill -9 $$"); exitOf(t, r) != 137 {
 		t.Fatalf("killed by a signal: %+v", r)
 	}
-	// The working directory is the root's workdir; env is added to the agent's own.
-	res, err := a.c.Exec(ctx(t), agent.ExecRequest{Argv: []string{"sh", "-c", "pwd; echo $FOO"},
+	// The working directory is the root's workdir; env is added to the agent's own, without what tunes
+	// the agent's runtime.
+	res, err := a.c.Exec(ctx(t), agent.ExecRequest{Argv: []string{"sh", "-c", "pwd; echo $FOO; echo ${GOMAXPROCS-unset}"},
 		Env: map[string]string{"FOO": "bar"}, TimeoutMs: 5000, MaxOutputBytes: 1000})
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := filepath.Join(a.root, "workspace") + "\nbar\n"
+	want := filepath.Join(a.root, "workspace") + "\nbar\nunset\n"
 	if string(res.Stdout) != want {
 		t.Fatalf("pwd and env: got %q, want %q", res.Stdout, want)
 	}

@@ -1,11 +1,19 @@
 package agent_test
 
 import (
+	"bufio"
 	"context"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
 	"testing"
 	"time"
 
 	"github.com/sandboxd/sandbox"
+	"github.com/sandboxd/sandbox/agent"
 )
 
 // BenchmarkRunTrue is the exec round trip of true through an agent on the host: the client, the unix
@@ -32,5 +40,60 @@ func BenchmarkHealth(b *testing.B) {
 		if _, err := a.c.Health(ctx); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// BenchmarkStart is an agent's start as a cold create waits for it: from exec of the binary, with its
+// listening socket inherited and a health request already queued on it, to the answer. The oci
+// provider starts the agent with GOMAXPROCS=1 in its environment; "resized" is the same start without
+// it, where Main sets one P after the runtime began with one per CPU.
+func BenchmarkStart(b *testing.B) {
+	b.Run("GOMAXPROCS=1", func(b *testing.B) { benchStart(b, []string{"GOMAXPROCS=1"}) })
+	b.Run("resized", func(b *testing.B) { benchStart(b, nil) })
+}
+
+func benchStart(b *testing.B, env []string) {
+	root := b.TempDir()
+	if err := os.Mkdir(filepath.Join(root, "workspace"), 0o755); err != nil {
+		b.Fatal(err)
+	}
+	sock := filepath.Join(b.TempDir(), "a.sock")
+	req := "GET " + agent.PathHealth + " HTTP/1.1\r\nHost: agent\r\n" + agent.HeaderDeadline + ": " +
+		strconv.FormatInt(time.Now().Add(time.Hour).UnixNano(), 10) + "\r\n\r\n"
+	for i := 0; i < b.N; i++ {
+		b.StopTimer()
+		ln, err := net.Listen("unix", sock)
+		if err != nil {
+			b.Fatal(err)
+		}
+		lnFile, err := ln.(*net.UnixListener).File()
+		if err != nil {
+			b.Fatal(err)
+		}
+		conn, err := net.Dial("unix", sock)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := conn.Write([]byte(req)); err != nil {
+			b.Fatal(err)
+		}
+		cmd := exec.Command(agentBin, "agent", "-listen-fd", "3", "-root", root, "-workdir", "/workspace")
+		cmd.Env = append([]string{"PATH=/usr/bin:/bin"}, env...)
+		cmd.ExtraFiles = []*os.File{lnFile}
+		b.StartTimer()
+		if err := cmd.Start(); err != nil {
+			b.Fatal(err)
+		}
+		resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+		b.StopTimer()
+		if err != nil || resp.StatusCode != http.StatusOK {
+			b.Fatalf("health: %v %v", resp, err)
+		}
+		resp.Body.Close()
+		conn.Close()
+		lnFile.Close()
+		ln.Close()
+		cmd.Process.Kill()
+		cmd.Wait()
 	}
 }

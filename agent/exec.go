@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/sandboxd/sandbox"
@@ -24,12 +26,24 @@ const childOOMScoreAdj = 500
 // (or a subreaper) the agent adopts every orphan, and only the reaper may wait for children.
 func newRunner(reaper *proc.Reaper) *proc.Runner {
 	return &proc.Runner{
-		Env:         os.Environ(),
+		Env:         commandEnv(os.Environ()),
 		Waiter:      reaper,
 		PipeGrace:   drainGrace,
 		KillWait:    killWait,
 		OOMScoreAdj: childOOMScoreAdj,
 	}
+}
+
+// runtimeEnv are the variables that tune the agent's own Go runtime: the environment its commands
+// start from is the agent's without them, so that a program in the sandbox is not tuned for the agent.
+// A command gets them through its own env.
+var runtimeEnv = []string{"GOMAXPROCS="}
+
+// commandEnv is env without runtimeEnv.
+func commandEnv(env []string) []string {
+	return slices.DeleteFunc(slices.Clone(env), func(kv string) bool {
+		return slices.ContainsFunc(runtimeEnv, func(prefix string) bool { return strings.HasPrefix(kv, prefix) })
+	})
 }
 
 // run executes req and always returns a result: a command that cannot start exits 127 with the reason

@@ -36,6 +36,13 @@ func TestIsolation(t *testing.T) {
 			t.Fatalf("%s processes visible", lines[1])
 		}
 	})
+	t.Run("Environment", func(t *testing.T) {
+		// The agent starts on one P; its commands do not inherit that.
+		res := sh(t, p, ref, "tr '\\0' '\\n' < /proc/1/environ | grep -c '^GOMAXPROCS=1$'; echo ${GOMAXPROCS-unset}")
+		if code(res) != 0 || res.Stdout != "1\nunset\n" {
+			t.Fatalf("%+v", res)
+		}
+	})
 	t.Run("HostFiles", func(t *testing.T) {
 		canary := filepath.Join(t.TempDir(), "canary")
 		if err := os.WriteFile(canary, []byte("host canary"), 0o644); err != nil {
