@@ -48,12 +48,11 @@ func survivesSIGKILL(t *testing.T, pooled bool, flags ...string) {
 	if pooled {
 		// The pool warms one entry after another, each once the one before answers: with the last
 		// entry's directory there, the three sandboxes below find three idle entries.
-		deadline := time.Now().Add(30 * time.Second)
-		for ents, _ := os.ReadDir(filepath.Join(dataDir, "oci", "pool")); len(ents) < DefaultOCIWarmPool; ents, _ = os.ReadDir(filepath.Join(dataDir, "oci", "pool")) {
+		entries := func() int { ents, _ := os.ReadDir(filepath.Join(dataDir, "oci", "pool")); return len(ents) }
+		for deadline := time.Now().Add(30 * time.Second); entries() < DefaultOCIWarmPool; time.Sleep(20 * time.Millisecond) {
 			if time.Now().After(deadline) {
-				t.Fatalf("the default pool holds %d entries, want %d", len(ents), DefaultOCIWarmPool)
+				t.Fatalf("the default pool holds %d entries, want %d", entries(), DefaultOCIWarmPool)
 			}
-			time.Sleep(20 * time.Millisecond)
 		}
 	}
 
@@ -172,9 +171,7 @@ func removeContainersAtEnd(t *testing.T, dataDir string) {
 		}
 		// A daemon killed while it started a container (a warm pool entry, say) leaves its runc run
 		// going: the container would appear after the listing below.
-		for deadline := time.Now().Add(10 * time.Second); runtimeBusy(root) && time.Now().Before(deadline); {
-			time.Sleep(20 * time.Millisecond)
-		}
+		oci.WaitRuntimes(context.Background(), root, 10*time.Second)
 		names, err := runcList(root)
 		if err != nil {
 			t.Error(err)
@@ -190,24 +187,6 @@ func removeContainersAtEnd(t *testing.T, dataDir string) {
 			runCmd("runc", "--root", root, "delete", "--force", c)
 		}
 	})
-}
-
-// runtimeBusy reports whether a runc process works on the containers under root.
-func runtimeBusy(root string) bool {
-	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
-	for _, p := range procs {
-		raw, err := os.ReadFile(p)
-		if err != nil {
-			continue
-		}
-		args := strings.Split(string(raw), "\x00")
-		for i := 0; i+1 < len(args); i++ {
-			if args[i] == "--root" && args[i+1] == root {
-				return true
-			}
-		}
-	}
-	return false
 }
 
 // runcList lists the containers under root. runc fails a listing when a container's state directory

@@ -48,11 +48,13 @@ func runtimesOn(root string) []int {
 	return pids
 }
 
-// waitRuntimes waits, for at most within, until no process runs the OCI runtime on root, and returns
-// those still running then. A provider killed while `runc run` was under way leaves that runc running
-// on: left alone, it could create its container after the next provider has judged the allocation dead
-// half-way and removed its directory, and that container would be nobody's.
-func waitRuntimes(ctx context.Context, root string, within time.Duration) []int {
+// WaitRuntimes waits, for at most within, until no process runs the OCI runtime on root (a runtime's
+// --root, such as <StateDir>/runc), and returns those still running then. A provider killed while
+// `runc run` was under way leaves that runc running on: left alone, it could create its container
+// after the next provider has judged the allocation dead half-way and removed its directory, and that
+// container would be nobody's. New waits so; so should anything else that judges what a killed
+// provider left, before it lists the containers.
+func WaitRuntimes(ctx context.Context, root string, within time.Duration) []int {
 	deadline := time.Now().Add(within)
 	for {
 		pids := runtimesOn(root)

@@ -206,7 +206,7 @@ func New(cfg Config) (*Provider, error) {
 		return nil, fmt.Errorf("oci: become a child subreaper: %w", err)
 	}
 	// Before anything judges what an earlier provider left: let its runtime calls finish first.
-	if left := waitRuntimes(context.Background(), p.runc.root, runtimeWait); len(left) > 0 {
+	if left := WaitRuntimes(context.Background(), p.runc.root, runtimeWait); len(left) > 0 {
 		p.log.Warn("runtime processes of an earlier provider still run on this state directory; going on",
 			"pids", left, "waited", runtimeWait)
 	}
