@@ -223,30 +223,7 @@ func checkCrashInvariants(t *testing.T, d *daemon, dataDir string, l *ledger) {
 				id, a.sb.Generation, a.sb.State, got.Generation, got.State, want)
 		}
 	}
-	// Every event a client was shown is there, unchanged.
-	var all []sandbox.Event
-	after := int64(0)
-	for {
-		var page struct{ Events []sandbox.Event }
-		if st := call(ctx, "GET", fmt.Sprintf("%s/v1/events?after=%d", d.url, after), nil, &page); st != 200 {
-			t.Fatalf("events: %d", st)
-		}
-		if len(page.Events) == 0 {
-			break
-		}
-		all = append(all, page.Events...)
-		after = page.Events[len(page.Events)-1].Cursor
-	}
-	have := map[int64]sandbox.Event{}
-	for _, ev := range all {
-		have[ev.Cursor] = ev
-	}
-	for c, ev := range l.events {
-		got, ok := have[c]
-		if !ok || got.Type != ev.Type || got.SandboxID != ev.SandboxID || got.Generation != ev.Generation || string(got.Data) != string(ev.Data) {
-			t.Fatalf("event %d was shown as %+v; after restart: %+v (present %v)", c, ev, got, ok)
-		}
-	}
+	checkEventsKept(t, d, l.events)
 	// Provider resources and live generations match both ways.
 	entries, err := os.ReadDir(filepath.Join(dataDir, "host"))
 	if err != nil {
@@ -285,4 +262,17 @@ func containsState(list []sandbox.State, s sandbox.State) bool {
 		}
 	}
 	return false
+}
+
+// checkEventsKept checks that every event a client was shown is in d's log, unchanged.
+func checkEventsKept(t *testing.T, d *daemon, shown map[int64]sandbox.Event) {
+	t.Helper()
+	have := map[int64]sandbox.Event{}
+	readEvents(t, d, have)
+	for c, ev := range shown {
+		got, ok := have[c]
+		if !ok || got.Type != ev.Type || got.SandboxID != ev.SandboxID || got.Generation != ev.Generation || string(got.Data) != string(ev.Data) {
+			t.Fatalf("event %d was shown as %+v; after restart: %+v (present %v)", c, ev, got, ok)
+		}
+	}
 }

@@ -1,0 +1,249 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/sandboxd/sandbox"
+)
+
+// apiError is the error document of every refused request.
+type apiError struct {
+	Error struct{ Code, Message string }
+}
+
+// TestFullDisk runs the daemon on a data directory that fills up: a small tmpfs holding its database
+// and its host sandboxes. While the disk is full the daemon keeps serving: reads answer, a write the
+// store cannot commit is refused with 500 internal, a command still runs, a file write is 503; a daemon
+// killed then starts again on the full disk. Once space is freed every refused create can be repeated,
+// and a restart finds everything acknowledged, with no cursor reused and no sandbox left transitional.
+func TestFullDisk(t *testing.T) {
+	dataDir := smallDisk(t, 8<<20)
+	a := &acked{creates: map[string]*sandbox.Sandbox{}, gens: map[sandbox.ID]sandbox.Generation{}}
+	ctx := context.Background()
+	d := startDaemon(t, dataDir)
+	create := func(key string) (int, *sandbox.Sandbox, apiError) {
+		var raw json.RawMessage
+		var sb sandbox.Sandbox
+		var e apiError
+		st := call(ctx, "POST", d.url+"/v1/sandboxes", map[string]any{"clientRequestId": key}, &raw)
+		if st != 201 {
+			if err := json.Unmarshal(raw, &e); err != nil {
+				t.Fatalf("create %s: %d %s", key, st, raw)
+			}
+			return st, nil, e
+		}
+		if err := json.Unmarshal(raw, &sb); err != nil {
+			t.Fatal(err)
+		}
+		a.mu.Lock()
+		a.creates[key] = &sb
+		a.mu.Unlock()
+		a.sandbox(&sb)
+		return st, &sb, e
+	}
+	var before []*sandbox.Sandbox
+	for i := range 3 {
+		st, sb, e := create(fmt.Sprintf("before-%d", i))
+		if st != 201 {
+			t.Fatalf("create before the disk fills: %d %+v", st, e)
+		}
+		before = append(before, sb)
+	}
+	first := before[0]
+	base := fmt.Sprintf("%s/v1/sandboxes/%s", d.url, first.ID)
+
+	filler := fill(t, dataDir)
+	var refused []string
+	for i := range 40 {
+		key := fmt.Sprintf("full-%d", i)
+		switch st, _, e := create(key); {
+		case st == 500 && e.Error.Code == "internal":
+			refused = append(refused, key)
+		case st != 201:
+			t.Fatalf("create on a full disk: %d %+v, want 201 or 500 internal", st, e)
+		}
+	}
+	if len(refused) == 0 {
+		t.Fatal("every create was committed on a full disk: the store did not run out of space")
+	}
+	var actions []string
+	for i, action := range []string{"pause", "terminate"} {
+		sb := before[i+1]
+		var raw json.RawMessage
+		st := call(ctx, "POST", fmt.Sprintf("%s/v1/sandboxes/%s/actions/%s", d.url, sb.ID, action),
+			map[string]any{"expectedGeneration": sb.Generation}, &raw)
+		actions = append(actions, fmt.Sprintf("%s %d", action, st))
+		var e apiError
+		switch {
+		case st == 200:
+			var got sandbox.Sandbox
+			if err := json.Unmarshal(raw, &got); err != nil {
+				t.Fatal(err)
+			}
+			a.sandbox(&got)
+		case st != 500 || json.Unmarshal(raw, &e) != nil || e.Error.Code != "internal":
+			t.Fatalf("%s on a full disk: %d %s, want 200 or 500 internal", action, st, raw)
+		}
+	}
+	shown := map[int64]sandbox.Event{}
+	checkServesFull(t, d, base, first, shown)
+	// What the daemon lists is in the file: a refused create either recorded nothing or recorded its
+	// sandbox before the write that failed, and then the sandbox is there after a restart.
+	listed := list(t, d)
+
+	// A daemon killed on a full disk starts again on it.
+	d.kill()
+	d = startDaemon(t, dataDir)
+	base = fmt.Sprintf("%s/v1/sandboxes/%s", d.url, first.ID)
+	checkServesFull(t, d, base, first, shown)
+
+	if err := os.Remove(filler); err != nil {
+		t.Fatal(err)
+	}
+	for _, key := range refused {
+		// A create refused for want of space may have been recorded before the write that failed (the
+		// provider's answer): repeating it answers that sandbox or makes it now.
+		st, sb, e := create(key)
+		if st != 201 {
+			t.Fatalf("create %s again once space is freed: %d %+v", key, st, e)
+		}
+		for id, k := range listed {
+			if k == key && id != sb.ID {
+				t.Fatalf("create %s again: sandbox %s, but %s was listed for it on the full disk", key, sb.ID, id)
+			}
+		}
+	}
+	var e apiError
+	if st := call(ctx, "PUT", base+"/files/content", map[string]any{"expectedGeneration": first.Generation,
+		"path": "after.txt", "contentBase64": "aGk="}, &e); st != 200 {
+		t.Fatalf("file write once space is freed: %d %+v", st, e)
+	}
+	seen := readEvents(t, d, shown)
+
+	d.kill()
+	d = startDaemon(t, dataDir)
+	checkRecovered(t, d, a, seen)
+	checkEventsKept(t, d, shown)
+	after := list(t, d)
+	for id, key := range listed {
+		if _, ok := after[id]; !ok {
+			t.Fatalf("sandbox %s (%s), listed on the full disk, is gone after a restart", id, key)
+		}
+	}
+	t.Logf("on the full disk: %d creates refused of 40, all made once space was freed; %s", len(refused), strings.Join(actions, ", "))
+}
+
+// checkServesFull checks what a daemon on a full disk still does for the ready sandbox sb, and adds the
+// events it shows to shown.
+func checkServesFull(t *testing.T, d *daemon, base string, sb *sandbox.Sandbox, shown map[int64]sandbox.Event) {
+	t.Helper()
+	ctx := context.Background()
+	if st := call(ctx, "GET", d.url+"/healthz", nil, nil); st != 200 {
+		t.Fatalf("healthz on a full disk: %d", st)
+	}
+	var got sandbox.Sandbox
+	if st := call(ctx, "GET", base, nil, &got); st != 200 || got.State != sandbox.StateReady {
+		t.Fatalf("get on a full disk: %d %+v", st, got)
+	}
+	// The command runs; its completion event may not be recorded (the daemon logs that).
+	var res sandbox.CommandResult
+	if st := call(ctx, "POST", base+"/commands", map[string]any{"expectedGeneration": sb.Generation,
+		"argv": []string{"sh", "-c", "echo hi"}}, &res); st != 200 || res.Stdout != "hi\n" {
+		t.Fatalf("command on a full disk: %d %+v", st, res)
+	}
+	// A host sandbox's files are on the full disk too.
+	var e apiError
+	if st := call(ctx, "PUT", base+"/files/content", map[string]any{"expectedGeneration": sb.Generation,
+		"path": "f.txt", "contentBase64": "aGk="}, &e); st != 503 || e.Error.Code != "provider_unavailable" {
+		t.Fatalf("file write on a full disk: %d %+v, want 503 provider_unavailable", st, e)
+	}
+	readEvents(t, d, shown)
+}
+
+// list returns the clientRequestId of every sandbox d lists, by id.
+func list(t *testing.T, d *daemon) map[sandbox.ID]string {
+	t.Helper()
+	var l struct{ Sandboxes []sandbox.Sandbox }
+	if st := call(context.Background(), "GET", d.url+"/v1/sandboxes", nil, &l); st != 200 {
+		t.Fatalf("list: %d", st)
+	}
+	m := map[sandbox.ID]string{}
+	for _, sb := range l.Sandboxes {
+		m[sb.ID] = sb.Spec.ClientRequestID
+	}
+	return m
+}
+
+// readEvents reads d's whole event log into shown and returns the newest cursor.
+func readEvents(t *testing.T, d *daemon, shown map[int64]sandbox.Event) int64 {
+	t.Helper()
+	after := int64(0)
+	for {
+		var page struct{ Events []sandbox.Event }
+		if st := call(context.Background(), "GET", fmt.Sprintf("%s/v1/events?after=%d", d.url, after), nil, &page); st != 200 {
+			t.Fatalf("events: %d", st)
+		}
+		if len(page.Events) == 0 {
+			return after
+		}
+		for _, ev := range page.Events {
+			shown[ev.Cursor] = ev
+		}
+		after = page.Events[len(page.Events)-1].Cursor
+	}
+}
+
+// smallDisk mounts a tmpfs of size bytes for the test and returns a directory on it. It needs root
+// (CAP_SYS_ADMIN); without it the test is skipped, except in CI.
+func smallDisk(t *testing.T, size int) string {
+	t.Helper()
+	mnt := t.TempDir()
+	if err := unix.Mount("tmpfs", mnt, "tmpfs", 0, fmt.Sprintf("size=%d,mode=0700", size)); err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatalf("mounting a tmpfs (the CI runs as root): %v", err)
+		}
+		t.Skipf("cannot mount a tmpfs here: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := unix.Unmount(mnt, unix.MNT_DETACH); err != nil {
+			t.Errorf("unmounting the small disk: %v", err)
+		}
+	})
+	dir := filepath.Join(mnt, "data")
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// fill writes a file in dir until the filesystem has no byte left, and returns its path.
+func fill(t *testing.T, dir string) string {
+	t.Helper()
+	path := filepath.Join(dir, "filler")
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	for _, chunk := range []int{1 << 16, 1 << 12, 1} {
+		buf := make([]byte, chunk)
+		for {
+			if _, err := f.Write(buf); err != nil {
+				if !errors.Is(err, unix.ENOSPC) {
+					t.Fatal(err)
+				}
+				break
+			}
+		}
+	}
+	return path
+}
