@@ -61,6 +61,12 @@ func newFloors(ctx context.Context, withRunc bool, stateDir, agentPath string, a
 	return f, nil
 }
 
+// reset forgets the samples taken, for another round beside the same container.
+func (f *floors) reset() {
+	f.forkExec, f.runD, f.toReady, f.provExec, f.forkExecWarm = nil, nil, nil, nil, nil
+	f.createWall, f.execWall, f.warmWall = 0, 0, 0
+}
+
 func (f *floors) close(ctx context.Context) {
 	if f.prov != nil && f.live.ID != "" {
 		if err := f.prov.Release(context.WithoutCancel(ctx), f.live); err != nil {

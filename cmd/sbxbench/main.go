@@ -10,6 +10,7 @@
 //	sbxbench --start --provider oci --sandboxd /tmp/sandboxd          # start a daemon on a temp dir
 //	sbxbench --url http://127.0.0.1:8080 --pid 1234 --data-dir DIR     # drive a running one
 //	sbxbench --start --sandboxd /tmp/new --baseline /tmp/old           # paired: new against old
+//	sbxbench --start --sandboxd /tmp/sandboxd --rounds 7 --growth ''     # each ratio's median and range
 //
 // `sbxbench agent ...` runs the sandbox agent, so the binary can serve as its own agent for the floors.
 package main
@@ -28,6 +29,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -45,6 +47,7 @@ type Report struct {
 	Cases    []Result     `json:"cases"`
 	Floors   []Result     `json:"floors"`
 	Ratios   []Ratio      `json:"ratios"`
+	Rounds   []Spread     `json:"rounds,omitempty"`
 	Growth   []GrowthStep `json:"growth,omitempty"`
 	Compared []Paired     `json:"compared,omitempty"`
 	Notes    []string     `json:"notes,omitempty"`
@@ -57,11 +60,22 @@ type Ratio struct {
 	P50   float64 `json:"p50Ratio"`
 }
 
+// Spread is one ratio over the rounds of a run (--rounds): the p50 ratio of each round, and their
+// median and range.
+type Spread struct {
+	Case   string    `json:"case"`
+	Floor  string    `json:"floor"`
+	Median float64   `json:"median"`
+	Min    float64   `json:"min"`
+	Max    float64   `json:"max"`
+	Rounds []float64 `json:"rounds"`
+}
+
 type options struct {
 	url, provider, growthProvider, sandboxd, dataDir string
 	baseline                                         string
 	start, jsonOut, floors                           bool
-	pid, warmPool                                    int
+	pid, warmPool, rounds                            int
 	bounds                                           Bounds
 	idleWindow                                       time.Duration
 	growth                                           []int
@@ -116,6 +130,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.DurationVar(&o.bounds.Duration, "duration", 5*time.Second, "no new sample of a case after this long")
 	fs.BoolVar(&o.jsonOut, "json", false, "print JSON instead of tables")
 	fs.BoolVar(&o.floors, "floors", true, "measure fork/exec and runc floors (runc ones need root and runc)")
+	fs.IntVar(&o.rounds, "rounds", 1, "measure the cases and their floors this many times on the same daemon, and report each ratio's median and range over the rounds (the tables are the last round's)")
 	fs.IntVar(&o.warmPool, "warm-pool", 0, "with --start and the oci provider, also time create-to-ready on a second daemon keeping this many containers warm (--oci-warm-pool)")
 	fs.StringVar(&o.baseline, "baseline", "", "with --start, compare --sandboxd with this daemon binary instead: exec (true, 1 MiB of output), a 4 KiB file write, get and create-to-ready on both, samples taken in alternation")
 	growth := fs.String("growth", "10,100,1000", "live sandbox counts of the growth steps; empty skips them")
@@ -129,8 +144,8 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	if o.start == (o.url != "") {
 		return o, errors.New("give exactly one of --url and --start")
 	}
-	if o.bounds.Count < 1 || o.bounds.Duration <= 0 {
-		return o, errors.New("--count and --duration must be positive")
+	if o.bounds.Count < 1 || o.bounds.Duration <= 0 || o.rounds < 1 {
+		return o, errors.New("--count, --duration and --rounds must be positive")
 	}
 	if o.url != "" {
 		u, err := url.Parse(o.url)
@@ -221,18 +236,32 @@ func run(ctx context.Context, o options) (*Report, error) {
 		}
 	}
 
-	cases, err := apiCases(ctx, c, o.bounds, prefix, fl)
-	rep.Cases = cases
-	if err != nil {
-		return rep, err
-	}
-	if fl != nil {
-		rs, err := fl.results(ctx, o.bounds)
-		rep.Floors = rs
+	var each [][]Ratio
+	for round := range o.rounds {
+		if fl != nil {
+			fl.reset()
+		}
+		key := prefix
+		if o.rounds > 1 {
+			key = fmt.Sprintf("%s-r%d", prefix, round)
+		}
+		cases, err := apiCases(ctx, c, o.bounds, key, fl)
+		rep.Cases = cases
 		if err != nil {
 			return rep, err
 		}
-		rep.Ratios = ratios(rep)
+		if fl != nil {
+			rs, err := fl.results(ctx, o.bounds)
+			rep.Floors = rs
+			if err != nil {
+				return rep, err
+			}
+			rep.Ratios = ratios(rep)
+			each = append(each, rep.Ratios)
+		}
+	}
+	if len(each) > 1 {
+		rep.Rounds = spreads(each)
 	}
 
 	if o.warmPool > 0 && o.start && o.provider == "oci" {
@@ -303,6 +332,30 @@ func runtimeProvider(ctx context.Context, c *client) (string, error) {
 		return "", err
 	}
 	return rt.Provider.Name, nil
+}
+
+// spreads gathers the ratios of each round by case and floor, in the order of the first round.
+func spreads(each [][]Ratio) []Spread {
+	var out []Spread
+	for _, r := range each[0] {
+		sp := Spread{Case: r.Case, Floor: r.Floor}
+		for _, round := range each {
+			for _, q := range round {
+				if q.Case == r.Case && q.Floor == r.Floor {
+					sp.Rounds = append(sp.Rounds, q.P50)
+				}
+			}
+		}
+		sorted := slices.Sorted(slices.Values(sp.Rounds))
+		n := len(sorted)
+		sp.Min, sp.Max = sorted[0], sorted[n-1]
+		sp.Median = sorted[n/2]
+		if n%2 == 0 {
+			sp.Median = (sorted[n/2-1] + sorted[n/2]) / 2
+		}
+		out = append(out, sp)
+	}
+	return out
 }
 
 // ratios compares cases with their floors, p50 to p50.

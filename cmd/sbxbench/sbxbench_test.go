@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -157,6 +158,44 @@ func TestCompare(t *testing.T) {
 	}
 }
 
+// TestRounds runs the cases three times against a running daemon and checks that every ratio is
+// reported for each round, with its median and range, and that the spread prints.
+func TestRounds(t *testing.T) {
+	c := inProcess(t)
+	rep, err := run(context.Background(), options{url: c.base, floors: true, rounds: 3,
+		bounds: Bounds{Count: 2, Duration: time.Minute}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Ratios) == 0 || len(rep.Rounds) != len(rep.Ratios) {
+		t.Fatalf("ratios %+v, rounds %+v", rep.Ratios, rep.Rounds)
+	}
+	for i, sp := range rep.Rounds {
+		if sp.Case != rep.Ratios[i].Case || sp.Floor != rep.Ratios[i].Floor || len(sp.Rounds) != 3 ||
+			sp.Rounds[2] != rep.Ratios[i].P50 || !(sp.Min <= sp.Median && sp.Median <= sp.Max) ||
+			sp.Min != slices.Min(sp.Rounds) || sp.Max != slices.Max(sp.Rounds) {
+			t.Errorf("spread %d: %+v (last round's ratio %+v)", i, sp, rep.Ratios[i])
+		}
+	}
+	var sb strings.Builder
+	printText(&sb, rep)
+	if !strings.Contains(sb.String(), "ratio over 3 rounds") {
+		t.Fatalf("report lacks the rounds:\n%s", sb.String())
+	}
+}
+
+func TestSpreads(t *testing.T) {
+	r := func(p float64) []Ratio { return []Ratio{{Case: "c", Floor: "f", P50: p}} }
+	got := spreads([][]Ratio{r(2.0), r(1.0), r(4.0), r(3.0)})
+	if len(got) != 1 || got[0].Median != 2.5 || got[0].Min != 1 || got[0].Max != 4 ||
+		!slices.Equal(got[0].Rounds, []float64{2, 1, 4, 3}) {
+		t.Fatalf("%+v", got)
+	}
+	if got := spreads([][]Ratio{r(2.0), r(1.0), r(4.0)}); got[0].Median != 2 {
+		t.Fatalf("odd count: %+v", got)
+	}
+}
+
 func TestFlags(t *testing.T) {
 	for _, args := range [][]string{
 		{},                                // neither --url nor --start
@@ -164,6 +203,7 @@ func TestFlags(t *testing.T) {
 		{"--url", "http://127.0.0.1:1", "--start", "--sandboxd", "/bin/true"},
 		{"--url", "http://127.0.0.1:1", "--growth", "10,x"},
 		{"--url", "http://127.0.0.1:1", "--count", "0"},
+		{"--url", "http://127.0.0.1:1", "--rounds", "0"},
 		{"--url", "http://127.0.0.1:1", "--baseline", "/bin/true"}, // --baseline needs --start
 	} {
 		if _, err := parseFlags(args, &strings.Builder{}); err == nil {

@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"io"
+	"strings"
 	"text/tabwriter"
 )
 
@@ -23,6 +24,19 @@ func printText(w io.Writer, rep *Report) {
 		fmt.Fprintln(tw, "ratio (p50 / p50)\t\t")
 		for _, r := range rep.Ratios {
 			fmt.Fprintf(tw, "%s / %s\t%.2fx\t\n", r.Case, r.Floor, r.P50)
+		}
+		tw.Flush()
+	}
+	if len(rep.Rounds) > 0 {
+		fmt.Fprintln(w)
+		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+		fmt.Fprintf(tw, "ratio over %d rounds (p50 / p50 in each)\tmedian\tmin\tmax\teach round\t\n", len(rep.Rounds[0].Rounds))
+		for _, r := range rep.Rounds {
+			each := make([]string, len(r.Rounds))
+			for i, v := range r.Rounds {
+				each[i] = fmt.Sprintf("%.2f", v)
+			}
+			fmt.Fprintf(tw, "%s / %s\t%.2fx\t%.2fx\t%.2fx\t%s\t\n", r.Case, r.Floor, r.Median, r.Min, r.Max, strings.Join(each, " "))
 		}
 		tw.Flush()
 	}
