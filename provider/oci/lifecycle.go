@@ -246,20 +246,8 @@ func (p *Provider) releaseLocked(ctx context.Context, b *box) error {
 // remove stops and deletes the container name, unmounts the disk, frees the loop device, and removes
 // the cgroups and the directory l: of a sandbox, or of a pool entry.
 func (p *Provider) remove(ctx context.Context, l layout, name string) error {
-	st, err := p.runc.state(ctx, name)
-	switch {
-	case errors.Is(err, errNoContainer):
-	case err != nil:
+	if err := p.removeContainer(ctx, name); err != nil {
 		return err
-	default:
-		if err := p.stop(ctx, name, st); err != nil {
-			return err
-		}
-		if _, err := p.runc.simple(ctx, "delete", name); err != nil && !errors.Is(err, errNoContainer) {
-			if _, err := p.runc.simple(ctx, "delete", "--force", name); err != nil && !errors.Is(err, errNoContainer) {
-				return err
-			}
-		}
 	}
 	m, merr := readMetaFile(l)
 	if err := removeDisk(ctx, l.diskImg(), l.diskDir()); err != nil {
@@ -276,6 +264,26 @@ func (p *Provider) remove(ctx context.Context, l layout, name string) error {
 		return fmt.Errorf("%s is still mounted", l.diskDir())
 	}
 	return os.RemoveAll(l.dir)
+}
+
+// removeContainer stops and deletes the container name, if there is one.
+func (p *Provider) removeContainer(ctx context.Context, name string) error {
+	st, err := p.runc.state(ctx, name)
+	switch {
+	case errors.Is(err, errNoContainer):
+		return nil
+	case err != nil:
+		return err
+	}
+	if err := p.stop(ctx, name, st); err != nil {
+		return err
+	}
+	if _, err := p.runc.simple(ctx, "delete", name); err != nil && !errors.Is(err, errNoContainer) {
+		if _, err := p.runc.simple(ctx, "delete", "--force", name); err != nil && !errors.Is(err, errNoContainer) {
+			return err
+		}
+	}
+	return nil
 }
 
 // stop ends the init of container name: SIGTERM lets the agent stop its commands, SIGKILL follows

@@ -154,6 +154,59 @@ func TestRestartAdopts(t *testing.T) {
 	}
 }
 
+// TestRestartRemovesUnclaimedContainers removes, behind the provider's back, the directories of two
+// running sandboxes (one in a container of its own, one in a taken warm pool entry) and of an idle pool
+// entry. A provider started next on the state directory stops and deletes those three containers and
+// their cgroups, adopts the sandbox that kept its directory, and can allocate the first sandbox again
+// under its name.
+func TestRestartRemovesUnclaimedContainers(t *testing.T) {
+	dir := t.TempDir()
+	p1, err := oci.New(oci.Config{StateDir: dir, AgentPath: agentBin, StopGrace: time.Second, WarmPool: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitIdle(t, p1, 1)
+	kept := ready(t, p1, nil) // takes the pool's entry
+	waitIdle(t, p1, 1)
+	lostPooled := ready(t, p1, nil)
+	waitIdle(t, p1, 1)
+	oci.Abandon(p1) // the entry now idle stays, and what comes next starts its own container
+	lost := ready(t, p1, nil)
+	ents, err := os.ReadDir(filepath.Join(dir, "pool"))
+	if err != nil || len(ents) != 1 {
+		t.Fatalf("pool directory: %v %v", ents, err)
+	}
+	for _, d := range []string{filepath.Join("sandboxes", lost.Name()), filepath.Join("sandboxes", lostPooled.Name()),
+		filepath.Join("pool", ents[0].Name())} {
+		if err := os.RemoveAll(filepath.Join(dir, d)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if f := measure(t, dir); f.containers != 4 {
+		t.Fatalf("%d containers before the restart, want 4", f.containers)
+	}
+
+	p2 := newProviderAt(t, dir)
+	if f := measure(t, dir); f.containers != 1 || f.dirs != 1 {
+		t.Fatalf("after the restart: %+v, want the kept sandbox's container and directory alone", f)
+	}
+	if res := sh(t, p2, kept, "echo kept"); res.Stdout != "kept\n" {
+		t.Fatalf("the kept sandbox: %+v", res)
+	}
+	// The name of the lost sandbox's container is free again.
+	if obs, err := p2.Allocate(ctxFor(t), lost, sandbox.Spec{ClientRequestID: "t"}); err != nil || obs.State != sandbox.ObservedReady {
+		t.Fatalf("allocate %s again: %+v %v", lost, obs, err)
+	}
+	for _, ref := range []sandbox.Ref{kept, lost} {
+		if err := p2.Release(ctxFor(t), ref); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if f := measure(t, dir); f != (footprint{}) {
+		t.Fatalf("left after releasing everything: %+v", f)
+	}
+}
+
 func TestReleaseAfterAgentDeath(t *testing.T) {
 	p := newProvider(t)
 	ref := ready(t, p, nil)

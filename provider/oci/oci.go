@@ -213,8 +213,58 @@ func New(cfg Config) (*Provider, error) {
 	if p.found, err = p.runc.list(context.Background()); err != nil {
 		p.log.Warn("listing the containers an earlier provider left; each will be looked at alone", "err", err)
 	}
+	// Before a sandbox is allocated again under the name of a container nothing claims.
+	p.removeOrphans(context.Background())
 	p.startPool()
 	return p, nil
+}
+
+// removeOrphans stops and deletes the containers on the provider's runtime root that no directory
+// claims: a sandbox's (its own container, or the pool entry it took, named in its metadata) or a pool
+// entry's. Nothing the provider does leaves one, but a directory removed by hand would leave a container
+// running out of sight, and a sandbox allocated again under its name would fail. When any sandbox's
+// metadata cannot be read, nothing is removed: that sandbox may be the claimant.
+func (p *Provider) removeOrphans(ctx context.Context) {
+	if len(p.found) == 0 {
+		return
+	}
+	claimed := map[string]bool{}
+	for _, d := range []string{p.boxDir, p.pool.dir} {
+		ents, err := os.ReadDir(d)
+		if err != nil {
+			p.log.Warn("listing what claims the containers left running; none removed", "dir", d, "err", err)
+			return
+		}
+		for _, e := range ents {
+			claimed[e.Name()] = true
+			if d != p.boxDir {
+				continue
+			}
+			m, err := readMetaFile(layout{dir: filepath.Join(d, e.Name())})
+			if err != nil && !os.IsNotExist(err) {
+				p.log.Warn("sandbox metadata unreadable; no unclaimed container removed", "dir", e.Name(), "err", err)
+				return
+			}
+			if m.Container != "" {
+				claimed[m.Container] = true
+			}
+		}
+	}
+	for name := range p.found {
+		if claimed[name] {
+			continue
+		}
+		p.log.Warn("removing a container no sandbox or pool entry claims", "container", name)
+		err := p.removeContainer(ctx, name)
+		if err == nil {
+			err = removeCgroups(p.cgroupPath(name))
+		}
+		if err != nil {
+			p.log.Error("removing an unclaimed container", "container", name, "err", err)
+			continue
+		}
+		delete(p.found, name)
+	}
 }
 
 // Manifest describes the provider.
