@@ -66,8 +66,8 @@ type Provider struct {
 	mu    sync.Mutex
 	boxes map[string]*box
 	// found holds the state of each container the runtime listed when the provider started, until the
-	// box of its sandbox is made: one `runc list` tells a restarted provider what a `runc state` per
-	// sandbox would.
+	// box of its sandbox is made or the container is removed (unclaimed, or a pool entry left behind):
+	// one `runc list` tells a restarted provider what a `runc state` per sandbox would.
 	found map[string]containerState
 
 	pool pool

@@ -103,7 +103,11 @@ func (p *Provider) discardLeftovers(ctx context.Context) {
 		l := layout{dir: filepath.Join(p.pool.dir, e.Name())}
 		if err := p.remove(ctx, l, e.Name()); err != nil {
 			p.log.Warn("discarding a pool entry left by an earlier run", "entry", e.Name(), "err", err)
+			continue
 		}
+		p.mu.Lock()
+		delete(p.found, e.Name())
+		p.mu.Unlock()
 	}
 }
 
