@@ -10,7 +10,7 @@
 //	sbxbench --start --provider oci --sandboxd /tmp/sandboxd          # start a daemon on a temp dir
 //	sbxbench --url http://127.0.0.1:8080 --pid 1234 --data-dir DIR     # drive a running one
 //	sbxbench --start --sandboxd /tmp/new --baseline /tmp/old           # paired: new against old
-//	sbxbench --start --sandboxd /tmp/sandboxd --rounds 7 --growth ''     # each ratio's median and range
+//	sbxbench --start --sandboxd /tmp/sandboxd --rounds 7 --growth ''     # medians and ranges over rounds
 //
 // `sbxbench agent ...` runs the sandbox agent, so the binary can serve as its own agent for the floors.
 package main
@@ -48,6 +48,7 @@ type Report struct {
 	Floors   []Result     `json:"floors"`
 	Ratios   []Ratio      `json:"ratios"`
 	Rounds   []Spread     `json:"rounds,omitempty"`
+	RoundP50 []Spread     `json:"roundP50,omitempty"`
 	Growth   []GrowthStep `json:"growth,omitempty"`
 	Compared []Paired     `json:"compared,omitempty"`
 	Notes    []string     `json:"notes,omitempty"`
@@ -61,7 +62,7 @@ type Ratio struct {
 }
 
 // Spread is one ratio over the rounds of a run (--rounds): the p50 ratio of each round, and their
-// median and range.
+// median and range; or, without a floor, one case's p50 in milliseconds.
 type Spread struct {
 	Case   string    `json:"case"`
 	Floor  string    `json:"floor"`
@@ -130,7 +131,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.DurationVar(&o.bounds.Duration, "duration", 5*time.Second, "no new sample of a case after this long")
 	fs.BoolVar(&o.jsonOut, "json", false, "print JSON instead of tables")
 	fs.BoolVar(&o.floors, "floors", true, "measure fork/exec and runc floors (runc ones need root and runc)")
-	fs.IntVar(&o.rounds, "rounds", 1, "measure the cases and their floors this many times on the same daemon, and report each ratio's median and range over the rounds (the tables are the last round's)")
+	fs.IntVar(&o.rounds, "rounds", 1, "measure the cases and their floors this many times on the same daemon, and report each ratio's and each case's p50 median and range over the rounds (the tables are the last round's)")
 	fs.IntVar(&o.warmPool, "warm-pool", 0, "with --start and the oci provider, also time create-to-ready on a second daemon keeping this many containers warm (--oci-warm-pool)")
 	fs.StringVar(&o.baseline, "baseline", "", "with --start, compare --sandboxd with this daemon binary instead: exec (true, 1 MiB of output), a 4 KiB file write, get and create-to-ready on both, samples taken in alternation")
 	growth := fs.String("growth", "10,100,1000", "live sandbox counts of the growth steps; empty skips them")
@@ -236,7 +237,7 @@ func run(ctx context.Context, o options) (*Report, error) {
 		}
 	}
 
-	var each [][]Ratio
+	var each, p50s [][]Ratio
 	for round := range o.rounds {
 		if fl != nil {
 			fl.reset()
@@ -259,9 +260,17 @@ func run(ctx context.Context, o options) (*Report, error) {
 			rep.Ratios = ratios(rep)
 			each = append(each, rep.Ratios)
 		}
+		var p50 []Ratio
+		for _, r := range append(slices.Clip(rep.Cases), rep.Floors...) {
+			p50 = append(p50, Ratio{Case: r.Name, P50: r.P50})
+		}
+		p50s = append(p50s, p50)
 	}
 	if len(each) > 1 {
 		rep.Rounds = spreads(each)
+	}
+	if len(p50s) > 1 {
+		rep.RoundP50 = spreads(p50s)
 	}
 
 	if o.warmPool > 0 && o.start && o.provider == "oci" {
@@ -334,7 +343,7 @@ func runtimeProvider(ctx context.Context, c *client) (string, error) {
 	return rt.Provider.Name, nil
 }
 
-// spreads gathers the ratios of each round by case and floor, in the order of the first round.
+// spreads gathers the values of each round by case and floor, in the order of the first round.
 func spreads(each [][]Ratio) []Spread {
 	var out []Spread
 	for _, r := range each[0] {

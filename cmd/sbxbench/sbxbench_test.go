@@ -158,8 +158,8 @@ func TestCompare(t *testing.T) {
 	}
 }
 
-// TestRounds runs the cases three times against a running daemon and checks that every ratio is
-// reported for each round, with its median and range, and that the spread prints.
+// TestRounds runs the cases three times against a running daemon and checks that every ratio and every
+// case's p50 is reported for each round, with its median and range, and that the spreads print.
 func TestRounds(t *testing.T) {
 	c := inProcess(t)
 	rep, err := run(context.Background(), options{url: c.base, floors: true, rounds: 3,
@@ -177,9 +177,19 @@ func TestRounds(t *testing.T) {
 			t.Errorf("spread %d: %+v (last round's ratio %+v)", i, sp, rep.Ratios[i])
 		}
 	}
+	all := append(slices.Clip(rep.Cases), rep.Floors...)
+	if len(rep.RoundP50) != len(all) {
+		t.Fatalf("p50 spreads of %d cases and floors, want %d", len(rep.RoundP50), len(all))
+	}
+	for i, sp := range rep.RoundP50 {
+		if sp.Case != all[i].Name || sp.Floor != "" || len(sp.Rounds) != 3 || sp.Rounds[2] != all[i].P50 ||
+			!(sp.Min <= sp.Median && sp.Median <= sp.Max) || sp.Min <= 0 {
+			t.Errorf("p50 spread %d: %+v (last round %+v)", i, sp, all[i])
+		}
+	}
 	var sb strings.Builder
 	printText(&sb, rep)
-	if !strings.Contains(sb.String(), "ratio over 3 rounds") {
+	if !strings.Contains(sb.String(), "ratio over 3 rounds") || !strings.Contains(sb.String(), "p50 ms over 3 rounds") {
 		t.Fatalf("report lacks the rounds:\n%s", sb.String())
 	}
 }

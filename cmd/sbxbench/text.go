@@ -27,19 +27,8 @@ func printText(w io.Writer, rep *Report) {
 		}
 		tw.Flush()
 	}
-	if len(rep.Rounds) > 0 {
-		fmt.Fprintln(w)
-		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-		fmt.Fprintf(tw, "ratio over %d rounds (p50 / p50 in each)\tmedian\tmin\tmax\teach round\t\n", len(rep.Rounds[0].Rounds))
-		for _, r := range rep.Rounds {
-			each := make([]string, len(r.Rounds))
-			for i, v := range r.Rounds {
-				each[i] = fmt.Sprintf("%.2f", v)
-			}
-			fmt.Fprintf(tw, "%s / %s\t%.2fx\t%.2fx\t%.2fx\t%s\t\n", r.Case, r.Floor, r.Median, r.Min, r.Max, strings.Join(each, " "))
-		}
-		tw.Flush()
-	}
+	printSpreads(w, "ratio over %d rounds (p50 / p50 in each)", rep.Rounds, func(r Spread) string { return r.Case + " / " + r.Floor }, "%.2fx")
+	printSpreads(w, "p50 ms over %d rounds", rep.RoundP50, func(r Spread) string { return r.Case }, "%.3f")
 	if len(rep.Growth) > 0 {
 		fmt.Fprintln(w)
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
@@ -75,4 +64,23 @@ func printText(w io.Writer, rep *Report) {
 	for _, n := range rep.Notes {
 		fmt.Fprintln(w, "note:", n)
 	}
+}
+
+// printSpreads writes one table of values over rounds: the median, least and greatest in format, then
+// each round's value in format without its "x".
+func printSpreads(w io.Writer, title string, rs []Spread, name func(Spread) string, format string) {
+	if len(rs) == 0 {
+		return
+	}
+	fmt.Fprintln(w)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(tw, title+"\tmedian\tmin\tmax\teach round\t\n", len(rs[0].Rounds))
+	for _, r := range rs {
+		each := make([]string, len(r.Rounds))
+		for i, v := range r.Rounds {
+			each[i] = fmt.Sprintf(strings.TrimSuffix(format, "x"), v)
+		}
+		fmt.Fprintf(tw, "%s\t"+format+"\t"+format+"\t"+format+"\t%s\t\n", name(r), r.Median, r.Min, r.Max, strings.Join(each, " "))
+	}
+	tw.Flush()
 }
