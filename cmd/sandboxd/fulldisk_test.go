@@ -21,15 +21,33 @@ type apiError struct {
 }
 
 // TestFullDisk runs the daemon on a data directory that fills up: a small tmpfs holding its database
-// and its host sandboxes. While the disk is full the daemon keeps serving: reads answer, a write the
-// store cannot commit is refused with 500 internal, a command still runs, a file write is 503; a daemon
-// killed then starts again on the full disk. Once space is freed every refused create can be repeated,
-// and a restart finds everything acknowledged, with no cursor reused and no sandbox left transitional.
+// and its sandboxes' state. While the disk is full the daemon keeps serving: reads answer, a write the
+// store cannot commit is refused with 500 internal, a command still runs, a file write is refused (503
+// in a host sandbox, whose directory is on that disk; 400 from an oci sandbox's agent, which takes a
+// full disk for the caller's); a daemon killed then starts again on the full disk. Once space is freed
+// every refused create can be repeated, and a restart finds everything acknowledged, with no cursor
+// reused and no sandbox left transitional. On the oci provider with its default warm pool, whose
+// filler meets the full disk too.
 func TestFullDisk(t *testing.T) {
+	t.Run("host", func(t *testing.T) { fullDisk(t, fullWrite{503, "provider_unavailable"}) })
+	t.Run("oci", func(t *testing.T) {
+		needOCI(t)
+		fullDisk(t, fullWrite{400, "invalid_request"}, "--provider", "oci")
+	})
+}
+
+// fullWrite is the answer to a file write into a sandbox on the full disk.
+type fullWrite struct {
+	status int
+	code   string
+}
+
+func fullDisk(t *testing.T, write fullWrite, flags ...string) {
 	dataDir := smallDisk(t, 8<<20)
+	removeContainersAtEnd(t, dataDir) // after the daemons stop, before the disk goes
 	a := &acked{creates: map[string]*sandbox.Sandbox{}, gens: map[sandbox.ID]sandbox.Generation{}}
 	ctx := context.Background()
-	d := startDaemon(t, dataDir)
+	d := startDaemon(t, dataDir, flags...)
 	create := func(key string) (int, *sandbox.Sandbox, apiError) {
 		var raw json.RawMessage
 		var sb sandbox.Sandbox
@@ -95,16 +113,16 @@ func TestFullDisk(t *testing.T) {
 		}
 	}
 	shown := map[int64]sandbox.Event{}
-	checkServesFull(t, d, base, first, shown)
+	checkServesFull(t, d, base, first, write, shown)
 	// What the daemon lists is in the file: a refused create either recorded nothing or recorded its
 	// sandbox before the write that failed, and then the sandbox is there after a restart.
 	listed := list(t, d)
 
 	// A daemon killed on a full disk starts again on it.
 	d.kill()
-	d = startDaemon(t, dataDir)
+	d = startDaemon(t, dataDir, flags...)
 	base = fmt.Sprintf("%s/v1/sandboxes/%s", d.url, first.ID)
-	checkServesFull(t, d, base, first, shown)
+	checkServesFull(t, d, base, first, write, shown)
 
 	if err := os.Remove(filler); err != nil {
 		t.Fatal(err)
@@ -130,7 +148,7 @@ func TestFullDisk(t *testing.T) {
 	seen := readEvents(t, d, shown)
 
 	d.kill()
-	d = startDaemon(t, dataDir)
+	d = startDaemon(t, dataDir, flags...)
 	checkRecovered(t, d, a, seen)
 	checkEventsKept(t, d, shown)
 	after := list(t, d)
@@ -144,7 +162,7 @@ func TestFullDisk(t *testing.T) {
 
 // checkServesFull checks what a daemon on a full disk still does for the ready sandbox sb, and adds the
 // events it shows to shown.
-func checkServesFull(t *testing.T, d *daemon, base string, sb *sandbox.Sandbox, shown map[int64]sandbox.Event) {
+func checkServesFull(t *testing.T, d *daemon, base string, sb *sandbox.Sandbox, write fullWrite, shown map[int64]sandbox.Event) {
 	t.Helper()
 	ctx := context.Background()
 	if st := call(ctx, "GET", d.url+"/healthz", nil, nil); st != 200 {
@@ -160,11 +178,11 @@ func checkServesFull(t *testing.T, d *daemon, base string, sb *sandbox.Sandbox, 
 		"argv": []string{"sh", "-c", "echo hi"}}, &res); st != 200 || res.Stdout != "hi\n" {
 		t.Fatalf("command on a full disk: %d %+v", st, res)
 	}
-	// A host sandbox's files are on the full disk too.
+	// The sandbox's files are on the full disk too.
 	var e apiError
 	if st := call(ctx, "PUT", base+"/files/content", map[string]any{"expectedGeneration": sb.Generation,
-		"path": "f.txt", "contentBase64": "aGk="}, &e); st != 503 || e.Error.Code != "provider_unavailable" {
-		t.Fatalf("file write on a full disk: %d %+v, want 503 provider_unavailable", st, e)
+		"path": "f.txt", "contentBase64": "aGk="}, &e); st != write.status || e.Error.Code != write.code {
+		t.Fatalf("file write on a full disk: %d %+v, want %d %s", st, e, write.status, write.code)
 	}
 	readEvents(t, d, shown)
 }
