@@ -246,18 +246,10 @@ func checkRecovered(t *testing.T, d *daemon, a *acked, lastCursor int64) {
 		}
 	}
 	// Events: strictly increasing cursors, and every acknowledged sandbox has its created event.
-	var all []sandbox.Event
+	all := allEvents(t, d)
 	after := int64(0)
-	for {
-		var page struct{ Events []sandbox.Event }
-		if st := call(ctx, "GET", fmt.Sprintf("%s/v1/events?after=%d", d.url, after), nil, &page); st != 200 {
-			t.Fatalf("events after restart: status %d", st)
-		}
-		if len(page.Events) == 0 {
-			break
-		}
-		all = append(all, page.Events...)
-		after = page.Events[len(page.Events)-1].Cursor
+	if len(all) > 0 {
+		after = all[len(all)-1].Cursor
 	}
 	created := map[sandbox.ID]bool{}
 	for i, ev := range all {
@@ -307,5 +299,23 @@ func checkRecovered(t *testing.T, d *daemon, a *acked, lastCursor int64) {
 			t.Fatalf("sandboxes still transitional %v after restart: %v", transitionalBound, stuck)
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// allEvents pages through d's whole event log, oldest first.
+func allEvents(t *testing.T, d *daemon) []sandbox.Event {
+	t.Helper()
+	var all []sandbox.Event
+	after := int64(0)
+	for {
+		var page struct{ Events []sandbox.Event }
+		if st := call(context.Background(), "GET", fmt.Sprintf("%s/v1/events?after=%d", d.url, after), nil, &page); st != 200 {
+			t.Fatalf("events: status %d", st)
+		}
+		if len(page.Events) == 0 {
+			return all
+		}
+		all = append(all, page.Events...)
+		after = page.Events[len(page.Events)-1].Cursor
 	}
 }

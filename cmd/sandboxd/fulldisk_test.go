@@ -204,20 +204,12 @@ func list(t *testing.T, d *daemon) map[sandbox.ID]string {
 // readEvents reads d's whole event log into shown and returns the newest cursor.
 func readEvents(t *testing.T, d *daemon, shown map[int64]sandbox.Event) int64 {
 	t.Helper()
-	after := int64(0)
-	for {
-		var page struct{ Events []sandbox.Event }
-		if st := call(context.Background(), "GET", fmt.Sprintf("%s/v1/events?after=%d", d.url, after), nil, &page); st != 200 {
-			t.Fatalf("events: %d", st)
-		}
-		if len(page.Events) == 0 {
-			return after
-		}
-		for _, ev := range page.Events {
-			shown[ev.Cursor] = ev
-		}
-		after = page.Events[len(page.Events)-1].Cursor
+	newest := int64(0)
+	for _, ev := range allEvents(t, d) {
+		shown[ev.Cursor] = ev
+		newest = ev.Cursor
 	}
+	return newest
 }
 
 // smallDisk mounts a tmpfs of size bytes for the test and returns a directory on it. It needs root

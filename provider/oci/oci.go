@@ -228,27 +228,9 @@ func (p *Provider) removeOrphans(ctx context.Context) {
 	if len(p.found) == 0 {
 		return
 	}
-	claimed := map[string]bool{}
-	for _, d := range []string{p.boxDir, p.pool.dir} {
-		ents, err := os.ReadDir(d)
-		if err != nil {
-			p.log.Warn("listing what claims the containers left running; none removed", "dir", d, "err", err)
-			return
-		}
-		for _, e := range ents {
-			claimed[e.Name()] = true
-			if d != p.boxDir {
-				continue
-			}
-			m, err := readMetaFile(layout{dir: filepath.Join(d, e.Name())})
-			if err != nil && !os.IsNotExist(err) {
-				p.log.Warn("sandbox metadata unreadable; no unclaimed container removed", "dir", e.Name(), "err", err)
-				return
-			}
-			if m.Container != "" {
-				claimed[m.Container] = true
-			}
-		}
+	claimed, ok := p.claimedContainers()
+	if !ok {
+		return
 	}
 	for name := range p.found {
 		if claimed[name] {
@@ -265,6 +247,45 @@ func (p *Provider) removeOrphans(ctx context.Context) {
 		}
 		delete(p.found, name)
 	}
+}
+
+// claimedContainers returns the names of the containers a directory claims, or false when that cannot
+// be told. A listed container named like a sandbox or pool directory is claimed by the name alone;
+// only when one is not (a taken pool entry, or an orphan) are the sandboxes' metadata files read.
+func (p *Provider) claimedContainers() (map[string]bool, bool) {
+	claimed := map[string]bool{}
+	var boxes []string
+	for _, d := range []string{p.boxDir, p.pool.dir} {
+		ents, err := os.ReadDir(d)
+		if err != nil {
+			p.log.Warn("listing what claims the containers left running; none removed", "dir", d, "err", err)
+			return nil, false
+		}
+		for _, e := range ents {
+			claimed[e.Name()] = true
+			if d == p.boxDir {
+				boxes = append(boxes, e.Name())
+			}
+		}
+	}
+	all := true
+	for name := range p.found {
+		all = all && claimed[name]
+	}
+	if all {
+		return claimed, true
+	}
+	for _, name := range boxes {
+		m, err := readMetaFile(layout{dir: filepath.Join(p.boxDir, name)})
+		if err != nil && !os.IsNotExist(err) {
+			p.log.Warn("sandbox metadata unreadable; no unclaimed container removed", "dir", name, "err", err)
+			return nil, false
+		}
+		if m.Container != "" {
+			claimed[m.Container] = true
+		}
+	}
+	return claimed, true
 }
 
 // Manifest describes the provider.
