@@ -19,10 +19,12 @@ import (
 // oneMiBCommand prints exactly 1 MiB of printable text, the default output cap.
 var oneMiBCommand = []string{"sh", "-c", "yes 0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ | head -c 1048576"}
 
-// apiCases measures the cases that need one ready sandbox, and create-to-ready, on the daemon.
 // getRate is the rate the open-loop GET case offers, about a quarter of what the closed loop reaches
 // on 2 cores here.
 const getRate = 4000.0
+
+// getBounds are the bounds of the GET cases: many more samples than a sequential case takes.
+func getBounds(b Bounds) Bounds { return Bounds{Count: max(b.Count*20, 2000), Duration: b.Duration} }
 
 // execBlock is the number of back-to-back execs, and then of fork/exec floor samples, in one block.
 const execBlock = 20
@@ -158,7 +160,7 @@ func apiCases(ctx context.Context, c *client, b Bounds, prefix string, fl *floor
 		}
 	}
 
-	r, err = concurrent(ctx, "get 64 clients", 64, Bounds{Count: max(b.Count*20, 2000), Duration: b.Duration}, func() error {
+	r, err = concurrent(ctx, "get 64 clients", 64, getBounds(b), func() error {
 		_, err := c.get(ctx, sb.ID)
 		return err
 	})
@@ -166,7 +168,7 @@ func apiCases(ctx context.Context, c *client, b Bounds, prefix string, fl *floor
 	if err := add(r, err); err != nil {
 		return out, err
 	}
-	r, err = paced(ctx, "get 64 clients paced", 64, getRate, Bounds{Count: max(b.Count*20, 2000), Duration: b.Duration}, func() error {
+	r, err = paced(ctx, "get 64 clients paced", 64, getRate, getBounds(b), func() error {
 		_, err := c.get(ctx, sb.ID)
 		return err
 	})

@@ -170,6 +170,12 @@ func (f *floors) results(ctx context.Context, b Bounds) ([]Result, error) {
 	r := summarize("floor: fork/exec, back to back", f.forkExecWarm, f.warmWall)
 	r.Note = "the same, in blocks beside exec true, back to back"
 	out = append(out, r)
+	r, err := paced(ctx, "", 64, getRate, getBounds(b), func() error { return nil })
+	if err != nil {
+		return out, err
+	}
+	r.Name, r.Note = "floor: open-loop schedule", fmt.Sprintf("the open loop's 64 clients at %.0f/s with no request: the pacer's own lateness", getRate)
+	out = append(out, r)
 	if f.prov == nil {
 		return out, nil
 	}
@@ -180,7 +186,7 @@ func (f *floors) results(ctx context.Context, b Bounds) ([]Result, error) {
 	r.Note = "until the agent's first health answer, dialled from the host in a tight loop"
 	out = append(out, r)
 
-	r, err := sequential(ctx, "", b, func(int) error {
+	r, err = sequential(ctx, "", b, func(int) error {
 		cmd := exec.CommandContext(ctx, "runc", "--root", f.root, "exec", f.live.Name(), "true")
 		cmd.Stdout, cmd.Stderr = f.devnull, f.devnull
 		return cmd.Run()

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"net/http/httptest"
 	"os"
@@ -9,6 +10,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -102,8 +104,9 @@ func TestAPICasesAndGrowth(t *testing.T) {
 	// The fork/exec floor is sampled once beside each exec of true, and the back-to-back one in a block
 	// after each block of back-to-back execs (here one block of three).
 	floorRes, err := fl.results(ctx, b)
-	if err != nil || len(floorRes) != 2 || floorRes[0].N != cases[1].N || floorRes[0].P50 <= 0 ||
-		floorRes[1].N != cases[2].N || floorRes[1].P50 <= 0 {
+	if err != nil || len(floorRes) != 3 || floorRes[0].N != cases[1].N || floorRes[0].P50 <= 0 ||
+		floorRes[1].N != cases[2].N || floorRes[1].P50 <= 0 ||
+		floorRes[2].Name != "floor: open-loop schedule" || floorRes[2].N != getBounds(b).Count {
 		t.Fatalf("floors %+v %v (exec true took %d samples, back to back %d)", floorRes, err, cases[1].N, cases[2].N)
 	}
 	want := []string{"create-to-ready", "exec true", "exec true, back to back", "exec 1 MiB output", "file write 4 KiB", "file read 4 KiB",
@@ -223,6 +226,50 @@ func TestFlags(t *testing.T) {
 	o, err := parseFlags([]string{"--url", "http://[::1]:8080/", "--growth", "10, 100"}, &strings.Builder{})
 	if err != nil || o.url != "http://[::1]:8080" || len(o.growth) != 2 || o.growth[1] != 100 {
 		t.Fatalf("%+v %v", o, err)
+	}
+}
+
+// TestPaced checks the open loop's schedule: no request is sent before it is due, the samples stop at
+// the count or at the deadline, and an error ends the case.
+func TestPaced(t *testing.T) {
+	ctx := context.Background()
+	const n, rate = 4, 2000.0
+	step := time.Duration(float64(time.Second) / rate)
+	var mu sync.Mutex
+	var sent []time.Time
+	start := time.Now()
+	r, err := paced(ctx, "p", n, rate, Bounds{Count: 100, Duration: time.Minute}, func() error {
+		mu.Lock()
+		sent = append(sent, time.Now())
+		mu.Unlock()
+		return nil
+	})
+	if err != nil || r.N != 100 {
+		t.Fatalf("%+v %v", r, err)
+	}
+	slices.SortFunc(sent, func(a, b time.Time) int { return a.Compare(b) })
+	for k, at := range sent {
+		if due := start.Add(time.Duration(k) * step); at.Before(due) {
+			t.Fatalf("request %d sent %v before it was due", k, due.Sub(at))
+		}
+	}
+
+	r, err = paced(ctx, "p", n, rate, Bounds{Count: 1 << 20, Duration: 50 * time.Millisecond}, func() error { return nil })
+	if err != nil || r.N < 1 || r.N > int(rate*0.05)+1 {
+		t.Fatalf("50 ms at %v/s: %+v %v", rate, r, err)
+	}
+
+	calls := 0
+	_, err = paced(ctx, "p", n, rate, Bounds{Count: 100, Duration: time.Minute}, func() error {
+		mu.Lock()
+		defer mu.Unlock()
+		if calls++; calls == 5 {
+			return errors.New("boom")
+		}
+		return nil
+	})
+	if err == nil || err.Error() != "boom" {
+		t.Fatalf("an op's error: got %v", err)
 	}
 }
 

@@ -93,19 +93,65 @@ func concurrent(ctx context.Context, name string, n int, b Bounds, op func() err
 // on its own fixed schedule, and each latency is measured from the time the operation was due, not from
 // when it was sent, so a server that falls behind is charged for the queue it builds (no coordinated
 // omission). It stops when the bounds say so; Count bounds the samples of all of them together.
+//
+// One pacer hands each client its due times, sleeping on a thread of its own with the kernel's timer
+// precision (see sleepUntil): a goroutine's own time.Sleep wakes up to a millisecond late when the
+// process is otherwise idle (the runtime's poller waits in whole milliseconds), which an open loop
+// would count as the server's latency. The pacer's own lateness is what paced measures with an op
+// that does nothing (the floor "open-loop schedule").
 func paced(ctx context.Context, name string, n int, rate float64, b Bounds, op func() error) (Result, error) {
 	interval := time.Duration(float64(n) / rate * float64(time.Second))
 	start := time.Now()
-	return runClients(ctx, name, n, b, func(g int, deadline time.Time, s *shared) {
-		due := start.Add(interval * time.Duration(g) / time.Duration(n)) // staggered
-		for ; ctx.Err() == nil && due.Before(deadline) && s.more(); due = due.Add(interval) {
-			if wait := time.Until(due); wait > 0 {
-				time.Sleep(wait)
+	dues := make([]chan time.Time, n)
+	for g := range dues {
+		// Room for every due time of the run: the pacer never waits for a client that fell behind.
+		dues[g] = make(chan time.Time, int(b.Duration/interval)+2)
+	}
+	done := make(chan struct{})
+	paced := make(chan struct{})
+	go func() {
+		defer close(paced)
+		pace(ctx, done, start, start.Add(b.Duration), interval, dues)
+	}()
+	r, err := runClients(ctx, name, n, b, func(g int, _ time.Time, s *shared) {
+		for due := range dues[g] {
+			if ctx.Err() != nil || !s.more() {
+				return
 			}
 			err := op()
 			s.record(time.Since(due), err)
 		}
 	})
+	close(done)
+	<-paced
+	return r, err
+}
+
+// pace sends client g's due times, start + interval*g/n + k*interval, to dues[g] as each comes, in
+// order over all clients, until deadline, ctx or done; then it closes every channel.
+func pace(ctx context.Context, done <-chan struct{}, start, deadline time.Time, interval time.Duration, dues []chan time.Time) {
+	defer func() {
+		for _, c := range dues {
+			close(c)
+		}
+	}()
+	sleepUntil := preciseSleeper()
+	n := len(dues)
+	for k := 0; ; k++ {
+		due := start.Add(interval * time.Duration(k) / time.Duration(n))
+		if !due.Before(deadline) {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-done:
+			return
+		default:
+		}
+		sleepUntil(due)
+		dues[k%n] <- due
+	}
 }
 
 // shared collects the samples of concurrent clients.
