@@ -17,7 +17,7 @@ type GrowthStep struct {
 	List         Result       `json:"list"`         // GET /v1/sandboxes with Live sandboxes
 	DaemonRSSKiB int64        `json:"daemonRssKiB"` // 0 when the daemon's pid is unknown
 	PerSandboxKB float64      `json:"daemonKiBPerSandbox"`
-	IdleCPU      float64      `json:"idleCpuMsPerS,omitempty"` // the daemon's CPU while idle, ms a second, with --idle-window
+	IdleCPU      *float64     `json:"idleCpuMsPerS,omitempty"` // the daemon's CPU while idle, ms a second, with --idle-window; counted in clock ticks (10 ms)
 	Agents       *AgentMemory `json:"agents,omitempty"`
 	StateKiB     int64        `json:"stateKiB,omitempty"` // provider state on disk, all sandboxes
 }
@@ -76,7 +76,8 @@ func growth(ctx context.Context, c *client, d daemonInfo, steps []int, b Bounds,
 				if err != nil {
 					return out, err
 				}
-				st.IdleCPU = float64(used.Microseconds()) / 1000 / idle.Seconds()
+				perS := float64(used.Microseconds()) / 1000 / idle.Seconds()
+				st.IdleCPU = &perS
 			}
 		}
 		if d.provider == "oci" {

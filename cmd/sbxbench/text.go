@@ -35,8 +35,8 @@ func printText(w io.Writer, rep *Report) {
 		fmt.Fprintln(tw, "live\tprovider\tcreate p50 ms\tcreate p90 ms\tlist p50 ms\tlist p99 ms\tdaemon RSS MiB\tdaemon KiB/sandbox\tidle CPU ms/s\tagents\tagent RSS KiB each\tagent PSS KiB each\tcgroup KiB each\tstate KiB each\t")
 		for _, g := range rep.Growth {
 			agents, rss, pss, cg, state, idle := "-", "-", "-", "-", "-", "-"
-			if g.IdleCPU > 0 {
-				idle = fmt.Sprintf("%.1f", g.IdleCPU)
+			if g.IdleCPU != nil {
+				idle = fmt.Sprintf("%.1f", *g.IdleCPU)
 			}
 			if a := g.Agents; a != nil && a.Count > 0 {
 				agents = fmt.Sprint(a.Count)
