@@ -9,7 +9,8 @@
 // Reaping: by default proc waits for each leader itself, with wait4 on its pid. A PID-1 agent, whose
 // own wait4(-1) loop would otherwise steal those exit statuses, sets Runner.Waiter to a Reaper (or its
 // own Waiter): then only the reaper calls wait4, and proc registers each pid with it under the
-// reaper's lock around the fork. Such a process also sets Runner.KillWait, so that Run returns only
+// reaper's lock around the fork; a Waiter with a Reap method is asked to reap while Run waits for a
+// killed group to empty. Such a process also sets Runner.KillWait, so that Run returns only
 // once the group's members are reaped and their pids free again.
 package proc
 
@@ -191,7 +192,11 @@ func (r *Runner) Run(ctx context.Context, dir string, cmd sandbox.Command) (sand
 		ws = <-exited
 	}
 	// The leader is gone: kill whatever is left of its group, then unregister it.
-	killGroup(pgid, r.KillWait)
+	reap := func() {}
+	if rp, ok := waiter.(interface{ Reap() }); ok {
+		reap = rp.Reap // the group's members are the waiter's to reap
+	}
+	killGroup(pgid, r.KillWait, reap)
 	r.mu.Lock()
 	delete(r.running, pgid)
 	r.mu.Unlock()
@@ -260,13 +265,15 @@ func (r *Runner) Close(ctx context.Context) error {
 	}
 }
 
-// killGroup kills the process group pgid, and keeps killing it for up to wait until it is empty.
-// kill(-pgid) is atomic with respect to fork, so a fork bomb inside the group cannot outrun it; a
-// zombie stays in the group until it is reaped, so an empty group also means its pids are free.
-func killGroup(pgid int, wait time.Duration) {
+// killGroup kills the process group pgid, and keeps killing it for up to wait until it is empty,
+// calling reap before each look. kill(-pgid) is atomic with respect to fork, so a fork bomb inside the
+// group cannot outrun it; a zombie stays in the group until it is reaped, so an empty group also
+// means its pids are free.
+func killGroup(pgid int, wait time.Duration, reap func()) {
 	_ = unix.Kill(-pgid, unix.SIGKILL)
 	deadline := time.Now().Add(wait)
 	for i := 0; time.Now().Before(deadline); i++ {
+		reap()
 		if err := unix.Kill(-pgid, unix.SIGKILL); err != nil {
 			return // ESRCH: the group is empty
 		}

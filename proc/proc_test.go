@@ -1,6 +1,7 @@
 package proc
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"os"
@@ -374,6 +375,135 @@ func TestKillWait(t *testing.T) {
 	if err := unix.Kill(-pgid, 0); !errors.Is(err, unix.ESRCH) {
 		t.Fatalf("group %d not empty when Run returned: %v", pgid, err)
 	}
+}
+
+// TestReaperQuietWhileBusy: while commands run, SIGCHLD is not delivered (SIG_DFL) and commands are
+// reaped through their pidfds; an orphan that exits meanwhile is reaped all the same, by the periodic
+// sweep; once nothing has run for a sweep, the runtime's handler is back and reaps on signals; Stop
+// gives the handler back at once.
+func TestReaperQuietWhileBusy(t *testing.T) {
+	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0)
+	defer func(d time.Duration) { orphanSweep = d }(orphanSweep)
+	orphanSweep = 200 * time.Millisecond
+	reaper := NewReaper()
+	stop := sync.OnceFunc(reaper.Stop)
+	defer stop()
+	if !reaper.pidfds {
+		t.Skip("no pidfd_open here: SIGCHLD stays on")
+	}
+	r := &Runner{Env: baseEnv, Waiter: reaper}
+	dir := t.TempDir()
+	goHandler := sigchldHandler(t)
+	if goHandler == 0 {
+		t.Fatal("SIGCHLD has no handler before the reaper ran anything")
+	}
+	within := func(what string, d time.Duration, ok func() bool) {
+		t.Helper()
+		for deadline := time.Now().Add(d); !ok(); time.Sleep(10 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: not within %v (zombies %v, SIGCHLD handler %#x)", what, d, zombies(t), sigchldHandler(t))
+			}
+		}
+	}
+
+	long := make(chan sandbox.CommandResult, 1)
+	go func() {
+		res, _ := r.Run(context.Background(), dir, sh("sleep 3; exit 3"))
+		long <- res
+	}()
+	// The orphan leaves the group and outlives the command that started it, then exits while the
+	// long command still runs, when no command's exit is due to sweep it up.
+	orphan := orphanPID(t, run(t, r, dir, orphanScript("0.3")))
+	if h := sigchldHandler(t); h != 0 {
+		t.Fatalf("SIGCHLD handler %#x while a command runs, want SIG_DFL", h)
+	}
+	within("orphan reaped while a command runs", 2*time.Second, func() bool { return gone(orphan) })
+	select {
+	case res := <-long:
+		t.Fatalf("the long command ended early: %+v", res)
+	default:
+	}
+	wantExit(t, <-long, 3)
+	within("the runtime's handler back once idle", 5*time.Second, func() bool { return sigchldHandler(t) == goHandler })
+
+	// An orphan that exits after the handler is back is reaped on its signal.
+	orphan = orphanPID(t, run(t, r, dir, orphanScript("1.5")))
+	ended := time.Now()
+	within("the runtime's handler back", time.Second, func() bool { return sigchldHandler(t) == goHandler })
+	if gone(orphan) {
+		t.Fatalf("the orphan ended before the handler was back (%v after the command ended)", time.Since(ended))
+	}
+	within("orphan reaped on its signal", 5*time.Second, func() bool { return gone(orphan) })
+
+	// Stop in the middle of a command gives SIGCHLD back at once.
+	go func() {
+		res, _ := r.Run(context.Background(), dir, sh("sleep 1"))
+		long <- res
+	}()
+	within("SIGCHLD off for a command", 5*time.Second, func() bool { return sigchldHandler(t) == 0 })
+	stop()
+	if h := sigchldHandler(t); h != goHandler {
+		t.Fatalf("SIGCHLD handler %#x after Stop, want the runtime's %#x", h, goHandler)
+	}
+	wantExit(t, <-long, 0) // its pidfd still tells
+}
+
+// sigchldHandler is SIGCHLD's current handler as the kernel has it (0: SIG_DFL).
+func sigchldHandler(t *testing.T) uintptr {
+	t.Helper()
+	var cur sigaction
+	if err := rtSigaction(unix.SIGCHLD, nil, &cur); err != nil {
+		t.Fatal(err)
+	}
+	return cur.handler
+}
+
+// orphanScript starts a process that leaves the command's group (with setsid, before the command
+// ends and its group is killed) and exits after sleeping secs, and prints its pid.
+func orphanScript(secs string) sandbox.Command {
+	return sh("setsid sh -c 'sleep " + secs + "' </dev/null >/dev/null 2>&1 & p=$!; " +
+		`until [ "$(cut -d' ' -f6 /proc/$p/stat)" = "$p" ]; do sleep 0.01; done; echo $p`)
+}
+
+// orphanPID is the pid a command printed, after checking that it exited 0.
+func orphanPID(t *testing.T, res sandbox.CommandResult) int {
+	t.Helper()
+	wantExit(t, res, 0)
+	pid, err := strconv.Atoi(strings.TrimSpace(res.Stdout))
+	if err != nil {
+		t.Fatalf("no pid in %q", res.Stdout)
+	}
+	return pid
+}
+
+// gone reports whether pid has exited and been reaped.
+func gone(pid int) bool { return errors.Is(unix.Kill(pid, 0), unix.ESRCH) }
+
+// zombies lists this process's children that have exited and are not reaped.
+func zombies(t *testing.T) []string {
+	t.Helper()
+	dirs, err := os.ReadDir("/proc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	me := strconv.Itoa(os.Getpid())
+	var out []string
+	for _, d := range dirs {
+		stat, err := os.ReadFile("/proc/" + d.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid ...
+		if i := bytes.LastIndexByte(stat, ')'); i > 0 {
+			if f := strings.Fields(string(stat[i+1:])); len(f) > 1 && f[0] == "Z" && f[1] == me {
+				out = append(out, string(stat[:i+1]))
+			}
+		}
+	}
+	return out
 }
 
 // TestOOMScoreAdj: a command gets the runner's OOMScoreAdj, not the runner's own score.
