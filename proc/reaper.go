@@ -42,6 +42,7 @@ type Reaper struct {
 	sweep  *time.Timer   // the periodic sweep while quiet
 	every  time.Duration // its period: orphanSweep when the reaper was made
 	busy   bool          // a command started since the last periodic sweep
+	ended  bool          // Stop was called: SIGCHLD stays the runtime's
 }
 
 // NewReaper starts a reaper. Stop it with Stop.
@@ -66,7 +67,7 @@ func NewReaper() *Reaper {
 func (r *Reaper) Start(start func() (int, error)) (int, <-chan unix.WaitStatus, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.pidfds && !r.quiet {
+	if r.pidfds && !r.quiet && !r.ended {
 		r.silence()
 	}
 	r.busy = true
@@ -98,6 +99,7 @@ func (r *Reaper) Reap() {
 // reaped.
 func (r *Reaper) Stop() {
 	r.mu.Lock()
+	r.ended = true
 	if r.quiet {
 		r.loud()
 	}
