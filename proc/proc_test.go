@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 	"unicode/utf8"
@@ -349,6 +350,21 @@ func TestReaper(t *testing.T) {
 		}()
 	}
 	wg.Wait()
+	// Commands that exit at once, many at a time: each is delivered, and (goleak, in TestMain) leaves
+	// no goroutine waiting on its pidfd.
+	for round := 0; round < 10; round++ {
+		for i := 0; i < 20; i++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				res, err := r.Run(context.Background(), dir, sandbox.Command{Argv: []string{"true"}})
+				if err != nil || res.ExitCode == nil || *res.ExitCode != 0 {
+					t.Errorf("true: %+v, %v", res, err)
+				}
+			}()
+		}
+		wg.Wait()
+	}
 	cmd := sh("sleep 300")
 	cmd.Timeout = 100 * time.Millisecond
 	if res := run(t, r, dir, cmd); !res.TimedOut {
@@ -449,6 +465,45 @@ func TestReaperQuietWhileBusy(t *testing.T) {
 		t.Fatalf("SIGCHLD handler %#x after Stop, want the runtime's %#x", h, goHandler)
 	}
 	wantExit(t, <-long, 0) // its pidfd still tells
+}
+
+// TestWatchAfterExit: a command that has exited, and whose pidfd's readiness the runtime's poller
+// has already taken in, before its watcher first waits, is still delivered and its watcher ends.
+func TestWatchAfterExit(t *testing.T) {
+	reaper := NewReaper()
+	defer reaper.Stop()
+	if !reaper.pidfds {
+		t.Skip("no pidfd_open here")
+	}
+	reaper.mu.Lock()
+	pid, err := syscall.ForkExec("/bin/true", []string{"true"}, &syscall.ProcAttr{})
+	if err != nil {
+		reaper.mu.Unlock()
+		t.Fatal(err)
+	}
+	ch := make(chan unix.WaitStatus, 1)
+	reaper.waiting[pid] = ch
+	f, err := pidfdFile(pid)
+	reaper.mu.Unlock()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Let the child exit, and the poller run (a sleeping goroutine leaves the Ps idle, and an idle P
+	// polls): the readiness of the pidfd is taken in before anyone waits on it.
+	time.Sleep(200 * time.Millisecond)
+	done := make(chan struct{})
+	go func() {
+		reaper.watch(f, pid, ch)
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the watcher of an exited command still waits")
+	}
+	if ws := <-ch; !ws.Exited() || ws.ExitStatus() != 0 {
+		t.Fatalf("status %v", ws)
+	}
 }
 
 // sigchldHandler is SIGCHLD's current handler as the kernel has it (0: SIG_DFL).

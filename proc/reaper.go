@@ -126,12 +126,9 @@ func (r *Reaper) watch(f *os.File, pid int, ch chan unix.WaitStatus) {
 	if err != nil {
 		return // the periodic sweep delivers
 	}
-	polled := false
+	// Sweep before each wait, the first included: the poller forgets a readiness that came before
+	// the first wait (a command that exited at once), and a pidfd is readable only from its exit on.
 	_ = rc.Read(func(uintptr) bool {
-		if !polled { // first wait for the poller: a pidfd is readable once its process has exited
-			polled = true
-			return false
-		}
 		r.mu.Lock()
 		defer r.mu.Unlock()
 		r.reapLocked()
