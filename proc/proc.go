@@ -266,17 +266,19 @@ func (r *Runner) Close(ctx context.Context) error {
 }
 
 // killGroup kills the process group pgid, and keeps killing it for up to wait until it is empty,
-// calling reap before each look. kill(-pgid) is atomic with respect to fork, so a fork bomb inside the
+// calling reap between looks. kill(-pgid) is atomic with respect to fork, so a fork bomb inside the
 // group cannot outrun it; a zombie stays in the group until it is reaped, so an empty group also
 // means its pids are free.
 func killGroup(pgid int, wait time.Duration, reap func()) {
-	_ = unix.Kill(-pgid, unix.SIGKILL)
 	deadline := time.Now().Add(wait)
-	for i := 0; time.Now().Before(deadline); i++ {
-		reap()
+	for i := 0; ; i++ {
 		if err := unix.Kill(-pgid, unix.SIGKILL); err != nil {
 			return // ESRCH: the group is empty
 		}
+		if !time.Now().Before(deadline) {
+			return
+		}
+		reap() // members already dead stay in the group until they are reaped
 		if i == 0 {
 			runtime.Gosched()
 			continue

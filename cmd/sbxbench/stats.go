@@ -95,7 +95,7 @@ func concurrent(ctx context.Context, name string, n int, b Bounds, op func() err
 // omission). It stops when the bounds say so; Count bounds the samples of all of them together.
 //
 // One pacer hands each client its due times, sleeping on a thread of its own with the kernel's timer
-// precision (see sleepUntil): a goroutine's own time.Sleep wakes up to a millisecond late when the
+// precision (see preciseSleeper): a goroutine's own time.Sleep wakes up to a millisecond late when the
 // process is otherwise idle (the runtime's poller waits in whole milliseconds), which an open loop
 // would count as the server's latency. The pacer's own lateness is what paced measures with an op
 // that does nothing (the floor "open-loop schedule").
