@@ -171,7 +171,8 @@ func (r *Reaper) silence() {
 // loud puts the runtime's SIGCHLD action back and stops the periodic sweep.
 func (r *Reaper) loud() {
 	if rtSigaction(unix.SIGCHLD, &r.goAct, nil) != nil {
-		return // stays quiet: the periodic sweep goes on reaping
+		r.sweep.Reset(r.every) // stays quiet: the periodic sweep goes on reaping
+		return
 	}
 	r.quiet = false
 	r.sweep.Stop()
