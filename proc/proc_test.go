@@ -1,7 +1,6 @@
 package proc
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"os"
@@ -416,50 +415,41 @@ func TestReaperQuietWhileBusy(t *testing.T) {
 	if goHandler == 0 {
 		t.Fatal("SIGCHLD has no handler before the reaper ran anything")
 	}
-	within := func(what string, d time.Duration, ok func() bool) {
-		t.Helper()
-		for deadline := time.Now().Add(d); !ok(); time.Sleep(10 * time.Millisecond) {
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: not within %v (zombies %v, SIGCHLD handler %#x)", what, d, zombies(t), sigchldHandler(t))
-			}
-		}
-	}
-
 	long := make(chan sandbox.CommandResult, 1)
+	pidFile := filepath.Join(t.TempDir(), "long.pid")
 	go func() {
-		res, _ := r.Run(context.Background(), dir, sh("sleep 3; exit 3"))
+		res, _ := r.Run(context.Background(), dir, sh("echo $$ > "+pidFile+"; sleep 3; exit 3"))
 		long <- res
 	}()
+	longPID := readPid(t, pidFile)
 	// The orphan leaves the group and outlives the command that started it, then exits while the
 	// long command still runs, when no command's exit is due to sweep it up.
 	orphan := orphanPID(t, run(t, r, dir, orphanScript("0.3")))
 	if h := sigchldHandler(t); h != 0 {
 		t.Fatalf("SIGCHLD handler %#x while a command runs, want SIG_DFL", h)
 	}
-	within("orphan reaped while a command runs", 2*time.Second, func() bool { return gone(orphan) })
-	select {
-	case res := <-long:
-		t.Fatalf("the long command ended early: %+v", res)
-	default:
+	waitFor(t, "reaping of the orphan", func() bool { return gone(orphan) })
+	if dead(longPID) {
+		t.Fatal("the orphan was reaped only once the long command had ended")
 	}
 	wantExit(t, <-long, 3)
-	within("the runtime's handler back once idle", 5*time.Second, func() bool { return sigchldHandler(t) == goHandler })
+	waitFor(t, "runtime's handler once idle", func() bool { return sigchldHandler(t) == goHandler })
 
 	// An orphan that exits after the handler is back is reaped on its signal.
 	orphan = orphanPID(t, run(t, r, dir, orphanScript("1.5")))
 	ended := time.Now()
-	within("the runtime's handler back", time.Second, func() bool { return sigchldHandler(t) == goHandler })
+	waitFor(t, "runtime's handler", func() bool { return sigchldHandler(t) == goHandler })
 	if gone(orphan) {
 		t.Fatalf("the orphan ended before the handler was back (%v after the command ended)", time.Since(ended))
 	}
-	within("orphan reaped on its signal", 5*time.Second, func() bool { return gone(orphan) })
+	waitFor(t, "reaping of the orphan on its signal", func() bool { return gone(orphan) })
 
 	// Stop in the middle of a command gives SIGCHLD back at once.
 	go func() {
 		res, _ := r.Run(context.Background(), dir, sh("sleep 1"))
 		long <- res
 	}()
-	within("SIGCHLD off for a command", 5*time.Second, func() bool { return sigchldHandler(t) == 0 })
+	waitFor(t, "SIGCHLD off for a command", func() bool { return sigchldHandler(t) == 0 })
 	stop()
 	if h := sigchldHandler(t); h != goHandler {
 		t.Fatalf("SIGCHLD handler %#x after Stop, want the runtime's %#x", h, goHandler)
@@ -536,30 +526,6 @@ func orphanPID(t *testing.T, res sandbox.CommandResult) int {
 
 // gone reports whether pid has exited and been reaped.
 func gone(pid int) bool { return errors.Is(unix.Kill(pid, 0), unix.ESRCH) }
-
-// zombies lists this process's children that have exited and are not reaped.
-func zombies(t *testing.T) []string {
-	t.Helper()
-	dirs, err := os.ReadDir("/proc")
-	if err != nil {
-		t.Fatal(err)
-	}
-	me := strconv.Itoa(os.Getpid())
-	var out []string
-	for _, d := range dirs {
-		stat, err := os.ReadFile("/proc/" + d.Name() + "/stat")
-		if err != nil {
-			continue
-		}
-		// pid (comm) state ppid ...
-		if i := bytes.LastIndexByte(stat, ')'); i > 0 {
-			if f := strings.Fields(string(stat[i+1:])); len(f) > 1 && f[0] == "Z" && f[1] == me {
-				out = append(out, string(stat[:i+1]))
-			}
-		}
-	}
-	return out
-}
 
 // TestOOMScoreAdj: a command gets the runner's OOMScoreAdj, not the runner's own score.
 func TestOOMScoreAdj(t *testing.T) {
