@@ -200,12 +200,16 @@ func (r *Reaper) periodic() {
 // pidfdFile opens a pidfd of pid as a file the runtime's poller waits on: it becomes readable once the
 // process has exited.
 func pidfdFile(pid int) (*os.File, error) {
-	fd, err := unix.PidfdOpen(pid, 0)
-	if err != nil {
-		return nil, err
+	// Non-blocking is what makes os.NewFile use the poller; kernels before 5.10 refuse the flag.
+	fd, err := unix.PidfdOpen(pid, unix.PIDFD_NONBLOCK)
+	if err == unix.EINVAL {
+		if fd, err = unix.PidfdOpen(pid, 0); err == nil {
+			if err = unix.SetNonblock(fd, true); err != nil {
+				unix.Close(fd)
+			}
+		}
 	}
-	if err := unix.SetNonblock(fd, true); err != nil { // what makes os.NewFile use the poller
-		unix.Close(fd)
+	if err != nil {
 		return nil, err
 	}
 	return os.NewFile(uintptr(fd), "pidfd"), nil
