@@ -18,8 +18,21 @@ func (s *Store) AppendEvents(ctx context.Context, events []sandbox.Event) ([]san
 	if len(events) == 0 {
 		return []sandbox.Event{}, nil
 	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("append events: %w", err)
+	}
+	for _, e := range events {
+		if err := checkEvent(e); err != nil {
+			return nil, fmt.Errorf("append events: %w", err)
+		}
+	}
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	if evs, ok := s.appendToJournal(events); ok {
+		return evs, nil
+	}
 	var cursors []int64
-	err := s.write(ctx, func() error {
+	err := s.writeLocked(ctx, func() error {
 		var err error
 		cursors, err = s.appendEvents(ctx, events)
 		return err
@@ -28,6 +41,26 @@ func (s *Store) AppendEvents(ctx context.Context, events []sandbox.Event) ([]san
 		return nil, fmt.Errorf("append events: %w", err)
 	}
 	return withCursors(events, cursors), nil
+}
+
+// checkEvent refuses an event the log cannot keep.
+func checkEvent(e sandbox.Event) error {
+	if y := e.Timestamp.UTC().Year(); y < 0 || y > 9999 {
+		return fmt.Errorf("event %s of %s: timestamp %s out of range: %w", e.Type, e.SandboxID, e.Timestamp.UTC(), sandbox.ErrInvalidRequest)
+	}
+	return nil
+}
+
+// insertEvent inserts e, its cursor assigned, with ins (qInsertEvent on the write connection).
+func insertEvent(ctx context.Context, ins *sql.Stmt, e sandbox.Event) error {
+	ts := e.Timestamp.UTC()
+	var data any // NULL: no data, nil or empty alike
+	if len(e.Data) > 0 {
+		data = []byte(e.Data)
+	}
+	_, err := ins.ExecContext(ctx, e.Cursor, string(e.Type), string(e.SandboxID), int64(e.Generation),
+		ts.Format(time.RFC3339Nano), ts.UnixNano(), data)
+	return err
 }
 
 // appendEvents inserts events in order in the write transaction, returns their cursors and prunes the
@@ -46,21 +79,15 @@ func (s *Store) appendEvents(ctx context.Context, events []sandbox.Event) ([]int
 	}
 	cursors := make([]int64, len(events))
 	for i, e := range events {
-		ts := e.Timestamp.UTC()
-		if y := ts.Year(); y < 0 || y > 9999 {
-			return nil, fmt.Errorf("event %s of %s: timestamp %s out of range: %w", e.Type, e.SandboxID, ts, sandbox.ErrInvalidRequest)
+		if err := checkEvent(e); err != nil {
+			return nil, err
 		}
-		var data any // NULL: no data, nil or empty alike
-		if len(e.Data) > 0 {
-			data = []byte(e.Data)
-		}
-		cursor := head.last + 1
-		if _, err := ins.ExecContext(ctx, cursor, string(e.Type), string(e.SandboxID), int64(e.Generation),
-			ts.Format(time.RFC3339Nano), ts.UnixNano(), data); err != nil {
+		e.Cursor = head.last + 1
+		if err := insertEvent(ctx, ins, e); err != nil {
 			s.head.ok = false // a cursor refused means the head is not what the file holds: read it again
 			return nil, fmt.Errorf("insert event: %w", err)
 		}
-		cursors[i], head.last = cursor, cursor
+		cursors[i], head.last = e.Cursor, e.Cursor
 	}
 	if err := s.prune(ctx); err != nil {
 		return nil, err
@@ -154,6 +181,10 @@ func (s *Store) Events(ctx context.Context, q sandbox.EventQuery) ([]sandbox.Eve
 	if out, ok := s.tail.page(q, limit); ok {
 		return out, nil
 	}
+	// The file answers, once it holds what the journal does. Should it fail to take them (a full
+	// disk), it answers what it holds: every event it lacks is newer than all it has, so a page
+	// from it is the start of the right one.
+	_ = s.flushJournal(ctx)
 	// One read transaction: the history check and the page see the same snapshot.
 	tx, err := s.r.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
 	if err != nil {

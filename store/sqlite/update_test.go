@@ -15,11 +15,7 @@ import (
 func TestUpdateWithoutChangeWritesNothing(t *testing.T) {
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "s.db")
-	s, err := Open(ctx, Config{Path: path})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := openStore(t, path)
 	changes := func() int64 {
 		t.Helper()
 		var n int64
