@@ -336,17 +336,19 @@ func (s *Store) flushJournal(ctx context.Context) error {
 }
 
 // flusher moves the journal into the database journalFlushDelay after an append found it empty, until
-// stopped. A move that fails is tried again after the same delay; a write transaction moves it too.
+// stopped. A move that fails (a full disk) is tried again after twice the wait, up to a second; a
+// write transaction moves it too.
 func (s *Store) flusher() {
 	j := s.jn
 	defer close(j.done)
+	delay := journalFlushDelay
 	for {
 		select {
 		case <-j.stop:
 			return
 		case <-j.kick:
 		}
-		t := time.NewTimer(journalFlushDelay)
+		t := time.NewTimer(delay)
 		select {
 		case <-j.stop:
 			t.Stop()
@@ -354,11 +356,14 @@ func (s *Store) flusher() {
 		case <-t.C:
 		}
 		if err := s.flushJournal(context.Background()); err != nil {
+			delay = min(2*delay, time.Second)
 			select {
 			case j.kick <- struct{}{}:
 			default:
 			}
+			continue
 		}
+		delay = journalFlushDelay
 	}
 }
 
