@@ -105,7 +105,12 @@ func openJournal(path string, last int64) (*journal, error) {
 		return nil, fmt.Errorf("event journal %s: %w", path, err)
 	}
 	switch {
-	case len(b) == 0:
+	case len(b) < len(journalHeader) && bytes.HasPrefix([]byte(journalHeader), b):
+		// New, or its header cut short by a crash as it was made: no record was ever written.
+		if err := f.Truncate(0); err != nil {
+			f.Close()
+			return nil, fmt.Errorf("event journal %s: %w", path, err)
+		}
 		if _, err := f.WriteString(journalHeader); err != nil {
 			f.Close()
 			return nil, fmt.Errorf("event journal %s: %w", path, err)

@@ -148,6 +148,30 @@ func TestJournalRefusesForeign(t *testing.T) {
 	}
 }
 
+// TestJournalHeaderCutShort: a journal whose header a crash cut short, as the file was made, holds no
+// record; the store opens and uses it.
+func TestJournalHeaderCutShort(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "s.db")
+	if err := os.WriteFile(path+journalSuffix, []byte(journalHeader[:7]), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s := openStore(t, path)
+	got, err := s.AppendEvents(context.Background(), []sandbox.Event{journalEvent(1)})
+	if err != nil || got[0].Cursor != 1 {
+		t.Fatalf("append: %+v, %v", got, err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(path + journalSuffix)
+	if err != nil || string(b) != journalHeader {
+		t.Fatalf("journal after close: %q, %v; want its header alone", b, err)
+	}
+	if evs := allEvents(t, openStore(t, path)); len(evs) != 1 || !reflect.DeepEqual(evs[0], got[0]) {
+		t.Fatalf("after reopening: %+v, want %+v", evs, got)
+	}
+}
+
 // TestJournalWriteFails: when the journal cannot be written, appends go to the database, and none is
 // lost or doubled.
 func TestJournalWriteFails(t *testing.T) {
