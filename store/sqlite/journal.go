@@ -33,8 +33,8 @@ import (
 //
 // An append goes to the database in a transaction, taking whatever is pending with it, when the journal
 // cannot take it without changing what the store answers: when it would make the log prune (so the
-// pruning stays exact), when memory does not know the log's head, when too many events are pending,
-// or when the journal's file failed.
+// pruning stays exact), when the log's head cannot be known (after a failed commit it is read from the
+// file again), when too many events are pending, or when the journal's file failed.
 
 const (
 	// journalSuffix names the journal beside the database file.
@@ -278,7 +278,7 @@ func decodeRecord(p []byte) (sandbox.Event, error) {
 // wmu and has checked the events.
 func (s *Store) appendToJournal(events []sandbox.Event) ([]sandbox.Event, bool) {
 	j := s.jn
-	if j == nil || j.broken || !s.head.ok || len(j.pending)+len(events) > journalMaxPending || s.wouldPrune(len(events)) {
+	if j == nil || j.broken || len(j.pending)+len(events) > journalMaxPending || !s.knowHead() || s.wouldPrune(len(events)) {
 		return nil, false
 	}
 	cursors := make([]int64, len(events))
@@ -301,6 +301,34 @@ func (s *Store) appendToJournal(events []sandbox.Event) ([]sandbox.Event, bool) 
 		}
 	}
 	return evs, true
+}
+
+// knowHead reads the log's head from the file, outside any transaction, when memory does not know it
+// (a commit failed: on a full disk, say), so that appends can go on to the journal. The pending
+// events follow the file's newest, unless the commit that failed had in fact moved them. It reports
+// whether the head is known. The caller holds wmu.
+func (s *Store) knowHead() bool {
+	if s.head.ok {
+		return true
+	}
+	var pruned, last int64
+	if err := s.ws.scan(context.Background(), qLogState, nil, &pruned, &last); err != nil {
+		return false
+	}
+	j := s.jn
+	if n := len(j.pending); n > 0 {
+		switch {
+		case last >= j.pending[n-1].Cursor: // in the file already
+			j.moving = n
+			j.moved()
+		case last == j.pending[0].Cursor-1:
+			last += int64(n)
+		default:
+			return false // not what the journal holds: the next transaction reads the head
+		}
+	}
+	s.head = logHead{ok: true, pruned: pruned, last: last}
+	return true
 }
 
 // wouldPrune reports whether appending n events would make prune delete anything (or have to look), by
