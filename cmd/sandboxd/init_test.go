@@ -17,7 +17,7 @@ import (
 // CRC table at init once cost each agent's start 0.2-0.6 ms.)
 const initBudget = 8 << 10
 
-const module = "github.com/sandboxd/sandbox"
+const modulePath = "github.com/sandboxd/sandbox"
 
 // TestPackageInitIsSmall runs the binary with the runtime's init trace and checks what each of this
 // module's packages allocates at initialisation. Bytes, not time: they do not depend on the machine.
@@ -35,7 +35,7 @@ func TestPackageInitIsSmall(t *testing.T) {
 	sc := bufio.NewScanner(&stderr)
 	for sc.Scan() {
 		m := line.FindStringSubmatch(sc.Text())
-		if m == nil || (m[1] != module && !strings.HasPrefix(m[1], module+"/")) {
+		if m == nil || (m[1] != modulePath && !strings.HasPrefix(m[1], modulePath+"/")) {
 			continue
 		}
 		seen++
