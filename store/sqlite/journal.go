@@ -9,6 +9,7 @@ import (
 	"hash/crc32"
 	"io"
 	"os"
+	"slices"
 	"sync"
 	"time"
 
@@ -69,10 +70,7 @@ type journal struct {
 // When the database cannot take them now (a full disk), they stay pending: the store serves them from
 // memory like any journaled event, and the flusher tries again.
 func (s *Store) replayJournal(ctx context.Context, path string) error {
-	var pruned, last int64
-	if err := s.ws.scan(ctx, qLogState, nil, &pruned, &last); err != nil {
-		return fmt.Errorf("reading the log's head: %w", err)
-	}
+	pruned, last := s.head.pruned, s.head.last // read by init's prune write, just committed
 	j, err := openJournal(path, last)
 	if err != nil {
 		return err
@@ -290,10 +288,10 @@ func (s *Store) appendToJournal(events []sandbox.Event) ([]sandbox.Event, bool) 
 		return nil, false // the database takes them
 	}
 	s.head.last += int64(len(events))
-	kept := ownData(withCursors(events, cursors))
+	kept := ownData(slices.Clone(evs)) // the journal's and the tail's, sharing no caller's data
 	wasEmpty := len(j.pending) == 0
 	j.pending = append(j.pending, kept...)
-	s.tail.commit(pending{evs: kept, head: s.head})
+	s.tail.commit(pending{evs: kept})
 	if wasEmpty {
 		select {
 		case j.kick <- struct{}{}:

@@ -52,22 +52,6 @@ func fillDisk(t *testing.T, dir string) string {
 	}
 }
 
-// waitMoved waits until s's journal has nothing pending.
-func waitMoved(t *testing.T, s *Store) {
-	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
-		s.wmu.Lock()
-		n := len(s.jn.pending)
-		s.wmu.Unlock()
-		if n == 0 {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the flusher never moved the journal")
-		}
-	}
-}
-
 // TestJournalKeepsEventsOnFullDisk: once a write has failed for want of space, a command's event still
 // goes to the journal (whose file has room in its first block), is served, and reaches the database
 // once space is freed.

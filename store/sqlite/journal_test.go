@@ -25,6 +25,22 @@ func openStore(t *testing.T, path string) *Store {
 	return s
 }
 
+// waitMoved waits until s's journal has nothing pending.
+func waitMoved(t *testing.T, s *Store) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		s.wmu.Lock()
+		n := len(s.jn.pending)
+		s.wmu.Unlock()
+		if n == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the flusher never moved the journal")
+		}
+	}
+}
+
 // journalEvent is the n-th event of the journal tests: a command's completion or a file written, with
 // data, on one of two sandboxes.
 func journalEvent(n int) sandbox.Event {
@@ -225,19 +241,7 @@ func TestJournalFlushes(t *testing.T) {
 	if _, err := s.AppendEvents(ctx, []sandbox.Event{journalEvent(1), journalEvent(2)}); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		s.wmu.Lock()
-		n := len(s.jn.pending)
-		s.wmu.Unlock()
-		if n == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the flusher never moved the journal")
-		}
-		time.Sleep(time.Millisecond)
-	}
+	waitMoved(t, s)
 	if n := journalSize(t, path); n != int64(len(journalHeader)) {
 		t.Fatalf("journal holds %d bytes after the move, want only its header", n)
 	}
