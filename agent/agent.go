@@ -72,7 +72,16 @@ func Main(ctx context.Context, args []string) error {
 	if (*socket == "") == (*listenFD < 0) || fs.NArg() != 0 {
 		return errors.New("agent: usage: agent {-socket PATH | -listen-fd N} [-root DIR] [-workdir DIR]")
 	}
-	log := slog.New(slog.NewTextHandler(os.Stderr, nil)).With("component", "agent")
+	// Nothing in the sandbox may trace the agent or take its descriptors (pidfd_getfd, /proc/1/fd): the
+	// listening socket and the files it writes to are the daemon's. A process that is not dumpable is
+	// out of reach of every process without CAP_SYS_PTRACE, which no sandbox has.
+	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
+		return fmt.Errorf("agent: make the agent non-dumpable: %w", err)
+	}
+	// What the agent writes of itself goes to a file of the daemon's (the oci provider's agent.log): at
+	// most maxLogBytes of it, whatever a sandbox makes it say.
+	logOut := &cappedWriter{w: os.Stderr, left: maxLogBytes}
+	log := slog.New(slog.NewTextHandler(logOut, nil)).With("component", "agent")
 
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
@@ -107,7 +116,8 @@ func Main(ctx context.Context, args []string) error {
 	if err != nil {
 		return fmt.Errorf("agent: listen: %w", err)
 	}
-	srv := &http.Server{Handler: a.Handler(), ReadHeaderTimeout: 30 * time.Second}
+	srv := &http.Server{Handler: a.Handler(), ReadHeaderTimeout: 30 * time.Second,
+		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 	log.Info("agent listening", "socket", ln.Addr().String(), "pid", os.Getpid())
@@ -118,6 +128,30 @@ func Main(ctx context.Context, args []string) error {
 	case err := <-served:
 		return fmt.Errorf("agent: serve: %w", err)
 	}
+}
+
+// maxLogBytes bounds what the agent writes of itself over its life.
+const maxLogBytes = 64 << 10
+
+// cappedWriter passes on writes until left bytes have gone, and drops the rest.
+type cappedWriter struct {
+	mu   sync.Mutex
+	w    io.Writer
+	left int
+}
+
+func (c *cappedWriter) Write(p []byte) (int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(p) > c.left {
+		if c.left > 0 {
+			c.w.Write([]byte("agent: log limit reached; what follows is dropped\n"))
+		}
+		c.left = 0
+		return len(p), nil
+	}
+	c.left -= len(p)
+	return c.w.Write(p)
 }
 
 // listen listens on socket, or takes over the listening socket inherited as descriptor fd (the oci

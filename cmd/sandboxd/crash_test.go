@@ -1,6 +1,8 @@
 package main
 
 import (
+	"github.com/sandboxd/sandbox/internal/testenv"
+
 	"context"
 	"fmt"
 	"math/rand/v2"
@@ -143,7 +145,7 @@ func TestCrashLoop(t *testing.T) {
 	seed := crashSeed(t)
 	t.Logf("seed %d (replay the kill moments with SANDBOXD_CRASH_SEED=%d)", seed, seed)
 	rng := rand.New(rand.NewPCG(seed, 0))
-	dataDir := t.TempDir()
+	dataDir := testenv.StateDir(t)
 	l := &ledger{
 		acked:  &acked{creates: map[string]*sandbox.Sandbox{}, gens: map[sandbox.ID]sandbox.Generation{}},
 		last:   map[sandbox.ID]*lastAck{},

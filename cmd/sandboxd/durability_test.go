@@ -1,6 +1,8 @@
 package main
 
 import (
+	"github.com/sandboxd/sandbox/internal/testenv"
+
 	"bufio"
 	"bytes"
 	"context"
@@ -154,7 +156,7 @@ func (a *acked) sandbox(sb *sandbox.Sandbox) {
 // generation and event is there, that no cursor is reused, that idempotent creates still return the same
 // sandbox, and that no sandbox stays in a transitional state.
 func TestDurabilityUnderSIGKILL(t *testing.T) {
-	dataDir := t.TempDir()
+	dataDir := testenv.StateDir(t)
 	a := &acked{creates: map[string]*sandbox.Sandbox{}, gens: map[sandbox.ID]sandbox.Generation{}}
 	rng := rand.New(rand.NewPCG(1, 2))
 	const rounds = 3

@@ -229,7 +229,7 @@ func readEvents(t *testing.T, d *daemon, shown map[int64]sandbox.Event) int64 {
 func smallDisk(t *testing.T, size int) string {
 	t.Helper()
 	mnt := t.TempDir()
-	if err := unix.Mount("tmpfs", mnt, "tmpfs", 0, fmt.Sprintf("size=%d,mode=0700", size)); err != nil {
+	if err := unix.Mount("tmpfs", mnt, "tmpfs", 0, fmt.Sprintf("size=%d,mode=0711", size)); err != nil {
 		if os.Getenv("CI") != "" {
 			t.Fatalf("mounting a tmpfs (the CI runs as root): %v", err)
 		}

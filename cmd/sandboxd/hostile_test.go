@@ -1,6 +1,8 @@
 package main
 
 import (
+	"github.com/sandboxd/sandbox/internal/testenv"
+
 	"bufio"
 	"bytes"
 	"context"
@@ -70,7 +72,7 @@ const memoryBoundKiB = 256 << 10
 // TestOutputFloodKeepsMemoryBounded runs commands that write 1 GiB each, two at a time: the answers are
 // truncated at the cap and the daemon's memory stays within the bound.
 func TestOutputFloodKeepsMemoryBounded(t *testing.T) {
-	d := startDaemon(t, t.TempDir())
+	d := startDaemon(t, testenv.StateDir(t))
 	ctx := context.Background()
 	var sb sandbox.Sandbox
 	if st := call(ctx, "POST", d.url+"/v1/sandboxes", map[string]any{"clientRequestId": "flood"}, &sb); st != 201 {
@@ -106,7 +108,7 @@ func TestOutputFloodKeepsMemoryBounded(t *testing.T) {
 // TestSlowHeaderClientIsCutOff: a client that trickles its headers is disconnected after the read header
 // timeout, while others are served.
 func TestSlowHeaderClientIsCutOff(t *testing.T) {
-	d := startDaemon(t, t.TempDir(), "--read-header-timeout", "300ms")
+	d := startDaemon(t, testenv.StateDir(t), "--read-header-timeout", "300ms")
 	conn, err := net.Dial("tcp", strings.TrimPrefix(d.url, "http://"))
 	if err != nil {
 		t.Fatal(err)
@@ -150,7 +152,7 @@ func (r *countingReader) Read(p []byte) (int, error) {
 // TestHugeBodyIsRefusedEarly: a body announced larger than the limit is refused before it is read; an
 // endless chunked body is cut at the limit.
 func TestHugeBodyIsRefusedEarly(t *testing.T) {
-	d := startDaemon(t, t.TempDir())
+	d := startDaemon(t, testenv.StateDir(t))
 	// Announced: 10 GiB, of which only the headers are sent before the answer.
 	conn, err := net.Dial("tcp", strings.TrimPrefix(d.url, "http://"))
 	if err != nil {
@@ -189,7 +191,7 @@ func TestHugeBodyIsRefusedEarly(t *testing.T) {
 func TestThousandsOfSubscribersAndSandboxes(t *testing.T) {
 	const subscribers, sandboxes = 2000, 3000
 	raiseNoFile(t, 2*subscribers+1000)
-	d := startDaemon(t, t.TempDir())
+	d := startDaemon(t, testenv.StateDir(t))
 	addr := strings.TrimPrefix(d.url, "http://")
 	before := rssKiB(t, d.cmd.Process.Pid)
 
@@ -259,7 +261,7 @@ func TestThousandsOfSubscribersAndSandboxes(t *testing.T) {
 func TestStalledSubscribersHoldLittle(t *testing.T) {
 	const subscribers, sandboxes = 2000, 3000
 	raiseNoFile(t, 2*subscribers+1000)
-	d := startDaemon(t, t.TempDir())
+	d := startDaemon(t, testenv.StateDir(t))
 	addr := strings.TrimPrefix(d.url, "http://")
 	before := rssKiB(t, d.cmd.Process.Pid)
 

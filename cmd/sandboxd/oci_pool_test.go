@@ -1,6 +1,8 @@
 package main
 
 import (
+	"github.com/sandboxd/sandbox/internal/testenv"
+
 	"context"
 	"fmt"
 	"os"
@@ -20,7 +22,7 @@ import (
 func TestOCIWarmPoolAcrossDaemonSIGKILL(t *testing.T) {
 	needOCI(t)
 	ctx := context.Background()
-	dataDir := t.TempDir()
+	dataDir := testenv.StateDir(t)
 	removeContainersAtEnd(t, dataDir)
 	runcRoot := filepath.Join(dataDir, "oci", "runc")
 	containers := func() []string {

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"github.com/sandboxd/sandbox/internal/testenv"
+
 	"context"
 	"encoding/base64"
 	"encoding/json"
@@ -41,7 +43,7 @@ func TestOCISandboxesSurviveDaemonSIGKILL(t *testing.T) {
 
 func survivesSIGKILL(t *testing.T, pooled bool, flags ...string) {
 	ctx := context.Background()
-	dataDir := t.TempDir()
+	dataDir := testenv.StateDir(t)
 	removeContainersAtEnd(t, dataDir)
 	flags = append([]string{"--provider", "oci"}, flags...)
 	d := startDaemon(t, dataDir, flags...)

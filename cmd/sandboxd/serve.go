@@ -155,7 +155,7 @@ func (m *Main) Run(ctx context.Context) error {
 		return err
 	}
 	m.stopAuth = stopAuth
-	if err := os.MkdirAll(m.DataDir, 0o700); err != nil {
+	if err := makeDataDir(m.DataDir); err != nil {
 		return fmt.Errorf("data dir: %w", err)
 	}
 	st, err := sqlite.Open(ctx, sqlite.Config{Path: filepath.Join(m.DataDir, "sandboxd.db"), Retention: m.EventRetention, MaxAge: m.EventMaxAge})
@@ -238,6 +238,23 @@ func (m *Main) Close() error {
 		m.log.Info("stopped")
 	}
 	return errors.Join(errs...)
+}
+
+// makeDataDir makes the data directory, or takes the one there, searchable but not readable by others:
+// the oci provider's sandboxes run as unprivileged host uids, and their runtime must reach their root
+// filesystems below it. Every file the daemon keeps there is its owner's alone (mode 0600).
+func makeDataDir(dir string) error {
+	if err := os.MkdirAll(dir, 0o711); err != nil {
+		return err
+	}
+	st, err := os.Stat(dir)
+	if err != nil {
+		return err
+	}
+	if st.Mode().Perm()&0o011 != 0o011 {
+		return os.Chmod(dir, st.Mode().Perm()|0o011)
+	}
+	return nil
 }
 
 // providers are the providers the daemon can run, by name.

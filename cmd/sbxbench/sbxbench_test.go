@@ -1,6 +1,8 @@
 package main
 
 import (
+	"github.com/sandboxd/sandbox/internal/testenv"
+
 	"context"
 	"errors"
 	"log/slog"
@@ -41,7 +43,7 @@ func inProcessOCI(t testing.TB) *client {
 	if ok, why := oci.Available(); !ok {
 		t.Skip(why)
 	}
-	dir := t.TempDir()
+	dir := testenv.StateDir(t)
 	agentBin := filepath.Join(dir, "sandboxd")
 	build := exec.Command("go", "build", "-o", agentBin, "../sandboxd")
 	build.Env = append(os.Environ(), "CGO_ENABLED=0")

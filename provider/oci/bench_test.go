@@ -1,6 +1,8 @@
 package oci_test
 
 import (
+	"github.com/sandboxd/sandbox/internal/testenv"
+
 	"context"
 	"encoding/json"
 	"fmt"
@@ -150,7 +152,7 @@ func BenchmarkReadFile1MiB(b *testing.B) {
 // BenchmarkRawRuncExec is `runc exec <id> true` on a container the provider made: the path exec does
 // not take.
 func BenchmarkRawRuncExec(b *testing.B) {
-	dir := b.TempDir()
+	dir := testenv.StateDir(b)
 	p := newProviderAt(b, dir)
 	ref := ready(b, p, nil)
 	root := filepath.Join(dir, "runc")
@@ -164,7 +166,7 @@ func BenchmarkRawRuncExec(b *testing.B) {
 // BenchmarkRawRuncRun is `runc run -d` of a bundle identical to the provider's (its own socket
 // directory, overlay upper and cgroup), timed until runc returns; the container is removed untimed.
 func BenchmarkRawRuncRun(b *testing.B) {
-	dir := b.TempDir()
+	dir := testenv.StateDir(b)
 	p := newProviderAt(b, dir)
 	ref := ready(b, p, nil)
 	src := filepath.Join(dir, "sandboxes", ref.Name())
@@ -190,8 +192,6 @@ func BenchmarkRawRuncRun(b *testing.B) {
 		spec.Linux.CgroupsPath = "/sandboxd-bench-" + name
 		for j, m := range spec.Mounts {
 			switch m.Destination {
-			case "/.sandboxd/run":
-				spec.Mounts[j].Source = filepath.Join(bundle, "run")
 			case "/workspace": // the lower directory is the provider's shared one, as the root is
 				spec.Mounts[j].Options = []string{m.Options[0],
 					"upperdir=" + filepath.Join(bundle, "upper"), "workdir=" + filepath.Join(bundle, "work")}
@@ -200,6 +200,14 @@ func BenchmarkRawRuncRun(b *testing.B) {
 		for _, d := range []string{"run", "upper", "work"} {
 			if err := os.MkdirAll(filepath.Join(bundle, d), 0o755); err != nil {
 				b.Fatal(err)
+			}
+		}
+		// The overlay's directories belong to the sandbox's root, as the provider lays them out.
+		if ids := spec.Linux.UIDMappings; len(ids) > 0 {
+			for _, d := range []string{"upper", "work"} {
+				if err := os.Chown(filepath.Join(bundle, d), int(ids[0].HostID), int(ids[0].HostID)); err != nil {
+					b.Fatal(err)
+				}
 			}
 		}
 		out, _ := json.Marshal(&spec)

@@ -20,7 +20,6 @@ import (
 const (
 	guestWorkdir  = "/workspace"
 	guestAgent    = "/.sandboxd/agent"
-	guestRunDir   = "/.sandboxd/run"
 	guestHostname = "sandbox"
 )
 
@@ -44,6 +43,9 @@ type meta struct {
 	Resources  sandbox.Resources `json:"resources"`
 	CgroupPath string            `json:"cgroupPath"`
 	Disk       bool              `json:"disk"`
+	// IDBase is the first host uid (and gid) of the sandbox's user namespace (userns.go); zero for a
+	// generation laid out before sandboxes had one, which runs on as it started.
+	IDBase uint32 `json:"idBase,omitempty"`
 }
 
 // upperBase is the directory that holds the overlay's upper and work directories.
@@ -69,7 +71,7 @@ var hostEtcBinds = []struct {
 var rootSymlinks = []string{"bin", "sbin", "lib", "lib32", "lib64", "libx32"}
 
 // baseVersion changes whenever buildRootfs lays out something new, so that an old base is never reused.
-const baseVersion = "1"
+const baseVersion = "2"
 
 // etcFiles are the generated files of the sandbox's /etc.
 var etcFiles = map[string]string{
@@ -138,7 +140,7 @@ func prepareBase(stateDir string) (base, error) {
 // buildRootfs makes the skeleton root at root: empty mount points, symlinks into /usr as on the host,
 // and a generated /etc. It is mounted read-only; only /tmp and /workspace are writable in the sandbox.
 func buildRootfs(root string) error {
-	for _, d := range []string{"usr", "etc", "proc", "dev", "sys", "tmp", "workspace", "run", "var/tmp", ".sandboxd/run"} {
+	for _, d := range []string{"usr", "etc", "proc", "dev", "sys", "tmp", "workspace", "run", "var/tmp", ".sandboxd"} {
 		if err := os.MkdirAll(filepath.Join(root, d), 0o755); err != nil {
 			return err
 		}
@@ -189,9 +191,9 @@ func cpuQuota(res sandbox.Resources) (quota int64, period uint64) {
 }
 
 // containerSpec is the runtime spec of one sandbox generation.
-func (p *Provider) containerSpec(l layout, m meta) *specs.Spec {
+func (p *Provider) containerSpec(l layout, m meta) (*specs.Spec, error) {
 	upper := l.upperBase(m.Disk)
-	nofile := uint64(4096)
+	nofile := uint64(p.cfg.OpenFiles)
 	pids := p.cfg.PidsLimit
 	res := &specs.LinuxResources{
 		Devices: []specs.LinuxDeviceCgroup{{Allow: false, Access: "rwm"}},
@@ -206,37 +208,53 @@ func (p *Provider) containerSpec(l layout, m meta) *specs.Spec {
 		quota, period := cpuQuota(m.Resources)
 		res.CPU = &specs.LinuxCPU{Quota: &quota, Period: &period}
 	}
-	caps := []string{"CAP_AUDIT_WRITE", "CAP_KILL", "CAP_NET_BIND_SERVICE"} // runc's default set
+	// A host directory bound read-only shows its real owners inside the sandbox's user namespace when
+	// the runtime makes idmapped mounts; else they show as the overflow uid, readable all the same.
+	var idmapped []string
+	var ids []specs.LinuxIDMapping
+	if m.IDBase != 0 {
+		ids = idMapping(m.IDBase)
+		if p.idmap {
+			idmapped = []string{"idmap"}
+		}
+	}
+	hostBind := func(dst, src string, opts ...string) specs.Mount {
+		mnt := specs.Mount{Destination: dst, Type: "bind", Source: src, Options: append(opts, idmapped...)}
+		if len(idmapped) > 0 {
+			mnt.UIDMappings, mnt.GIDMappings = ids, ids
+		}
+		return mnt
+	}
+	tmpfs := func(dst, mode string, mib int64, opts ...string) specs.Mount {
+		return specs.Mount{Destination: dst, Type: "tmpfs", Source: "tmpfs", Options: append(opts,
+			"mode="+mode, fmt.Sprintf("size=%dm", mib), fmt.Sprintf("nr_inodes=%d", p.cfg.TmpInodes))}
+	}
 	mounts := []specs.Mount{
 		{Destination: "/proc", Type: "proc", Source: "proc", Options: []string{"nosuid", "noexec", "nodev"}},
-		{Destination: "/dev", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "strictatime", "mode=755", "size=65536k"}},
+		tmpfs("/dev", "755", 1, "nosuid", "strictatime"),
 		{Destination: "/dev/pts", Type: "devpts", Source: "devpts", Options: []string{"nosuid", "noexec", "newinstance", "ptmxmode=0666", "mode=0620"}},
-		{Destination: "/dev/shm", Type: "tmpfs", Source: "shm", Options: []string{"nosuid", "noexec", "nodev", "mode=1777", "size=65536k"}},
+		tmpfs("/dev/shm", "1777", p.cfg.TmpMiB, "nosuid", "noexec", "nodev"),
 		{Destination: "/dev/mqueue", Type: "mqueue", Source: "mqueue", Options: []string{"nosuid", "noexec", "nodev"}},
 		{Destination: "/sys", Type: "sysfs", Source: "sysfs", Options: []string{"nosuid", "noexec", "nodev", "ro"}},
-		{Destination: "/usr", Type: "bind", Source: "/usr", Options: []string{"rbind", "rro", "nosuid", "nodev"}},
+		hostBind("/usr", "/usr", "rbind", "rro", "nosuid", "nodev"),
 	}
 	for _, b := range hostEtcBinds {
 		if _, err := os.Stat(b.path); err != nil {
 			continue
 		}
-		mounts = append(mounts, specs.Mount{Destination: b.path, Type: "bind", Source: b.path,
-			Options: []string{"rbind", "rro", "nosuid", "nodev", "noexec"}})
+		mounts = append(mounts, hostBind(b.path, b.path, "rbind", "rro", "nosuid", "nodev", "noexec"))
 	}
 	mounts = append(mounts,
-		specs.Mount{Destination: "/tmp", Type: "tmpfs", Source: "tmpfs",
-			Options: []string{"nosuid", "nodev", "mode=1777", fmt.Sprintf("size=%dm", p.cfg.TmpMiB)}},
-		specs.Mount{Destination: "/var/tmp", Type: "tmpfs", Source: "tmpfs",
-			Options: []string{"nosuid", "nodev", "mode=1777", fmt.Sprintf("size=%dm", p.cfg.TmpMiB)}},
-		specs.Mount{Destination: "/run", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "nodev", "mode=755", "size=1m"}},
+		tmpfs("/tmp", "1777", p.cfg.TmpMiB, "nosuid", "nodev"),
+		tmpfs("/var/tmp", "1777", p.cfg.TmpMiB, "nosuid", "nodev"),
+		tmpfs("/run", "755", 1, "nosuid", "nodev"),
 		specs.Mount{Destination: guestWorkdir, Type: "overlay", Source: "overlay", Options: []string{
 			"lowerdir=" + p.base.lower(), "upperdir=" + filepath.Join(upper, "upper"), "workdir=" + filepath.Join(upper, "work")}},
-		specs.Mount{Destination: guestAgent, Type: "bind", Source: p.cfg.AgentPath, Options: []string{"bind", "ro", "nosuid", "nodev"}},
-		specs.Mount{Destination: guestRunDir, Type: "bind", Source: l.runDir(), Options: []string{"bind", "rw", "nosuid", "nodev", "noexec"}},
+		hostBind(guestAgent, p.cfg.AgentPath, "bind", "ro", "nosuid", "nodev"),
 	)
 	args := append([]string{guestAgent}, p.cfg.AgentArgs...)
 	args = append(args, "-listen-fd", "3", "-root", "/", "-workdir", guestWorkdir) // see listenAgent
-	return &specs.Spec{
+	spec := &specs.Spec{
 		Version:  specs.Version,
 		Hostname: guestHostname,
 		Root:     &specs.Root{Path: p.base.rootfs(), Readonly: true},
@@ -255,7 +273,7 @@ func (p *Provider) containerSpec(l layout, m meta) *specs.Spec {
 			User:            specs.User{UID: 0, GID: 0},
 			NoNewPrivileges: true,
 			Capabilities: &specs.LinuxCapabilities{
-				Bounding: caps, Effective: caps, Permitted: caps,
+				Bounding: sandboxCaps, Effective: sandboxCaps, Permitted: sandboxCaps,
 			},
 			Rlimits: []specs.POSIXRlimit{{Type: "RLIMIT_NOFILE", Hard: nofile, Soft: nofile}},
 		},
@@ -275,6 +293,15 @@ func (p *Provider) containerSpec(l layout, m meta) *specs.Spec {
 			ReadonlyPaths: []string{"/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger"},
 		},
 	}
+	if m.IDBase != 0 {
+		spec.Linux.Namespaces = append(spec.Linux.Namespaces, specs.LinuxNamespace{Type: specs.UserNamespace})
+		spec.Linux.UIDMappings, spec.Linux.GIDMappings = ids, ids
+	}
+	var err error
+	if spec.Linux.Seccomp, err = seccompFilter(); err != nil {
+		return nil, err
+	}
+	return spec, nil
 }
 
 func writeJSONFile(path string, v any) error {

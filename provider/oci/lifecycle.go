@@ -104,30 +104,49 @@ func (p *Provider) prepare(ctx context.Context, b *box, res sandbox.Resources) e
 // cgroupPath is the cgroup of the container name.
 func (p *Provider) cgroupPath(name string) string { return "/sandboxd-" + p.cgTag + "-" + name }
 
-// layOut makes the directory l and the bundle in it for m. The metadata is written first, so that
-// Resources and Release find even an allocation that fails half-way.
+// layOut makes the directory l and the bundle in it for m, with a uid range of its own. The metadata is
+// written first, so that Resources and Release find even an allocation that fails half-way (and give
+// its range back).
 func (p *Provider) layOut(ctx context.Context, l layout, m meta) error {
-	if err := os.Mkdir(l.dir, 0o700); err != nil {
+	first, err := p.ids.take()
+	if err != nil {
 		return err
 	}
+	// The directory is searchable, not readable, by others: the sandbox's init, an unprivileged host uid,
+	// mounts its overlay from inside its user namespace. What it holds is the provider's alone.
+	if err := os.Mkdir(l.dir, 0o711); err != nil {
+		p.ids.give(first)
+		return err
+	}
+	m.IDBase = first
 	if err := writeJSONFile(l.meta(), m); err != nil {
+		p.ids.give(first)
 		return err
 	}
-	if err := os.Mkdir(l.runDir(), 0o755); err != nil {
+	if err := os.Mkdir(l.runDir(), 0o700); err != nil {
 		return err
 	}
 	if m.Disk {
 		if err := makeDisk(ctx, l.diskImg(), l.diskDir(), m.Resources.DiskMiB); err != nil {
 			return fmt.Errorf("disk: %w", err)
 		}
+	} else if err := os.Mkdir(l.upperBase(false), 0o711); err != nil {
+		return err
 	}
 	upper := l.upperBase(m.Disk)
 	for _, d := range []string{filepath.Join(upper, "upper"), filepath.Join(upper, "work")} {
-		if err := os.MkdirAll(d, 0o755); err != nil {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			return err
+		}
+		if err := os.Lchown(d, int(first), int(first)); err != nil {
 			return err
 		}
 	}
-	return writeJSONFile(filepath.Join(l.dir, "config.json"), p.containerSpec(l, m))
+	spec, err := p.containerSpec(l, m)
+	if err != nil {
+		return err
+	}
+	return writeJSONFile(filepath.Join(l.dir, "config.json"), spec)
 }
 
 // waitReady polls the agent's health until it answers, ctx ends or ReadyTimeout passes.
@@ -263,7 +282,13 @@ func (p *Provider) remove(ctx context.Context, l layout, name string) error {
 	if mounted(l.diskDir()) {
 		return fmt.Errorf("%s is still mounted", l.diskDir())
 	}
-	return os.RemoveAll(l.dir)
+	if err := os.RemoveAll(l.dir); err != nil {
+		return err
+	}
+	if merr == nil {
+		p.ids.give(m.IDBase)
+	}
+	return nil
 }
 
 // removeContainer stops and deletes the container name, if there is one.

@@ -1,6 +1,8 @@
 package oci_test
 
 import (
+	"github.com/sandboxd/sandbox/internal/testenv"
+
 	"bytes"
 	"context"
 	"errors"
@@ -17,7 +19,7 @@ import (
 )
 
 func TestPauseFreezesAndResumeContinues(t *testing.T) {
-	dir := t.TempDir()
+	dir := testenv.StateDir(t)
 	p := newProviderAt(t, dir)
 	ref := ready(t, p, nil)
 	// The counter file, seen from the host through the overlay's upper directory.
@@ -103,7 +105,7 @@ func TestAllocateIsIdempotent(t *testing.T) {
 }
 
 func TestRestartAdopts(t *testing.T) {
-	dir := t.TempDir()
+	dir := testenv.StateDir(t)
 	p1 := newProviderAt(t, dir)
 	kept := ready(t, p1, nil)
 	orphan := ready(t, p1, &sandbox.Resources{DiskMiB: 8})
@@ -160,7 +162,7 @@ func TestRestartAdopts(t *testing.T) {
 // their cgroups, adopts the sandbox that kept its directory, and can allocate the first sandbox again
 // under its name.
 func TestRestartRemovesUnclaimedContainers(t *testing.T) {
-	dir := t.TempDir()
+	dir := testenv.StateDir(t)
 	p1, err := oci.New(oci.Config{StateDir: dir, AgentPath: agentBin, StopGrace: time.Second, WarmPool: 1})
 	if err != nil {
 		t.Fatal(err)
@@ -251,7 +253,7 @@ func countingRuntime(t *testing.T, dir string) (path string, calls func() []stri
 // TestObserveAsksTheAgentFirst: observing a running sandbox starts no runtime process, since its agent
 // answers; a paused sandbox and one whose agent died are still told apart by the runtime.
 func TestObserveAsksTheAgentFirst(t *testing.T) {
-	dir := t.TempDir()
+	dir := testenv.StateDir(t)
 	counting, calls := countingRuntime(t, dir)
 	p, err := oci.New(oci.Config{StateDir: filepath.Join(dir, "state"), AgentPath: agentBin, Runtime: counting, StopGrace: time.Second})
 	if err != nil {
@@ -298,13 +300,13 @@ func TestObserveAsksTheAgentFirst(t *testing.T) {
 // so observing its running sandboxes starts no runtime process; a paused one is still observed paused
 // and refuses commands.
 func TestRestartListsOnce(t *testing.T) {
-	dir := t.TempDir()
+	dir := testenv.StateDir(t)
 	p1 := newProviderAt(t, dir)
 	running, paused := ready(t, p1, nil), ready(t, p1, nil)
 	if err := p1.Pause(ctxFor(t), paused); err != nil {
 		t.Fatal(err)
 	}
-	counting, calls := countingRuntime(t, t.TempDir())
+	counting, calls := countingRuntime(t, testenv.StateDir(t))
 	p2, err := oci.New(oci.Config{StateDir: dir, AgentPath: agentBin, Runtime: counting, StopGrace: time.Second})
 	if err != nil {
 		t.Fatal(err)
@@ -389,7 +391,7 @@ func measure(t *testing.T, dir string) footprint {
 }
 
 func TestNoLeaks(t *testing.T) {
-	dir := t.TempDir()
+	dir := testenv.StateDir(t)
 	p := newProviderAt(t, dir)
 	before := measure(t, dir)
 	for i := 0; i < 100; i++ {

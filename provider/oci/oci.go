@@ -46,7 +46,15 @@ type Config struct {
 	StopGrace    time.Duration // between SIGTERM and SIGKILL on release; default 2s
 	CallTimeout  time.Duration // bound of a file call or a health check; default 30s
 	PidsLimit    int64         // processes and threads per sandbox; default 512
-	TmpMiB       int64         // size of /tmp and /var/tmp; default 64
+	TmpMiB       int64         // size of /tmp, /var/tmp and /dev/shm each; default 64
+	TmpInodes    int64         // files each of those may hold; default 16384
+	OpenFiles    int64         // RLIMIT_NOFILE of the agent and its commands; default 4096
+
+	// IDBase and IDRanges place the host uid ranges of the sandboxes' user namespaces (userns.go):
+	// IDRanges ranges of IDRangeSize uids from IDBase on. Defaults: 2^30 and as many as fit below
+	// 2^31. Two providers on one host should be given ranges apart.
+	IDBase   uint32
+	IDRanges uint32
 
 	// WarmPool is how many started, never used containers the provider keeps ready, so that the
 	// allocation of a sandbox without a disk limit takes one instead of starting a container
@@ -62,6 +70,8 @@ type Provider struct {
 	boxDir string
 	base   base   // the read-only skeleton every sandbox shares
 	cgTag  string // distinguishes the cgroups of providers on different state directories
+	ids    *idRanges
+	idmap  bool // the runtime makes idmapped mounts
 
 	mu    sync.Mutex
 	boxes map[string]*box
@@ -181,6 +191,21 @@ func New(cfg Config) (*Provider, error) {
 	if cfg.TmpMiB <= 0 {
 		cfg.TmpMiB = 64
 	}
+	if cfg.TmpInodes <= 0 {
+		cfg.TmpInodes = 16384
+	}
+	if cfg.OpenFiles <= 0 {
+		cfg.OpenFiles = 4096
+	}
+	if cfg.IDBase == 0 {
+		cfg.IDBase = defaultIDBase
+	}
+	if cfg.IDRanges == 0 {
+		cfg.IDRanges = min(defaultIDRanges, (1<<32-1-cfg.IDBase)/IDRangeSize)
+	}
+	if cfg.IDRanges == 0 || uint64(cfg.IDBase)+uint64(cfg.IDRanges)*IDRangeSize > 1<<32-1 {
+		return nil, fmt.Errorf("oci: %d uid ranges from %d do not fit below 2^32", cfg.IDRanges, cfg.IDBase)
+	}
 	if cfg.WarmPool < 0 {
 		return nil, fmt.Errorf("oci: WarmPool %d is negative", cfg.WarmPool)
 	}
@@ -191,14 +216,27 @@ func New(cfg Config) (*Provider, error) {
 		boxDir: filepath.Join(cfg.StateDir, "sandboxes"),
 		boxes:  make(map[string]*box),
 		pool:   pool{dir: filepath.Join(cfg.StateDir, "pool")},
+		ids:    newIDRanges(cfg.IDBase, cfg.IDRanges),
 	}
 	p.DataPlane = agent.DataPlane{Client: p.agentClient, ExecSlack: execSlack, CancelWait: cancelWait, CallTimeout: cfg.CallTimeout}
 	p.cgTag = cgroupTag(cfg.StateDir)
-	for _, d := range []string{p.boxDir, p.runc.root, p.pool.dir} {
-		if err := os.MkdirAll(d, 0o700); err != nil {
+	// The state directory and those of sandboxes are searchable by the sandboxes' unprivileged host
+	// uids (their init mounts the root and the overlay); the runtime's state is root's alone.
+	for _, d := range []string{cfg.StateDir, p.boxDir, p.pool.dir} {
+		if err := os.MkdirAll(d, 0o711); err != nil {
+			return nil, fmt.Errorf("oci: %w", err)
+		}
+		if err := os.Chmod(d, 0o711); err != nil {
 			return nil, fmt.Errorf("oci: %w", err)
 		}
 	}
+	if err := searchable(cfg.StateDir); err != nil {
+		return nil, fmt.Errorf("oci: state directory: %w", err)
+	}
+	if err := os.MkdirAll(p.runc.root, 0o700); err != nil {
+		return nil, fmt.Errorf("oci: %w", err)
+	}
+	p.holdIDRanges()
 	if p.base, err = prepareBase(cfg.StateDir); err != nil {
 		return nil, fmt.Errorf("oci: base root filesystem: %w", err)
 	}
@@ -215,6 +253,7 @@ func New(cfg Config) (*Provider, error) {
 	}
 	// Before a sandbox is allocated again under the name of a container nothing claims.
 	p.removeOrphans(context.Background())
+	p.idmap = p.runc.idmapMounts(context.Background())
 	p.startPool()
 	return p, nil
 }
@@ -246,6 +285,23 @@ func (p *Provider) removeOrphans(ctx context.Context) {
 			continue
 		}
 		delete(p.found, name)
+	}
+}
+
+// holdIDRanges marks the uid ranges the directories an earlier provider left record as in use: a
+// sandbox's stays its own, and a pool entry's until the entry is discarded.
+func (p *Provider) holdIDRanges() {
+	for _, d := range []string{p.boxDir, p.pool.dir} {
+		ents, err := os.ReadDir(d)
+		if err != nil {
+			p.log.Warn("listing the uid ranges in use", "dir", d, "err", err)
+			continue
+		}
+		for _, e := range ents {
+			if m, err := readMetaFile(layout{dir: filepath.Join(d, e.Name())}); err == nil {
+				p.ids.hold(m.IDBase)
+			}
+		}
 	}
 }
 

@@ -1,6 +1,8 @@
 package oci_test
 
 import (
+	"github.com/sandboxd/sandbox/internal/testenv"
+
 	"context"
 	"fmt"
 	"os"
@@ -43,7 +45,7 @@ func TestMain(m *testing.M) {
 // test ends, passed or not.
 func newProvider(t testing.TB) *oci.Provider {
 	t.Helper()
-	return newProviderAt(t, t.TempDir())
+	return newProviderAt(t, testenv.StateDir(t))
 }
 
 func newProviderAt(t testing.TB, dir string) *oci.Provider {
@@ -139,7 +141,7 @@ func TestSmoke(t *testing.T) {
 // directory (one killed during `runc run`) has finished when New returns, so nothing it makes appears
 // after the new provider has looked at what is there.
 func TestNewWaitsForEarlierRuntime(t *testing.T) {
-	dir := t.TempDir()
+	dir := testenv.StateDir(t)
 	made := filepath.Join(dir, "made")
 	// Stands for that runc: its arguments name the state directory's runtime root. The script ends in
 	// a builtin, so the shell waits for touch instead of becoming it.

@@ -1,6 +1,8 @@
 package oci_test
 
 import (
+	"github.com/sandboxd/sandbox/internal/testenv"
+
 	"context"
 	"log/slog"
 	"os"
@@ -47,7 +49,7 @@ func waitIdle(t *testing.T, p *oci.Provider, n int) {
 
 // The whole provider contract holds with a pool: most allocations of the suite take an entry.
 func TestConformanceWarmPool(t *testing.T) {
-	providertest.Run(t, func(t *testing.T) sandbox.Provider { return newPooledProviderAt(t, t.TempDir(), 2) })
+	providertest.Run(t, func(t *testing.T) sandbox.Provider { return newPooledProviderAt(t, testenv.StateDir(t), 2) })
 }
 
 // TestWarmPool: a sandbox with no limits takes an entry, so does one with memory and CPU limits (the
@@ -55,7 +57,7 @@ func TestConformanceWarmPool(t *testing.T) {
 // the pool refills; a taken entry is a sandbox like any other (exec, files, pause, release, adoption by
 // a restarted provider, which keeps its limits); and nothing is left behind.
 func TestWarmPool(t *testing.T) {
-	dir := t.TempDir()
+	dir := testenv.StateDir(t)
 	before := measure(t, dir)
 	p := newPooledProviderAt(t, dir, 2)
 	waitIdle(t, p, 2)
@@ -136,7 +138,7 @@ func TestWarmPool(t *testing.T) {
 
 // TestWarmPoolClose: Close removes the idle entries and leaves the sandboxes.
 func TestWarmPoolClose(t *testing.T) {
-	dir := t.TempDir()
+	dir := testenv.StateDir(t)
 	before := measure(t, dir)
 	p, err := oci.New(oci.Config{StateDir: dir, AgentPath: agentBin, StopGrace: time.Second, WarmPool: 2})
 	if err != nil {
@@ -180,7 +182,7 @@ func waitEmpty(t *testing.T, dir string) {
 // (1 s, then 2 s, ...). The pool is on by default, so a machine where runc cannot run containers gets
 // a warning now and then, not one a second.
 func TestPoolBacksOff(t *testing.T) {
-	dir := t.TempDir()
+	dir := testenv.StateDir(t)
 	runc, err := exec.LookPath("runc")
 	if err != nil {
 		t.Fatal(err)

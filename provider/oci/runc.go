@@ -120,3 +120,30 @@ func lastLogError(path string) string {
 	}
 	return last
 }
+
+// features is the part of `runc features` the provider reads.
+type features struct {
+	Linux struct {
+		MountExtensions struct {
+			IDMap struct {
+				Enabled *bool `json:"enabled"`
+			} `json:"idmap"`
+		} `json:"mountExtensions"`
+	} `json:"linux"`
+}
+
+// idmapMounts reports whether the runtime makes idmapped mounts (`runc features`, runc 1.2 and later):
+// then the host's read-only directories bound into a sandbox show their real owners inside its user
+// namespace (root as root) instead of the overflow uid. A runtime without the subcommand has none.
+func (r runc) idmapMounts(ctx context.Context) bool {
+	out, err := r.simple(ctx, "features")
+	if err != nil {
+		return false
+	}
+	var f features
+	if json.Unmarshal(out, &f) != nil {
+		return false
+	}
+	e := f.Linux.MountExtensions.IDMap.Enabled
+	return e != nil && *e
+}

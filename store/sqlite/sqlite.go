@@ -105,6 +105,11 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		s.now = time.Now
 	}
 
+	// The database holds every spec (environment values included): its owner's alone. SQLite gives its
+	// -wal and -shm files the database file's mode.
+	if err := ownerOnly(cfg.Path); err != nil {
+		return nil, fmt.Errorf("sqlite store: open: %w", err)
+	}
 	lock, err := lockFile(cfg.Path)
 	if err != nil {
 		return nil, fmt.Errorf("sqlite store: open: %w", err)
@@ -305,4 +310,20 @@ func (s *Store) close() error {
 		errs = append(errs, s.lock.Close()) // closing the file releases the lock
 	}
 	return errors.Join(errs...)
+}
+
+// ownerOnly makes the database file at path, or takes the one there, readable and writable by its owner
+// alone, and its -wal and -shm files too when they exist.
+func ownerOnly(path string) error {
+	f, err := os.OpenFile(path, os.O_RDONLY|os.O_CREATE, 0o600)
+	if err != nil {
+		return err
+	}
+	f.Close()
+	for _, p := range []string{path, path + "-wal", path + "-shm"} {
+		if err := os.Chmod(p, 0o600); err != nil && !os.IsNotExist(err) {
+			return err
+		}
+	}
+	return nil
 }

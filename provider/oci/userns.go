@@ -1,0 +1,107 @@
+package oci
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+)
+
+// Every sandbox runs in a user namespace of its own: its root is uid 0 inside and an unprivileged host
+// uid outside, from a range of IDRangeSize host uids (and the same gids) that no other sandbox of the
+// provider holds. Keyrings, per-uid kernel quotas (inotify instances, pending signals), signals and
+// /proc access are then the sandbox's own, apart from the host's root and from every other sandbox.
+//
+// A range is taken when a generation's directory is laid out (a pool entry's too), recorded in its
+// metadata, kept by the sandbox that takes a pool entry, and given back when the directory is removed.
+// A restarted provider learns the ranges in use from the metadata of the directories it finds.
+const (
+	// IDRangeSize is how many host uids (and gids) one sandbox maps: 0..65535 inside.
+	IDRangeSize = 65536
+	// defaultIDBase is the first host uid of the first range. It is far above the ranges distributions
+	// hand to users (/etc/subuid starts at 100000) and below 2^31, which some tools take as negative.
+	defaultIDBase = 1 << 30
+	// defaultIDRanges is how many ranges a provider hands out: up to 2^31.
+	defaultIDRanges = (1<<31 - defaultIDBase) / IDRangeSize
+)
+
+// idRanges hands out the host uid ranges of a provider's sandboxes. A range is named by its first uid.
+type idRanges struct {
+	base  uint32
+	count uint32
+
+	mu   sync.Mutex
+	used map[uint32]bool
+	next uint32 // where the search for a free range starts: ranges are not reused at once
+}
+
+func newIDRanges(base, count uint32) *idRanges {
+	return &idRanges{base: base, count: count, used: map[uint32]bool{}}
+}
+
+// take returns a free range. Error: none is free.
+func (r *idRanges) take() (uint32, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for i := uint32(0); i < r.count; i++ {
+		slot := (r.next + i) % r.count
+		first := r.base + slot*IDRangeSize
+		if !r.used[first] {
+			r.used[first] = true
+			r.next = slot + 1
+			return first, nil
+		}
+	}
+	return 0, fmt.Errorf("all %d uid ranges are in use", r.count)
+}
+
+// hold marks first as in use: a range a directory found at start-up records.
+func (r *idRanges) hold(first uint32) {
+	if first == 0 {
+		return
+	}
+	r.mu.Lock()
+	r.used[first] = true
+	r.mu.Unlock()
+}
+
+// give returns first to the free ranges.
+func (r *idRanges) give(first uint32) {
+	r.mu.Lock()
+	delete(r.used, first)
+	r.mu.Unlock()
+}
+
+// inUse is how many ranges are held.
+func (r *idRanges) inUse() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.used)
+}
+
+// idMapping maps 0..IDRangeSize-1 inside to the range that starts at first.
+func idMapping(first uint32) []specs.LinuxIDMapping {
+	return []specs.LinuxIDMapping{{ContainerID: 0, HostID: first, Size: IDRangeSize}}
+}
+
+// searchable reports why the runtime, running a sandbox's init as an unprivileged host uid, could not
+// reach dir: every directory from / down to it must be searchable by others (o+x), as the init mounts
+// the root and the overlay from inside the sandbox's user namespace. Nil when it can.
+func searchable(dir string) error {
+	for d := dir; ; d = filepath.Dir(d) {
+		st, err := os.Stat(d)
+		if err != nil {
+			return err
+		}
+		if st.Mode().Perm()&0o001 == 0 {
+			return fmt.Errorf("%s (mode %v) is not searchable by other users: sandboxes run as unprivileged "+
+				"host uids and their runtime must reach the state directory; give it and every parent o+x "+
+				"(chmod o+x %s)", d, st.Mode().Perm(), d)
+		}
+		if d == "/" || d == "." {
+			return nil
+		}
+	}
+}
