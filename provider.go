@@ -244,6 +244,15 @@ type Provider interface {
 	Resources(ctx context.Context) ([]Ref, error)
 }
 
+// SpecValidator is a provider that refuses some specs before anything is recorded: resources past its
+// bounds, for one. The core asks it with the request's own validation, so a refused create or recreate
+// records nothing.
+//
+// Errors: ErrInvalidRequest.
+type SpecValidator interface {
+	ValidateSpec(spec Spec) error
+}
+
 // Executor is a provider that runs commands. A program that cannot start is a result with exit code 127.
 type Executor interface {
 	Exec(ctx context.Context, ref Ref, cmd Command) (CommandResult, error)

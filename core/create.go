@@ -9,13 +9,17 @@ import (
 	"github.com/sandboxd/sandbox"
 )
 
-// validateSpec checks what the schema cannot say of a spec, for callers that skip the HTTP layer.
-func validateSpec(spec sandbox.Spec) error {
+// validateSpec checks what the schema cannot say of a spec, for callers that skip the HTTP layer, and
+// what the provider's own bounds refuse (sandbox.SpecValidator).
+func (r *Runtime) validateSpec(spec sandbox.Spec) error {
 	if spec.ClientRequestID == "" {
 		return fmt.Errorf("spec needs a clientRequestId: %w", sandbox.ErrInvalidRequest)
 	}
 	if spec.Image != "" && spec.Template != "" {
 		return fmt.Errorf("spec names both an image and a template: %w", sandbox.ErrInvalidRequest)
+	}
+	if v, ok := r.prov.(sandbox.SpecValidator); ok {
+		return v.ValidateSpec(spec)
 	}
 	return nil
 }
@@ -39,7 +43,7 @@ func (r *Runtime) checkCapabilities(spec sandbox.Spec) error {
 // ErrProviderUnavailable or ErrProviderProtocol when allocation fails, in which case the sandbox is
 // recorded as failed with the reason.
 func (r *Runtime) Create(ctx context.Context, spec sandbox.Spec) (*sandbox.Sandbox, error) {
-	if err := validateSpec(spec); err != nil {
+	if err := r.validateSpec(spec); err != nil {
 		return nil, err
 	}
 	if err := r.checkCapabilities(spec); err != nil {
@@ -79,7 +83,7 @@ func (r *Runtime) Create(ctx context.Context, spec sandbox.Spec) (*sandbox.Sandb
 // (not terminated), ErrIdempotencyConflict (the spec's clientRequestId is taken), and the provider's errors
 // as for Create.
 func (r *Runtime) Recreate(ctx context.Context, id sandbox.ID, gen sandbox.Generation, spec sandbox.Spec) (*sandbox.Sandbox, error) {
-	if err := validateSpec(spec); err != nil {
+	if err := r.validateSpec(spec); err != nil {
 		return nil, err
 	}
 	if _, err := r.store.Get(ctx, id); err != nil {

@@ -36,6 +36,7 @@ type Main struct {
 	LogFormat         string
 	OCIRuntime        string
 	OCIWarmPool       int           // started containers the oci provider keeps ready for new sandboxes
+	OCILimits         OCILimits     // what an oci sandbox gets when its spec says nothing, and the most it may ask
 	K8s               K8sFlags      // the kubernetes provider's settings
 	AuthTokenFile     string        // bearer tokens, one a line; required unless Listen is loopback
 	ReadHeaderTimeout time.Duration // a client slower than this to send its headers is cut off
@@ -51,6 +52,12 @@ type Main struct {
 	listener net.Listener
 	served   chan error
 	stopAuth func() // stops the token reloads on SIGHUP
+}
+
+// OCILimits are the oci provider's resource defaults and maxima, in MiB; zero takes the provider's own.
+type OCILimits struct {
+	MemoryMiB, MaxMemoryMiB int64
+	DiskMiB, MaxDiskMiB     int64
 }
 
 // DefaultOCIWarmPool is how many started containers the oci provider keeps ready unless told otherwise:
@@ -104,7 +111,11 @@ func (m *Main) ParseFlags(args []string) error {
 	fs.StringVar(&m.AuthTokenFile, "auth-token-file", m.AuthTokenFile, "file of accepted bearer tokens, one a line, reloaded on SIGHUP; required unless --listen is loopback")
 	fs.DurationVar(&m.ReadHeaderTimeout, "read-header-timeout", m.ReadHeaderTimeout, "how long a client may take to send its request headers")
 	fs.StringVar(&m.OCIRuntime, "oci-runtime", m.OCIRuntime, "the OCI runtime binary of the oci provider (default: runc from PATH)")
-	fs.IntVar(&m.OCIWarmPool, "oci-warm-pool", m.OCIWarmPool, "oci provider: how many started containers to keep ready, so that a sandbox without a disk limit is ready without starting one (0: none)")
+	fs.IntVar(&m.OCIWarmPool, "oci-warm-pool", m.OCIWarmPool, "oci provider: how many started containers to keep ready, so that a sandbox with the default disk size is ready without starting one (0: none)")
+	fs.Int64Var(&m.OCILimits.MemoryMiB, "oci-memory-mib", 0, "oci provider: memory limit of a sandbox whose spec sets none (default 1024)")
+	fs.Int64Var(&m.OCILimits.MaxMemoryMiB, "oci-max-memory-mib", 0, "oci provider: the most memory a spec may ask for (default: the machine's)")
+	fs.Int64Var(&m.OCILimits.DiskMiB, "oci-disk-mib", 0, "oci provider: size of the /workspace disk of a sandbox whose spec sets none (default 1024)")
+	fs.Int64Var(&m.OCILimits.MaxDiskMiB, "oci-max-disk-mib", 0, "oci provider: the largest disk a spec may ask for (default 65536)")
 	m.K8s.register(fs)
 	var envErr error
 	fs.VisitAll(func(f *flag.Flag) {
@@ -273,6 +284,11 @@ var providers = map[string]func(m *Main) (sandbox.Provider, error){
 			AgentPath: self,
 			Logger:    m.log,
 			WarmPool:  m.OCIWarmPool,
+
+			DefaultMemoryMiB: m.OCILimits.MemoryMiB,
+			MaxMemoryMiB:     m.OCILimits.MaxMemoryMiB,
+			DefaultDiskMiB:   m.OCILimits.DiskMiB,
+			MaxDiskMiB:       m.OCILimits.MaxDiskMiB,
 		})
 	},
 	"kubernetes": func(m *Main) (sandbox.Provider, error) { return m.K8s.open(m.log) },

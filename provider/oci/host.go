@@ -203,6 +203,12 @@ func removeDisk(ctx context.Context, img, dir string) error {
 			continue
 		}
 		if out, err := exec.CommandContext(ctx, "losetup", "-d", dev).CombinedOutput(); err != nil {
+			// The unmount above frees an autoclear device on its own, perhaps between the listing and
+			// this: a device no longer bound to the image is what was wanted.
+			if still, lerr := exec.CommandContext(ctx, "losetup", "-j", img).Output(); lerr == nil &&
+				!strings.Contains(string(still), dev+":") {
+				continue
+			}
 			return fmt.Errorf("losetup -d %s: %v: %s", dev, err, bytes.TrimSpace(out))
 		}
 	}
@@ -272,4 +278,19 @@ func alive(pid int) bool {
 	}
 	i := bytes.LastIndexByte(raw, ')')
 	return i >= 0 && i+2 < len(raw) && raw[i+2] != 'Z'
+}
+
+// machineMemoryMiB is the machine's memory (MemTotal), or 0 when it cannot be read.
+func machineMemoryMiB() int64 {
+	raw, err := os.ReadFile("/proc/meminfo")
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(raw), "\n") {
+		if rest, ok := strings.CutPrefix(line, "MemTotal:"); ok {
+			kib, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
+			return kib >> 10
+		}
+	}
+	return 0
 }

@@ -17,17 +17,13 @@ const (
 	reasonMissing = "container_missing"
 )
 
-// Allocate makes the container of ref, or takes one from the warm pool when ref asks for no disk limit,
-// and waits, up to ReadyTimeout, for its agent to answer; it returns a ready observation, or a starting
-// one when the agent is still silent. An existing
-// generation is returned as it is. Errors: ErrInvalidRequest for unusable resources,
+// Allocate makes the container of ref, or takes one from the warm pool when ref's disk is of the default
+// size, and waits, up to ReadyTimeout, for its agent to answer; it returns a ready observation, or a
+// starting one when the agent is still silent. An existing generation is returned as it is. Errors: ErrInvalidRequest for unusable resources,
 // ErrProviderUnavailable when the container cannot be made (nothing is left behind then).
 func (p *Provider) Allocate(ctx context.Context, ref sandbox.Ref, spec sandbox.Spec) (sandbox.Observation, error) {
-	var res sandbox.Resources
-	if spec.Resources != nil {
-		res = *spec.Resources
-	}
-	if err := checkResources(res); err != nil {
+	res, err := p.resources(spec)
+	if err != nil {
 		return sandbox.Observation{}, err
 	}
 	b := p.box(ref)
@@ -49,7 +45,7 @@ func (p *Provider) Allocate(ctx context.Context, ref sandbox.Ref, spec sandbox.S
 			return sandbox.Observation{}, fmt.Errorf("allocate %s: clearing a partial allocation: %v: %w", ref, err, sandbox.ErrProviderUnavailable)
 		}
 	}
-	if res.DiskMiB == 0 && p.claim(ctx, b, res) {
+	if res.DiskMiB == p.cfg.DefaultDiskMiB && p.claim(ctx, b, res) {
 		defer p.refill()
 	} else if err := p.create(ctx, b, res); err != nil {
 		if cerr := p.releaseLocked(context.WithoutCancel(ctx), b); cerr != nil {
@@ -60,6 +56,38 @@ func (p *Provider) Allocate(ctx context.Context, ref sandbox.Ref, spec sandbox.S
 	b.saw("running")
 	b.gone.Store(false)
 	return p.waitReady(ctx, b)
+}
+
+// ValidateSpec refuses resources past the provider's bounds, before anything is recorded.
+// Errors: ErrInvalidRequest.
+func (p *Provider) ValidateSpec(spec sandbox.Spec) error {
+	_, err := p.resources(spec)
+	return err
+}
+
+// resources are the limits a sandbox of spec runs with: what it asks for, the defaults for what it
+// leaves out. Errors: ErrInvalidRequest for a limit below what a sandbox needs or above the maximum.
+func (p *Provider) resources(spec sandbox.Spec) (sandbox.Resources, error) {
+	var res sandbox.Resources
+	if spec.Resources != nil {
+		res = *spec.Resources
+	}
+	if err := checkResources(res); err != nil {
+		return res, err
+	}
+	if res.MemoryMiB == 0 {
+		res.MemoryMiB = p.cfg.DefaultMemoryMiB
+	}
+	if res.DiskMiB == 0 {
+		res.DiskMiB = p.cfg.DefaultDiskMiB
+	}
+	switch {
+	case res.MemoryMiB > p.cfg.MaxMemoryMiB:
+		return res, fmt.Errorf("memoryMiB %d: this daemon allows at most %d: %w", res.MemoryMiB, p.cfg.MaxMemoryMiB, sandbox.ErrInvalidRequest)
+	case res.DiskMiB > p.cfg.MaxDiskMiB:
+		return res, fmt.Errorf("diskMiB %d: this daemon allows at most %d: %w", res.DiskMiB, p.cfg.MaxDiskMiB, sandbox.ErrInvalidRequest)
+	}
+	return res, nil
 }
 
 func checkResources(r sandbox.Resources) error {

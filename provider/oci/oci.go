@@ -50,6 +50,15 @@ type Config struct {
 	TmpInodes    int64         // files each of those may hold; default 16384
 	OpenFiles    int64         // RLIMIT_NOFILE of the agent and its commands; default 4096
 
+	// The defaults a sandbox gets for what its spec leaves out, and the most it may ask for. Nothing a
+	// sandbox runs is unbounded: its memory (and so its tmpfs), its /workspace disk, its processes, its
+	// open files and the inodes of its tmpfs. Defaults: 1024 MiB of memory, at most the machine's;
+	// a 1024 MiB disk, at most 65536 MiB.
+	DefaultMemoryMiB int64
+	MaxMemoryMiB     int64
+	DefaultDiskMiB   int64
+	MaxDiskMiB       int64
+
 	// IDBase and IDRanges place the host uid ranges of the sandboxes' user namespaces (userns.go):
 	// IDRanges ranges of IDRangeSize uids from IDBase on. Defaults: 2^30 and as many as fit below
 	// 2^31. Two providers on one host should be given ranges apart.
@@ -57,7 +66,7 @@ type Config struct {
 	IDRanges uint32
 
 	// WarmPool is how many started, never used containers the provider keeps ready, so that the
-	// allocation of a sandbox without a disk limit takes one instead of starting a container
+	// allocation of a sandbox with the default disk size takes one instead of starting a container
 	// (see pool.go). Zero: none; every allocation starts its own.
 	WarmPool int
 }
@@ -196,6 +205,25 @@ func New(cfg Config) (*Provider, error) {
 	}
 	if cfg.OpenFiles <= 0 {
 		cfg.OpenFiles = 4096
+	}
+	if cfg.DefaultMemoryMiB <= 0 {
+		cfg.DefaultMemoryMiB = 1024
+	}
+	if cfg.MaxMemoryMiB <= 0 {
+		cfg.MaxMemoryMiB = max(machineMemoryMiB(), cfg.DefaultMemoryMiB)
+	}
+	if cfg.DefaultDiskMiB <= 0 {
+		cfg.DefaultDiskMiB = 1024
+	}
+	if cfg.MaxDiskMiB <= 0 {
+		cfg.MaxDiskMiB = max(65536, cfg.DefaultDiskMiB)
+	}
+	if err := checkResources(sandbox.Resources{MemoryMiB: cfg.DefaultMemoryMiB, DiskMiB: cfg.DefaultDiskMiB}); err != nil {
+		return nil, fmt.Errorf("oci: defaults: %w", err)
+	}
+	if cfg.DefaultMemoryMiB > cfg.MaxMemoryMiB || cfg.DefaultDiskMiB > cfg.MaxDiskMiB {
+		return nil, fmt.Errorf("oci: a default is above its maximum (memory %d > %d MiB or disk %d > %d MiB)",
+			cfg.DefaultMemoryMiB, cfg.MaxMemoryMiB, cfg.DefaultDiskMiB, cfg.MaxDiskMiB)
 	}
 	if cfg.IDBase == 0 {
 		cfg.IDBase = defaultIDBase

@@ -17,10 +17,11 @@ import (
 
 // The warm pool: Config.WarmPool containers started ahead of any request, each in its own directory
 // under <state>/pool, named "pool-<random>" for runc and its cgroups, its agent answering. Allocating a
-// sandbox without a disk of its own takes one: its cgroups get the sandbox's memory and CPU limits, its
+// sandbox whose disk is of the default size takes one (each entry starts with such a disk, its own uid
+// range and no memory or CPU limit): its cgroups get the sandbox's memory and CPU limits, its
 // metadata is rewritten to name the sandbox's generation (and the container's pool name), then its
-// directory is renamed into <state>/sandboxes. (A disk is an ext4 image under the overlay's upper
-// directory, which the entry's mounts fixed when it started.) The running
+// directory is renamed into <state>/sandboxes. (A disk of another size would be another ext4 image
+// under the overlay's upper directory, which the entry's mounts fixed when it started.) The running
 // container does not notice: its mounts hold the directories, not their paths, and the agent's socket
 // stays bound to the same file. A taken entry is replaced in the background.
 //
@@ -153,7 +154,8 @@ func (p *Provider) warm(ctx context.Context) (poolEntry, error) {
 	rand.Read(rnd[:])
 	name := "pool-" + hex.EncodeToString(rnd[:])
 	e := poolEntry{name: name, l: layout{dir: filepath.Join(p.pool.dir, name)}}
-	err := p.layOut(ctx, e.l, meta{Container: name, CgroupPath: p.cgroupPath(name)})
+	res := sandbox.Resources{DiskMiB: p.cfg.DefaultDiskMiB}
+	err := p.layOut(ctx, e.l, meta{Container: name, CgroupPath: p.cgroupPath(name), Resources: res, Disk: true})
 	if err == nil {
 		err = p.start(ctx, e.l, name)
 	}
@@ -176,7 +178,7 @@ func (p *Provider) warm(ctx context.Context) (poolEntry, error) {
 }
 
 // claim makes an idle entry the container of b, whose directory does not exist yet, with the memory and
-// CPU limits of res (which asks for no disk of its own). It returns false, and b untouched, when no
+// CPU limits of res (whose disk is of the default size). It returns false, and b untouched, when no
 // entry is idle or the one taken does not answer or take the limits; the caller then starts a container
 // of its own. After a true, the caller calls refill once it is done.
 func (p *Provider) claim(ctx context.Context, b *box, res sandbox.Resources) bool {
@@ -204,8 +206,12 @@ func (p *Provider) claim(ctx context.Context, b *box, res sandbox.Resources) boo
 		if err == nil {
 			err = setLimits(p.cgroupPath(e.name), res)
 		}
+		var m meta
 		if err == nil {
-			m := meta{Ref: b.ref, Container: e.name, Resources: res, CgroupPath: p.cgroupPath(e.name)}
+			m, err = readMetaFile(e.l) // the entry's uid range and disk stay the sandbox's
+		}
+		if err == nil {
+			m.Ref, m.Resources = b.ref, res
 			if err = writeJSONFile(e.l.meta(), m); err == nil {
 				err = os.Rename(e.l.dir, b.l.dir)
 			}

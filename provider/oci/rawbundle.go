@@ -27,11 +27,8 @@ type RawBundle struct {
 // descriptor 3; Release(ref) removes it, started or not. Errors: ErrInvalidRequest for unusable resources, ErrProviderUnavailable otherwise (an
 // existing generation of the same name included).
 func (p *Provider) PrepareBundle(ctx context.Context, ref sandbox.Ref, spec sandbox.Spec) (RawBundle, error) {
-	var res sandbox.Resources
-	if spec.Resources != nil {
-		res = *spec.Resources
-	}
-	if err := checkResources(res); err != nil {
+	res, err := p.resources(spec)
+	if err != nil {
 		return RawBundle{}, err
 	}
 	b := p.box(ref)
@@ -40,7 +37,7 @@ func (p *Provider) PrepareBundle(ctx context.Context, ref sandbox.Ref, spec sand
 	if _, err := os.Stat(b.l.dir); err == nil {
 		return RawBundle{}, fmt.Errorf("prepare %s: it exists: %w", ref, sandbox.ErrProviderUnavailable)
 	}
-	err := p.prepare(ctx, b, res)
+	err = p.prepare(ctx, b, res)
 	var ln *os.File
 	if err == nil {
 		ln, err = listenAgent(b.l)
