@@ -66,11 +66,18 @@ func Main(ctx context.Context, args []string) error {
 	listenFD := fs.Int("listen-fd", -1, "inherited descriptor of a listening unix socket, instead of -socket")
 	root := fs.String("root", "/", "directory file operations are confined to")
 	workdir := fs.String("workdir", "/workspace", "working directory inside the root")
+	nofile := fs.Uint64("nofile", 0, "lower the open files limit (soft and hard) to this before serving; 0: leave it")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if (*socket == "") == (*listenFD < 0) || fs.NArg() != 0 {
 		return errors.New("agent: usage: agent {-socket PATH | -listen-fd N} [-root DIR] [-workdir DIR]")
+	}
+	if *nofile > 0 {
+		lim := unix.Rlimit{Cur: *nofile, Max: *nofile}
+		if err := unix.Setrlimit(unix.RLIMIT_NOFILE, &lim); err != nil {
+			return fmt.Errorf("agent: open files limit %d: %w", *nofile, err)
+		}
 	}
 	// Nothing in the sandbox may trace the agent or take its descriptors (pidfd_getfd, /proc/1/fd): the
 	// listening socket and the files it writes to are the daemon's. A process that is not dumpable is

@@ -37,6 +37,11 @@ func subcommand(ctx context.Context, args []string) (bool, error) {
 			return true, errors.New("agent: usage: agent relay -socket PATH")
 		}
 		return true, Relay(ctx, *socket, os.Stdin, os.Stdout)
+	case "hold":
+		// Holds the namespaces it was started in until its standard input closes: the oci provider
+		// starts it in a new user namespace for the runtime to join.
+		_, err := io.Copy(io.Discard, os.Stdin)
+		return true, err
 	case "install":
 		fs := flag.NewFlagSet("agent install", flag.ContinueOnError)
 		to := fs.String("to", "", "where to copy the agent binary")

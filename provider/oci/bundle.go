@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
@@ -190,10 +191,10 @@ func cpuQuota(res sandbox.Resources) (quota int64, period uint64) {
 	return res.CPUMillis * 100, 100000
 }
 
-// containerSpec is the runtime spec of one sandbox generation.
-func (p *Provider) containerSpec(l layout, m meta) (*specs.Spec, error) {
+// containerSpec is the runtime spec of one sandbox generation, joining the user namespace at userns
+// (holdUserNS), or having the runtime make one when that is empty.
+func (p *Provider) containerSpec(l layout, m meta, userns string) (*specs.Spec, error) {
 	upper := l.upperBase(m.Disk)
-	nofile := uint64(p.cfg.OpenFiles)
 	pids := p.cfg.PidsLimit
 	res := &specs.LinuxResources{
 		Devices: []specs.LinuxDeviceCgroup{{Allow: false, Access: "rwm"}},
@@ -253,7 +254,10 @@ func (p *Provider) containerSpec(l layout, m meta) (*specs.Spec, error) {
 		hostBind(guestAgent, p.cfg.AgentPath, "bind", "ro", "nosuid", "nodev"),
 	)
 	args := append([]string{guestAgent}, p.cfg.AgentArgs...)
-	args = append(args, "-listen-fd", "3", "-root", "/", "-workdir", guestWorkdir) // see listenAgent
+	args = append(args, "-listen-fd", "3", "-root", "/", "-workdir", guestWorkdir, // see listenAgent
+		// The agent lowers its own open files limit, which its commands inherit: a runtime cannot set
+		// rlimits in a user namespace it does not own without CAP_SYS_RESOURCE.
+		"-nofile", strconv.FormatInt(p.cfg.OpenFiles, 10))
 	spec := &specs.Spec{
 		Version:  specs.Version,
 		Hostname: guestHostname,
@@ -275,7 +279,6 @@ func (p *Provider) containerSpec(l layout, m meta) (*specs.Spec, error) {
 			Capabilities: &specs.LinuxCapabilities{
 				Bounding: sandboxCaps, Effective: sandboxCaps, Permitted: sandboxCaps,
 			},
-			Rlimits: []specs.POSIXRlimit{{Type: "RLIMIT_NOFILE", Hard: nofile, Soft: nofile}},
 		},
 		Mounts: mounts,
 		Linux: &specs.Linux{
@@ -294,7 +297,8 @@ func (p *Provider) containerSpec(l layout, m meta) (*specs.Spec, error) {
 		},
 	}
 	if m.IDBase != 0 {
-		spec.Linux.Namespaces = append(spec.Linux.Namespaces, specs.LinuxNamespace{Type: specs.UserNamespace})
+		// The mappings are those of the namespace joined; runc 1.1 wants them named all the same.
+		spec.Linux.Namespaces = append(spec.Linux.Namespaces, specs.LinuxNamespace{Type: specs.UserNamespace, Path: userns})
 		spec.Linux.UIDMappings, spec.Linux.GIDMappings = ids, ids
 	}
 	var err error

@@ -1,5 +1,11 @@
 package oci
 
+import (
+	"context"
+
+	"github.com/sandboxd/sandbox"
+)
+
 // CgroupPrefix begins the name of every cgroup a provider on stateDir makes, for the tests.
 func CgroupPrefix(stateDir string) string { return "sandboxd-" + cgroupTag(stateDir) + "-" }
 
@@ -17,4 +23,26 @@ func Abandon(p *Provider) {
 	}
 	p.pool.idle = nil
 	p.pool.mu.Unlock()
+}
+
+// DropAgentConnections closes the kept-alive connections to every sandbox's agent, as a restart would:
+// the next call dials again.
+func DropAgentConnections(p *Provider) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, b := range p.boxes {
+		b.client.Close()
+	}
+}
+
+// IDBase is the first host uid of ref's user namespace, from its metadata.
+func IDBase(p *Provider, ref sandbox.Ref) (uint32, error) {
+	m, err := readMeta(p.box(ref).l)
+	return m.IDBase, err
+}
+
+// InitPid is the host pid of ref's container init, its agent.
+func InitPid(p *Provider, ref sandbox.Ref) (int, error) {
+	st, err := p.runc.state(context.Background(), p.box(ref).container())
+	return st.Pid, err
 }

@@ -106,15 +106,29 @@ func checkResources(r sandbox.Resources) error {
 
 // create lays out the sandbox directory and starts the container.
 func (p *Provider) create(ctx context.Context, b *box, res sandbox.Resources) error {
-	if err := p.prepare(ctx, b, res); err != nil {
+	m, err := p.prepare(ctx, b, res)
+	if err != nil {
 		return err
 	}
 	b.cid.Store(nil)
-	return p.start(ctx, b.l, b.ref.Name())
+	return p.start(ctx, b.l, m, b.ref.Name())
 }
 
-// start runs the prepared container name of l, the agent's socket bound beforehand (listenAgent).
-func (p *Provider) start(ctx context.Context, l layout, name string) error {
+// start writes the bundle of the container name of l for m and runs it: in a user namespace made for
+// it (holdUserNS), the agent's socket bound beforehand (listenAgent).
+func (p *Provider) start(ctx context.Context, l layout, m meta, name string) error {
+	var userns string
+	if m.IDBase != 0 {
+		h, err := p.holdUserNS(m.IDBase)
+		if err != nil {
+			return fmt.Errorf("user namespace: %w", err)
+		}
+		defer h.release() // the container's processes hold it once runc has returned
+		userns = h.path()
+	}
+	if err := p.writeBundle(l, m, userns); err != nil {
+		return err
+	}
 	ln, err := listenAgent(l)
 	if err != nil {
 		return fmt.Errorf("agent socket: %w", err)
@@ -123,8 +137,18 @@ func (p *Provider) start(ctx context.Context, l layout, name string) error {
 	return p.runc.run(ctx, l, name, ln)
 }
 
-// prepare lays out the sandbox directory and its bundle without starting anything.
-func (p *Provider) prepare(ctx context.Context, b *box, res sandbox.Resources) error {
+// writeBundle writes the runtime spec of m into l, the sandbox joining the user namespace at userns, or
+// making its own when that is empty.
+func (p *Provider) writeBundle(l layout, m meta, userns string) error {
+	spec, err := p.containerSpec(l, m, userns)
+	if err != nil {
+		return err
+	}
+	return writeJSONFile(filepath.Join(l.dir, "config.json"), spec)
+}
+
+// prepare lays out the sandbox directory without starting anything, and returns its metadata.
+func (p *Provider) prepare(ctx context.Context, b *box, res sandbox.Resources) (meta, error) {
 	return p.layOut(ctx, b.l, meta{Ref: b.ref, Resources: res, Disk: res.DiskMiB > 0,
 		CgroupPath: p.cgroupPath(b.ref.Name())})
 }
@@ -132,49 +156,45 @@ func (p *Provider) prepare(ctx context.Context, b *box, res sandbox.Resources) e
 // cgroupPath is the cgroup of the container name.
 func (p *Provider) cgroupPath(name string) string { return "/sandboxd-" + p.cgTag + "-" + name }
 
-// layOut makes the directory l and the bundle in it for m, with a uid range of its own. The metadata is
-// written first, so that Resources and Release find even an allocation that fails half-way (and give
-// its range back).
-func (p *Provider) layOut(ctx context.Context, l layout, m meta) error {
+// layOut makes the directory l for m, with a uid range of its own, and returns m with that range. The
+// metadata is written first, so that Resources and Release find even an allocation that fails half-way
+// (and give its range back).
+func (p *Provider) layOut(ctx context.Context, l layout, m meta) (meta, error) {
 	first, err := p.ids.take()
 	if err != nil {
-		return err
+		return m, err
 	}
 	// The directory is searchable, not readable, by others: the sandbox's init, an unprivileged host uid,
 	// mounts its overlay from inside its user namespace. What it holds is the provider's alone.
 	if err := os.Mkdir(l.dir, 0o711); err != nil {
 		p.ids.give(first)
-		return err
+		return m, err
 	}
 	m.IDBase = first
 	if err := writeJSONFile(l.meta(), m); err != nil {
 		p.ids.give(first)
-		return err
+		return m, err
 	}
 	if err := os.Mkdir(l.runDir(), 0o700); err != nil {
-		return err
+		return m, err
 	}
 	if m.Disk {
 		if err := makeDisk(ctx, l.diskImg(), l.diskDir(), m.Resources.DiskMiB); err != nil {
-			return fmt.Errorf("disk: %w", err)
+			return m, fmt.Errorf("disk: %w", err)
 		}
 	} else if err := os.Mkdir(l.upperBase(false), 0o711); err != nil {
-		return err
+		return m, err
 	}
 	upper := l.upperBase(m.Disk)
 	for _, d := range []string{filepath.Join(upper, "upper"), filepath.Join(upper, "work")} {
 		if err := os.Mkdir(d, 0o755); err != nil {
-			return err
+			return m, err
 		}
 		if err := os.Lchown(d, int(first), int(first)); err != nil {
-			return err
+			return m, err
 		}
 	}
-	spec, err := p.containerSpec(l, m)
-	if err != nil {
-		return err
-	}
-	return writeJSONFile(filepath.Join(l.dir, "config.json"), spec)
+	return m, nil
 }
 
 // waitReady polls the agent's health until it answers, ctx ends or ReadyTimeout passes.

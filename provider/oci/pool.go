@@ -155,9 +155,9 @@ func (p *Provider) warm(ctx context.Context) (poolEntry, error) {
 	name := "pool-" + hex.EncodeToString(rnd[:])
 	e := poolEntry{name: name, l: layout{dir: filepath.Join(p.pool.dir, name)}}
 	res := sandbox.Resources{DiskMiB: p.cfg.DefaultDiskMiB}
-	err := p.layOut(ctx, e.l, meta{Container: name, CgroupPath: p.cgroupPath(name), Resources: res, Disk: true})
+	m, err := p.layOut(ctx, e.l, meta{Container: name, CgroupPath: p.cgroupPath(name), Resources: res, Disk: true})
 	if err == nil {
-		err = p.start(ctx, e.l, name)
+		err = p.start(ctx, e.l, m, name)
 	}
 	if err == nil {
 		e.client = agent.NewClient(dialAgent(e.l))

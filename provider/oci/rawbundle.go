@@ -27,9 +27,9 @@ type RawBundle struct {
 // descriptor 3; Release(ref) removes it, started or not. Errors: ErrInvalidRequest for unusable resources, ErrProviderUnavailable otherwise (an
 // existing generation of the same name included).
 func (p *Provider) PrepareBundle(ctx context.Context, ref sandbox.Ref, spec sandbox.Spec) (RawBundle, error) {
-	res, err := p.resources(spec)
-	if err != nil {
-		return RawBundle{}, err
+	res, rerr := p.resources(spec)
+	if rerr != nil {
+		return RawBundle{}, rerr
 	}
 	b := p.box(ref)
 	b.mu.Lock()
@@ -37,7 +37,11 @@ func (p *Provider) PrepareBundle(ctx context.Context, ref sandbox.Ref, spec sand
 	if _, err := os.Stat(b.l.dir); err == nil {
 		return RawBundle{}, fmt.Errorf("prepare %s: it exists: %w", ref, sandbox.ErrProviderUnavailable)
 	}
-	err = p.prepare(ctx, b, res)
+	m, err := p.prepare(ctx, b, res)
+	if err == nil {
+		// The runtime makes the user namespace itself: what a caller of the runtime does.
+		err = p.writeBundle(b.l, m, "")
+	}
 	var ln *os.File
 	if err == nil {
 		ln, err = listenAgent(b.l)

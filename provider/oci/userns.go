@@ -1,10 +1,18 @@
 package oci
 
 import (
+	"errors"
 	"fmt"
+	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"runtime"
+	"slices"
 	"sync"
+	"syscall"
+
+	"golang.org/x/sys/unix"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 )
@@ -104,4 +112,105 @@ func searchable(dir string) error {
 			return nil
 		}
 	}
+}
+
+// nsHolder is a process that holds a new user namespace until the runtime has joined it.
+type nsHolder struct {
+	cmd   *exec.Cmd
+	stdin io.Closer
+}
+
+// path is the user namespace's path, for the runtime spec.
+func (h *nsHolder) path() string { return fmt.Sprintf("/proc/%d/ns/user", h.cmd.Process.Pid) }
+
+// release ends the holder: the namespace lives on as long as a process in it does.
+func (h *nsHolder) release() {
+	h.stdin.Close()
+	h.cmd.Wait()
+}
+
+// holdUserNS makes a user namespace owned by host uid and gid first, mapping 0..IDRangeSize-1 in it to
+// the range that starts there, and returns the process that holds it. A user namespace is owned by the
+// effective ids of the process that makes it, and the kernel charges the per-user counts of everything
+// inside it (inotify instances and watches, user namespaces, and more) to its owner as well: one the
+// runtime made would charge them to the host's root, whose limits a sandbox could then exhaust. So
+// the holder is forked by a thread of ours that takes the range's first ids for the instant of the
+// fork, and it runs the agent binary's "hold" mode (reached through a descriptor, as the uid may not
+// search the binary's directory), which waits for its standard input to close.
+func (p *Provider) holdUserNS(first uint32) (*nsHolder, error) {
+	bin, err := os.Open(p.cfg.AgentPath)
+	if err != nil {
+		return nil, err
+	}
+	defer bin.Close()
+	cmd := exec.Command("/proc/self/fd/3", append(slices.Clone(p.cfg.AgentArgs), "hold")...)
+	cmd.Dir = "/"
+	cmd.ExtraFiles = []*os.File{bin}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWUSER}
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return nil, err
+	}
+	started := make(chan error, 1)
+	go func() {
+		// The ids are this thread's alone (raw system calls, not the process-wide setuid), and the
+		// thread runs nothing else while it holds them. Should it fail to become root again, it stays
+		// locked and ends with this goroutine.
+		runtime.LockOSThread()
+		if err := threadIDs(first); err != nil {
+			started <- err
+			if threadIDs(0) == nil {
+				runtime.UnlockOSThread()
+			}
+			return
+		}
+		err := cmd.Start()
+		if rerr := threadIDs(0); rerr != nil {
+			started <- errors.Join(err, rerr)
+			return
+		}
+		runtime.UnlockOSThread()
+		started <- err
+	}()
+	if err := <-started; err != nil {
+		stdin.Close()
+		if cmd.Process != nil {
+			cmd.Process.Kill()
+			cmd.Wait()
+		}
+		return nil, fmt.Errorf("start the holder: %w", err)
+	}
+	h := &nsHolder{cmd: cmd, stdin: stdin}
+	m := fmt.Sprintf("0 %d %d\n", first, IDRangeSize)
+	for _, f := range []string{"uid_map", "gid_map"} {
+		if err := os.WriteFile(fmt.Sprintf("/proc/%d/%s", cmd.Process.Pid, f), []byte(m), 0); err != nil {
+			cmd.Process.Kill()
+			h.release()
+			return nil, fmt.Errorf("write %s: %w", f, err)
+		}
+	}
+	return h, nil
+}
+
+// threadIDs sets the effective uid and gid of the calling thread alone to id (the real and saved ones
+// stay root's, so that it can go back to 0). The gid changes first on the way out and last on the way
+// back, while the thread is still root.
+func threadIDs(id uint32) error {
+	keep := ^uintptr(0) // -1: unchanged
+	if id != 0 {
+		if _, _, e := unix.RawSyscall(unix.SYS_SETRESGID, keep, uintptr(id), keep); e != 0 {
+			return fmt.Errorf("setresgid: %w", e)
+		}
+		if _, _, e := unix.RawSyscall(unix.SYS_SETRESUID, keep, uintptr(id), keep); e != 0 {
+			return fmt.Errorf("setresuid: %w", e)
+		}
+		return nil
+	}
+	if _, _, e := unix.RawSyscall(unix.SYS_SETRESUID, keep, 0, keep); e != 0 {
+		return fmt.Errorf("setresuid: %w", e)
+	}
+	if _, _, e := unix.RawSyscall(unix.SYS_SETRESGID, keep, 0, keep); e != 0 {
+		return fmt.Errorf("setresgid: %w", e)
+	}
+	return nil
 }
