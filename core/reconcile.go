@@ -42,7 +42,10 @@ func (r *Runtime) reconcile(ctx context.Context, sb *sandbox.Sandbox) (*sandbox.
 		return nil, err
 	}
 	switch {
-	case sb.State == sandbox.StateRequested && obs.State == sandbox.ObservedAbsent:
+	case sb.State == sandbox.StateRequested && (obs.State == sandbox.ObservedAbsent || obs.State == sandbox.ObservedFailed):
+		// No allocation was ever recorded: one cut short (a crash half-way through the provider's
+		// work can leave part of a resource, which it reports failed) is made again. Allocation is
+		// idempotent; a resource that truly failed is reported failed by it once more.
 		return r.allocate(ctx, ref, sb.Spec)
 	case sb.State == sandbox.StateTerminating && obs.State != sandbox.ObservedAbsent:
 		if err := r.release(ctx, ref); err != nil {

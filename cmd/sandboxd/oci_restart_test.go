@@ -1,8 +1,6 @@
 package main
 
 import (
-	"github.com/sandboxd/sandbox/internal/testenv"
-
 	"context"
 	"encoding/base64"
 	"encoding/json"
@@ -11,11 +9,15 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/sandboxd/sandbox"
+	"github.com/sandboxd/sandbox/internal/testenv"
 	"github.com/sandboxd/sandbox/provider/oci"
 )
 
@@ -188,6 +190,14 @@ func removeContainersAtEnd(t *testing.T, dataDir string) {
 			}
 			runCmd("runc", "--root", root, "delete", "--force", c)
 		}
+		// Each sandbox's disk, which outlives the daemon as its container does; its loop device frees
+		// itself with the unmount.
+		disks, _ := filepath.Glob(filepath.Join(dataDir, "oci", "*", "*", "disk"))
+		for _, d := range disks {
+			if err := unix.Unmount(d, unix.MNT_DETACH); err != nil && err != unix.EINVAL {
+				t.Errorf("unmount %s: %v", d, err)
+			}
+		}
 	})
 }
 
@@ -208,4 +218,64 @@ func runcList(root string) ([]string, error) {
 func runCmd(name string, args ...string) (string, error) {
 	out, err := exec.Command(name, args...).CombinedOutput()
 	return string(out), err
+}
+
+// TestOCICreateCutByCrashFinishes: a daemon SIGKILLed while its create is inside the runtime's `run`
+// (the sandbox's directory laid out, no container yet) finishes that allocation at its next start: the
+// sandbox becomes ready, runs commands, and terminates leaving nothing, instead of failing with
+// container_missing and holding its disk until terminated.
+func TestOCICreateCutByCrashFinishes(t *testing.T) {
+	needOCI(t)
+	ctx := context.Background()
+	dataDir := testenv.StateDir(t)
+	removeContainersAtEnd(t, dataDir)
+	real, err := exec.LookPath("runc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A runtime whose `run` never returns, as a runc killed with its daemon would have left it.
+	wrapper := filepath.Join(t.TempDir(), "runc")
+	marker := wrapper + ".run"
+	script := fmt.Sprintf("#!/bin/sh\nfor a; do [ \"$a\" = run ] && echo $$ > %q && exec sleep 600; done\nexec %q \"$@\"\n", marker, real)
+	if err := os.WriteFile(wrapper, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	d := startDaemon(t, dataDir, "--provider", "oci", "--oci-warm-pool", "0", "--oci-runtime", wrapper)
+	created := make(chan sandbox.Sandbox, 1)
+	go func() {
+		var sb sandbox.Sandbox
+		call(ctx, "POST", d.url+"/v1/sandboxes", map[string]any{"clientRequestId": "cut"}, &sb)
+		created <- sb
+	}()
+	var pid int
+	for deadline := time.Now().Add(30 * time.Second); pid == 0; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the create never reached the runtime's run")
+		}
+		raw, _ := os.ReadFile(marker)
+		pid, _ = strconv.Atoi(strings.TrimSpace(string(raw)))
+	}
+	d.kill()
+	<-created
+	if p, err := os.FindProcess(pid); err == nil {
+		p.Kill()
+	}
+	var listed struct{ Sandboxes []sandbox.Sandbox }
+	d = startDaemon(t, dataDir, "--provider", "oci", "--oci-warm-pool", "0")
+	if st := call(ctx, "GET", d.url+"/v1/sandboxes", nil, &listed); st != 200 || len(listed.Sandboxes) != 1 {
+		t.Fatalf("list after restart: %d %+v", st, listed)
+	}
+	sb := waitFor(t, d.url, listed.Sandboxes[0].ID, sandbox.StateReady)
+	var res sandbox.CommandResult
+	if st := call(ctx, "POST", fmt.Sprintf("%s/v1/sandboxes/%s/commands", d.url, sb.ID),
+		map[string]any{"expectedGeneration": 1, "argv": []string{"echo", "finished"}}, &res); st != 200 || res.Stdout != "finished\n" {
+		t.Fatalf("exec after restart: %d %+v", st, res)
+	}
+	if st := call(ctx, "POST", fmt.Sprintf("%s/v1/sandboxes/%s/actions/terminate", d.url, sb.ID), map[string]any{"expectedGeneration": 1}, nil); st != 200 {
+		t.Fatalf("terminate: %d", st)
+	}
+	waitFor(t, d.url, sb.ID, sandbox.StateTerminated)
+	if ents, err := os.ReadDir(filepath.Join(dataDir, "oci", "sandboxes")); err != nil || len(ents) != 0 {
+		t.Fatalf("left after terminate: %v %v", ents, err)
+	}
 }
