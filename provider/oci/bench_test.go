@@ -1,8 +1,6 @@
 package oci_test
 
 import (
-	"github.com/sandboxd/sandbox/internal/testenv"
-
 	"context"
 	"encoding/json"
 	"fmt"
@@ -18,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/sandboxd/sandbox"
+	"github.com/sandboxd/sandbox/internal/testenv"
 )
 
 // percentiles times each call of op and reports p50 and p99 beside ns/op.
@@ -192,19 +191,18 @@ func BenchmarkRawRuncRun(b *testing.B) {
 		spec.Linux.CgroupsPath = "/sandboxd-bench-" + name
 		for j, m := range spec.Mounts {
 			switch m.Destination {
-			case "/workspace": // the lower directory is the provider's shared one, as the root is
-				spec.Mounts[j].Options = []string{m.Options[0],
-					"upperdir=" + filepath.Join(bundle, "upper"), "workdir=" + filepath.Join(bundle, "work")}
+			case "/workspace":
+				spec.Mounts[j].Source = filepath.Join(bundle, "upper")
 			}
 		}
-		for _, d := range []string{"run", "upper", "work"} {
+		for _, d := range []string{"run", "upper"} {
 			if err := os.MkdirAll(filepath.Join(bundle, d), 0o755); err != nil {
 				b.Fatal(err)
 			}
 		}
 		// The overlay's directories belong to the sandbox's root, as the provider lays them out.
 		if ids := spec.Linux.UIDMappings; len(ids) > 0 {
-			for _, d := range []string{"upper", "work"} {
+			for _, d := range []string{"upper"} {
 				if err := os.Chown(filepath.Join(bundle, d), int(ids[0].HostID), int(ids[0].HostID)); err != nil {
 					b.Fatal(err)
 				}

@@ -49,7 +49,8 @@ type meta struct {
 	IDBase uint32 `json:"idBase,omitempty"`
 }
 
-// upperBase is the directory that holds the overlay's upper and work directories.
+// upperBase is the directory that holds the sandbox's /workspace ("upper", for the layers an image
+// will put under it): on its disk, or in its directory when it has none.
 func (l layout) upperBase(disk bool) string {
 	if disk {
 		return l.diskDir()
@@ -72,7 +73,7 @@ var hostEtcBinds = []struct {
 var rootSymlinks = []string{"bin", "sbin", "lib", "lib32", "lib64", "libx32"}
 
 // baseVersion changes whenever buildRootfs lays out something new, so that an old base is never reused.
-const baseVersion = "2"
+const baseVersion = "3"
 
 // etcFiles are the generated files of the sandbox's /etc.
 var etcFiles = map[string]string{
@@ -84,15 +85,13 @@ var etcFiles = map[string]string{
 	"nsswitch.conf": "passwd: files\ngroup: files\nhosts: files\n",
 }
 
-// base is the read-only part shared by every sandbox of a provider: the skeleton root and the empty
-// lower directory of the /workspace overlay. Nothing in a sandbox can write to either (the root is
-// mounted read-only, and an overlay never writes to its lower directory), so one copy serves all.
+// base is the read-only part shared by every sandbox of a provider: the skeleton root. Nothing in a
+// sandbox can write to it (it is mounted read-only), so one copy serves all.
 type base struct {
 	dir string
 }
 
 func (b base) rootfs() string { return filepath.Join(b.dir, "rootfs") }
-func (b base) lower() string  { return filepath.Join(b.dir, "lower") }
 
 // prepareBase returns the base under stateDir, making it if needed. Its directory is named from what it
 // holds, so a base of another layout or host is never reused, and a base is never changed or removed
@@ -121,9 +120,6 @@ func prepareBase(stateDir string) (base, error) {
 	}
 	defer os.RemoveAll(tmp) // a no-op once renamed
 	if err := os.Chmod(tmp, 0o755); err != nil {
-		return base{}, err
-	}
-	if err := os.Mkdir(filepath.Join(tmp, "lower"), 0o755); err != nil {
 		return base{}, err
 	}
 	if err := buildRootfs(filepath.Join(tmp, "rootfs")); err != nil {
@@ -249,8 +245,9 @@ func (p *Provider) containerSpec(l layout, m meta, userns string) (*specs.Spec, 
 		tmpfs("/tmp", "1777", p.cfg.TmpMiB, "nosuid", "nodev"),
 		tmpfs("/var/tmp", "1777", p.cfg.TmpMiB, "nosuid", "nodev"),
 		tmpfs("/run", "755", 1, "nosuid", "nodev"),
-		specs.Mount{Destination: guestWorkdir, Type: "overlay", Source: "overlay", Options: []string{
-			"lowerdir=" + p.base.lower(), "upperdir=" + filepath.Join(upper, "upper"), "workdir=" + filepath.Join(upper, "work")}},
+		// A bind of a directory on the sandbox's own disk: its view of the mount names no host path.
+		specs.Mount{Destination: guestWorkdir, Type: "bind", Source: filepath.Join(upper, "upper"),
+			Options: []string{"rbind", "rw", "nosuid", "nodev"}},
 		hostBind(guestAgent, p.cfg.AgentPath, "bind", "ro", "nosuid", "nodev"),
 	)
 	args := append([]string{guestAgent}, p.cfg.AgentArgs...)

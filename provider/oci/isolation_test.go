@@ -1,8 +1,6 @@
 package oci_test
 
 import (
-	"github.com/sandboxd/sandbox/internal/testenv"
-
 	"errors"
 	"net"
 	"os"
@@ -13,6 +11,7 @@ import (
 	"time"
 
 	"github.com/sandboxd/sandbox"
+	"github.com/sandboxd/sandbox/internal/testenv"
 	"github.com/sandboxd/sandbox/provider/oci"
 )
 

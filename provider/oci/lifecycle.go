@@ -165,7 +165,7 @@ func (p *Provider) layOut(ctx context.Context, l layout, m meta) (meta, error) {
 		return m, err
 	}
 	// The directory is searchable, not readable, by others: the sandbox's init, an unprivileged host uid,
-	// mounts its overlay from inside its user namespace. What it holds is the provider's alone.
+	// may have to reach into it from inside its user namespace. What it holds is the provider's alone.
 	if err := os.Mkdir(l.dir, 0o711); err != nil {
 		p.ids.give(first)
 		return m, err
@@ -185,14 +185,13 @@ func (p *Provider) layOut(ctx context.Context, l layout, m meta) (meta, error) {
 	} else if err := os.Mkdir(l.upperBase(false), 0o711); err != nil {
 		return m, err
 	}
-	upper := l.upperBase(m.Disk)
-	for _, d := range []string{filepath.Join(upper, "upper"), filepath.Join(upper, "work")} {
-		if err := os.Mkdir(d, 0o755); err != nil {
-			return m, err
-		}
-		if err := os.Lchown(d, int(first), int(first)); err != nil {
-			return m, err
-		}
+	// /workspace belongs to the sandbox's root.
+	upper := filepath.Join(l.upperBase(m.Disk), "upper")
+	if err := os.Mkdir(upper, 0o755); err != nil {
+		return m, err
+	}
+	if err := os.Lchown(upper, int(first), int(first)); err != nil {
+		return m, err
 	}
 	return m, nil
 }

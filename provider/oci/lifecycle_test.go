@@ -1,8 +1,6 @@
 package oci_test
 
 import (
-	"github.com/sandboxd/sandbox/internal/testenv"
-
 	"bytes"
 	"context"
 	"errors"
@@ -17,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/sandboxd/sandbox"
+	"github.com/sandboxd/sandbox/internal/testenv"
 	"github.com/sandboxd/sandbox/provider/oci"
 )
 

@@ -1,13 +1,16 @@
 // Package oci is a sandbox provider with real isolation: each sandbox generation is one runc container
-// with its own mount, PID, network (loopback only), UTS and IPC namespaces, a read-only root built from
-// the host's /usr and a generated /etc, a writable overlay on /workspace, and cgroup limits. Inside it,
-// the sandbox agent runs as PID 1 and serves commands and files on a unix socket in the sandbox's host
-// directory, which the provider binds before the container starts and hands to the agent as its
-// descriptor 3; exec never goes through `runc exec`.
+// with its own user (mapped to a host uid range of its own), mount, PID, network (loopback only), UTS
+// and IPC namespaces, moby's default seccomp profile, a read-only root built from the host's /usr and a
+// generated /etc, a writable /workspace on a disk of its own, and cgroup limits, each with a default.
+// Inside it, the sandbox agent runs as PID 1 and serves commands and files on a unix socket in the
+// sandbox's host directory (which no sandbox sees), bound by the provider before the container starts
+// and handed to the agent as its descriptor 3; exec never goes through `runc exec`. docs/security.md
+// says what each of these keeps out.
 //
-// Main invariant: everything a generation owns (container, cgroups, mounts, loop device, directory) is
-// named from its (id, generation) and found again from the state directory alone, so an allocation is
-// idempotent, a restarted provider re-adopts what is running, and Release leaves nothing behind.
+// Main invariant: everything a generation owns (container, cgroups, mounts, loop device, uid range,
+// directory) is named from its (id, generation) and found again from the state directory alone, so an
+// allocation is idempotent, a restarted provider re-adopts what is running, and Release leaves nothing
+// behind.
 package oci
 
 import (
@@ -249,7 +252,7 @@ func New(cfg Config) (*Provider, error) {
 	p.DataPlane = agent.DataPlane{Client: p.agentClient, ExecSlack: execSlack, CancelWait: cancelWait, CallTimeout: cfg.CallTimeout}
 	p.cgTag = cgroupTag(cfg.StateDir)
 	// The state directory and those of sandboxes are searchable by the sandboxes' unprivileged host
-	// uids (their init mounts the root and the overlay); the runtime's state is root's alone.
+	// uids (their init mounts the root from inside their user namespace); the runtime's state is root's alone.
 	for _, d := range []string{cfg.StateDir, p.boxDir, p.pool.dir} {
 		if err := os.MkdirAll(d, 0o711); err != nil {
 			return nil, fmt.Errorf("oci: %w", err)

@@ -1,8 +1,6 @@
 package oci_test
 
 import (
-	"github.com/sandboxd/sandbox/internal/testenv"
-
 	"context"
 	"fmt"
 	"os"
@@ -13,6 +11,7 @@ import (
 	"time"
 
 	"github.com/sandboxd/sandbox"
+	"github.com/sandboxd/sandbox/internal/testenv"
 	"github.com/sandboxd/sandbox/provider/oci"
 	"github.com/sandboxd/sandbox/provider/providertest"
 )

@@ -21,7 +21,7 @@ import (
 // range and no memory or CPU limit): its cgroups get the sandbox's memory and CPU limits, its
 // metadata is rewritten to name the sandbox's generation (and the container's pool name), then its
 // directory is renamed into <state>/sandboxes. (A disk of another size would be another ext4 image
-// under the overlay's upper directory, which the entry's mounts fixed when it started.) The running
+// under /workspace's directory, which the entry's mounts fixed when it started.) The running
 // container does not notice: its mounts hold the directories, not their paths, and the agent's socket
 // stays bound to the same file. A taken entry is replaced in the background.
 //

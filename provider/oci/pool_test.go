@@ -1,8 +1,6 @@
 package oci_test
 
 import (
-	"github.com/sandboxd/sandbox/internal/testenv"
-
 	"context"
 	"log/slog"
 	"os"
@@ -14,6 +12,7 @@ import (
 	"time"
 
 	"github.com/sandboxd/sandbox"
+	"github.com/sandboxd/sandbox/internal/testenv"
 	"github.com/sandboxd/sandbox/provider/oci"
 	"github.com/sandboxd/sandbox/provider/providertest"
 )

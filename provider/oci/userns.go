@@ -96,7 +96,7 @@ func idMapping(first uint32) []specs.LinuxIDMapping {
 
 // searchable reports why the runtime, running a sandbox's init as an unprivileged host uid, could not
 // reach dir: every directory from / down to it must be searchable by others (o+x), as the init mounts
-// the root and the overlay from inside the sandbox's user namespace. Nil when it can.
+// the root from inside the sandbox's user namespace. Nil when it can.
 func searchable(dir string) error {
 	for d := dir; ; d = filepath.Dir(d) {
 		st, err := os.Stat(d)
