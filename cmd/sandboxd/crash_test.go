@@ -1,8 +1,6 @@
 package main
 
 import (
-	"github.com/sandboxd/sandbox/internal/testenv"
-
 	"context"
 	"fmt"
 	"math/rand/v2"
@@ -15,6 +13,7 @@ import (
 	"time"
 
 	"github.com/sandboxd/sandbox"
+	"github.com/sandboxd/sandbox/internal/testenv"
 )
 
 // transitionalBound is the documented bound (docs/reliability.md) on how long a sandbox may stay in a

@@ -1,8 +1,6 @@
 package main
 
 import (
-	"github.com/sandboxd/sandbox/internal/testenv"
-
 	"bufio"
 	"bytes"
 	"context"
@@ -21,6 +19,7 @@ import (
 	"time"
 
 	"github.com/sandboxd/sandbox"
+	"github.com/sandboxd/sandbox/internal/testenv"
 )
 
 var daemonBin string

@@ -1,8 +1,6 @@
 package main
 
 import (
-	"github.com/sandboxd/sandbox/internal/testenv"
-
 	"bufio"
 	"bytes"
 	"context"
@@ -22,6 +20,7 @@ import (
 	"time"
 
 	"github.com/sandboxd/sandbox"
+	"github.com/sandboxd/sandbox/internal/testenv"
 )
 
 // rssKiB reads the resident set size of a process from /proc.

@@ -1,8 +1,6 @@
 package main
 
 import (
-	"github.com/sandboxd/sandbox/internal/testenv"
-
 	"context"
 	"fmt"
 	"os"
@@ -14,6 +12,7 @@ import (
 	"time"
 
 	"github.com/sandboxd/sandbox"
+	"github.com/sandboxd/sandbox/internal/testenv"
 )
 
 // TestOCIWarmPoolAcrossDaemonSIGKILL: with --oci-warm-pool, a sandbox takes a started container; the

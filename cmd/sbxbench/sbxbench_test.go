@@ -1,8 +1,6 @@
 package main
 
 import (
-	"github.com/sandboxd/sandbox/internal/testenv"
-
 	"context"
 	"errors"
 	"log/slog"
@@ -20,6 +18,7 @@ import (
 	"github.com/sandboxd/sandbox"
 	"github.com/sandboxd/sandbox/core"
 	"github.com/sandboxd/sandbox/httpapi"
+	"github.com/sandboxd/sandbox/internal/testenv"
 	"github.com/sandboxd/sandbox/provider/host"
 	"github.com/sandboxd/sandbox/provider/oci"
 	"github.com/sandboxd/sandbox/store/sqlite"
