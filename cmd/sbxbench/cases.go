@@ -312,28 +312,7 @@ func subscribe(ctx context.Context, c *client, path string, ready chan<- error, 
 // would; a sample that still finds it empty starts a container of its own, and counts. Sandboxes are
 // created with resources (nil: none).
 func warmCreate(ctx context.Context, c *client, poolDir string, n int, resources map[string]any, b Bounds, prefix string) (Result, error) {
-	refilled := func() error {
-		deadline := time.Now().Add(time.Minute)
-		for {
-			ents, err := os.ReadDir(poolDir)
-			if err != nil {
-				return err
-			}
-			ready := 0
-			for _, e := range ents {
-				if waitAgent(ctx, filepath.Join(poolDir, e.Name(), "run", "agent.sock"), -1) == nil {
-					ready++
-				}
-			}
-			if ready >= n {
-				return nil
-			}
-			if time.Now().After(deadline) {
-				return fmt.Errorf("the warm pool holds %d answering entries after a minute, want %d", ready, n)
-			}
-			time.Sleep(5 * time.Millisecond)
-		}
-	}
+	refilled := func() error { return poolFull(ctx, poolDir, n, time.Minute) }
 	if err := refilled(); err != nil {
 		return Result{}, err
 	}
@@ -354,4 +333,76 @@ func warmCreate(ctx context.Context, c *client, poolDir string, n int, resources
 		r.Note = "the same with memory and CPU limits, which the taken container's cgroups are given"
 	}
 	return r, err
+}
+
+// poolFull waits, up to within, until the warm pool in poolDir holds n entries whose agents answer.
+func poolFull(ctx context.Context, poolDir string, n int, within time.Duration) error {
+	deadline := time.Now().Add(within)
+	for {
+		ents, err := os.ReadDir(poolDir)
+		if err != nil {
+			return err
+		}
+		ready := 0
+		for _, e := range ents {
+			if waitAgent(ctx, filepath.Join(poolDir, e.Name(), "run", "agent.sock"), -1) == nil {
+				ready++
+			}
+		}
+		if ready >= n {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the warm pool holds %d answering entries after %s, want %d", ready, within, n)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// burstCreate has clients concurrent callers create n sandboxes in all, each until ready, on a daemon
+// keeping a warm pool of n (its pool directory is poolDir), full when the burst starts: the creates
+// per second a caller sees from a pool sized for its burst, and each create's latency. The sandboxes
+// are terminated afterwards, untimed.
+func burstCreate(ctx context.Context, c *client, poolDir string, n, clients int, prefix string) (Result, error) {
+	if err := poolFull(ctx, poolDir, n, time.Duration(n)*time.Second+time.Minute); err != nil {
+		return Result{}, err
+	}
+	var mu sync.Mutex
+	var lat []time.Duration
+	var made []sandboxDoc
+	var firstErr error
+	next := make(chan int, n)
+	for i := range n {
+		next <- i
+	}
+	close(next)
+	start := time.Now()
+	var wg sync.WaitGroup
+	for range clients {
+		wg.Go(func() {
+			for i := range next {
+				t0 := time.Now()
+				sb, err := c.create(ctx, fmt.Sprintf("%s-burst-%d", prefix, i))
+				d := time.Since(t0)
+				mu.Lock()
+				if err != nil && firstErr == nil {
+					firstErr = err
+				}
+				if err == nil {
+					lat, made = append(lat, d), append(made, sb)
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	wall := time.Since(start)
+	for _, sb := range made {
+		if err := c.terminate(context.WithoutCancel(ctx), sb); err != nil && firstErr == nil {
+			firstErr = err
+		}
+	}
+	r := summarize(fmt.Sprintf("create-to-ready, %d clients, burst of %d", clients, n), lat, wall)
+	r.Note = fmt.Sprintf("creates per second over the burst, from a warm pool of %d", n)
+	return r, firstErr
 }

@@ -11,6 +11,7 @@
 //	sbxbench --url http://127.0.0.1:8080 --pid 1234 --data-dir DIR     # drive a running one
 //	sbxbench --start --sandboxd /tmp/new --baseline /tmp/old           # paired: new against old
 //	sbxbench --start --sandboxd /tmp/sandboxd --rounds 7 --growth ''     # medians and ranges over rounds
+//	sbxbench --start --sandboxd /tmp/sandboxd --burst 100 --growth ''    # creates/s, 20 callers, pool of 100
 //
 // `sbxbench agent ...` runs the sandbox agent, so the binary can serve as its own agent for the floors.
 package main
@@ -77,6 +78,7 @@ type options struct {
 	baseline                                         string
 	start, jsonOut, floors                           bool
 	pid, warmPool, rounds                            int
+	burst, burstClients                              int
 	bounds                                           Bounds
 	idleWindow                                       time.Duration
 	growth                                           []int
@@ -133,6 +135,8 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.BoolVar(&o.floors, "floors", true, "measure fork/exec and runc floors (runc ones need root and runc)")
 	fs.IntVar(&o.rounds, "rounds", 1, "measure the cases and their floors this many times on the same daemon, and report each ratio's and each case's p50 median and range over the rounds (the tables are the last round's)")
 	fs.IntVar(&o.warmPool, "warm-pool", 0, "with --start and the oci provider, also time create-to-ready on a second daemon keeping this many containers warm (--oci-warm-pool)")
+	fs.IntVar(&o.burst, "burst", 0, "with --start and the oci provider, also create this many sandboxes at once (--burst-clients callers) on a daemon keeping as many warm, and report creates per second")
+	fs.IntVar(&o.burstClients, "burst-clients", 20, "concurrent callers of --burst")
 	fs.StringVar(&o.baseline, "baseline", "", "with --start, compare --sandboxd with this daemon binary instead: exec (true, 1 MiB of output), a 4 KiB file write, get and create-to-ready on both, samples taken in alternation")
 	growth := fs.String("growth", "10,100,1000", "live sandbox counts of the growth steps; empty skips them")
 	fs.DurationVar(&o.idleWindow, "idle-window", 0, "at each growth step, measure the daemon's CPU, its runtime processes included, while its sandboxes idle this long (cover a reconcile interval: 30s by default); 0 skips")
@@ -170,6 +174,9 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	}
 	if o.sandboxd == "" {
 		o.sandboxd, _ = exec.LookPath("sandboxd")
+	}
+	if o.burst < 0 || o.burst > 1000 || o.burstClients < 1 {
+		return o, errors.New("--burst must be between 0 and 1000 (the warm pool's bound), --burst-clients positive")
 	}
 	if o.baseline != "" && !o.start {
 		return o, errors.New("--baseline needs --start")
@@ -287,6 +294,19 @@ func run(ctx context.Context, o options) (*Report, error) {
 			rep.Cases = append(rep.Cases, r)
 		}
 		dm.stop()
+	}
+
+	if o.burst > 0 && o.start && o.provider == "oci" {
+		dm, err := startDaemon(ctx, o.sandboxd, "oci", filepath.Join(tmp, "burst"), "--oci-warm-pool", strconv.Itoa(o.burst))
+		if err != nil {
+			return rep, err
+		}
+		r, err := burstCreate(ctx, newClient(dm.url), filepath.Join(dm.dataDir, "oci", "pool"), o.burst, o.burstClients, prefix)
+		dm.stop()
+		if err != nil {
+			return rep, err
+		}
+		rep.Cases = append(rep.Cases, r)
 	}
 
 	if len(o.growth) > 0 {
