@@ -203,6 +203,11 @@ func run(ctx context.Context, o options) (*Report, error) {
 		return nil, err
 	}
 	defer os.RemoveAll(tmp)
+	// The daemons' data directories are below it: searchable by their sandboxes' unprivileged host
+	// uids, whose init reaches its root filesystem there (docs/security.md).
+	if err := os.Chmod(tmp, 0o711); err != nil {
+		return nil, err
+	}
 	prefix := "sbxbench-" + strconv.FormatInt(time.Now().UnixNano(), 36)
 
 	if o.baseline != "" {
