@@ -27,7 +27,7 @@ func (d *daemon) pid() int { return d.cmd.Process.Pid }
 // and a pool's idle containers would count in the growth steps.
 // Its log goes to daemon.log beside the data directory.
 func startDaemon(ctx context.Context, bin, provider, dir string, extra ...string) (*daemon, error) {
-	if err := os.MkdirAll(dir, 0o700); err != nil {
+	if err := os.MkdirAll(dir, 0o711); err != nil {
 		return nil, err
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
