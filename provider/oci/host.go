@@ -155,32 +155,6 @@ func fileExists(path string) bool {
 	return err == nil
 }
 
-// makeDisk creates an ext4 image of mib MiB and mounts it at dir through a loop device that frees
-// itself on unmount.
-func makeDisk(ctx context.Context, img, dir string, mib int64) error {
-	f, err := os.OpenFile(img, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
-	if err != nil {
-		return err
-	}
-	err = f.Truncate(mib << 20)
-	f.Close()
-	if err != nil {
-		return err
-	}
-	if out, err := exec.CommandContext(ctx, "mkfs.ext4", "-q", "-F", "-m", "0", "-O", "^has_journal",
-		"-E", "nodiscard", img).CombinedOutput(); err != nil {
-		return fmt.Errorf("mkfs.ext4: %v: %s", err, bytes.TrimSpace(out))
-	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return err
-	}
-	// mount(8) sets up the loop device with autoclear: unmounting frees it.
-	if out, err := exec.CommandContext(ctx, "mount", "-o", "loop,nosuid,nodev", img, dir).CombinedOutput(); err != nil {
-		return fmt.Errorf("mount %s: %v: %s", img, err, bytes.TrimSpace(out))
-	}
-	return nil
-}
-
 // removeDisk unmounts the disk and detaches any loop device still bound to its image.
 func removeDisk(ctx context.Context, img, dir string) error {
 	if mounted(dir) {

@@ -179,7 +179,7 @@ func (p *Provider) layOut(ctx context.Context, l layout, m meta) (meta, error) {
 		return m, err
 	}
 	if m.Disk {
-		if err := makeDisk(ctx, l.diskImg(), l.diskDir(), m.Resources.DiskMiB); err != nil {
+		if err := p.disks.makeDisk(ctx, l.diskImg(), l.diskDir(), m.Resources.DiskMiB); err != nil {
 			return m, fmt.Errorf("disk: %w", err)
 		}
 	} else if err := os.Mkdir(l.upperBase(false), 0o711); err != nil {

@@ -84,6 +84,7 @@ type Provider struct {
 	cgTag  string // distinguishes the cgroups of providers on different state directories
 	ids    *idRanges
 	idmap  bool // the runtime makes idmapped mounts
+	disks  *diskTemplates
 
 	mu    sync.Mutex
 	boxes map[string]*box
@@ -248,6 +249,7 @@ func New(cfg Config) (*Provider, error) {
 		boxes:  make(map[string]*box),
 		pool:   pool{dir: filepath.Join(cfg.StateDir, "pool")},
 		ids:    newIDRanges(cfg.IDBase, cfg.IDRanges),
+		disks:  &diskTemplates{dir: filepath.Join(cfg.StateDir, "disks"), mib: cfg.DefaultDiskMiB},
 	}
 	p.DataPlane = agent.DataPlane{Client: p.agentClient, ExecSlack: execSlack, CancelWait: cancelWait, CallTimeout: cfg.CallTimeout}
 	p.cgTag = cgroupTag(cfg.StateDir)
