@@ -125,13 +125,27 @@ true`, target, dir)
 
 // TestAttackLiftsOwnLimits: root in a 64 MiB sandbox cannot make a user namespace (and through it a
 // cgroup namespace and a cgroup mount) to raise its own limits; the limits hold and a 256 MiB
-// allocation fails.
+// allocation fails. (On the code before, the namespaces were made; the cgroupfs mount itself was
+// refused on this kernel all the same.)
 func TestAttackLiftsOwnLimits(t *testing.T) {
 	limited(t, sandbox.Resources{MemoryMiB: 64, CPUMillis: 500}, func(t *testing.T, p *oci.Provider, ref sandbox.Ref, cg func(string) string) {
+		// The way up: a user namespace (full capabilities in it), a cgroup namespace and a mount
+		// namespace owned by it, a cgroupfs mounted there (with the raw system call: mount(8) wants a
+		// mapped uid 0), and the limit files written through it.
 		res := sh(t, p, ref, `
-unshare -U -r true && echo "userns made"
-unshare -C true && echo "cgroupns made"
-mkdir -p /tmp/cg && mount -t cgroup -o memory none /tmp/cg && echo "cgroup mounted"
+unshare -U true && echo "userns made"
+unshare -U -C -m true && echo "cgroupns made"
+mkdir -p /tmp/cg
+unshare -U -C -m python3 -c '
+import ctypes
+libc = ctypes.CDLL(None, use_errno=True)
+for ctl, f in (("memory", "memory.limit_in_bytes"), ("pids", "pids.max"), ("cpu", "cpu.cfs_quota_us")):
+    if libc.mount(b"none", b"/tmp/cg", b"cgroup", 0, ctl.encode()) == 0:
+        print("cgroup mounted", ctl)
+        open("/tmp/cg/" + f, "w").write("-1")
+        print("wrote", f)
+        libc.umount2(b"/tmp/cg", 2)
+'
 for f in /sys/fs/cgroup/memory/memory.limit_in_bytes /sys/fs/cgroup/pids/pids.max; do
   [ -e "$f" ] && echo -1 > "$f" && echo "wrote $f"
 done
