@@ -17,17 +17,19 @@ import (
 	"github.com/sandboxd/sandbox"
 )
 
-// Client talks to one agent. It trusts nothing the agent says: every answer is size-limited and
-// validated, every call is bounded by its context's deadline (a paused sandbox accepts connections and
-// never answers). A transport failure or a timeout is sandbox.ErrProviderUnavailable; a malformed answer
-// is sandbox.ErrProviderProtocol; the agent's own not_found and invalid_request keep their class.
+// Client talks to one agent. It trusts nothing the agent says: every answer is bounded by what its call
+// can legitimately get before it is read, and validated; every call is bounded by its context's
+// deadline (a paused sandbox accepts connections and never answers). A transport failure or a timeout
+// is sandbox.ErrProviderUnavailable; a malformed answer, or one past its bound, is
+// sandbox.ErrProviderProtocol; the agent's own not_found and invalid_request keep their class.
 type Client struct {
 	t *transport
 }
 
-// Size limits of the agent's answers.
+// Bounds of the agent's answers, beside those of their heads (transport.go), so that an agent cannot
+// make the daemon read or hold more.
 const (
-	maxErrorBytes  = 64 << 10
+	maxErrorBytes  = 64 << 10 // an answer whose status is not 2xx
 	maxListBytes   = 16 << 20
 	maxHealthBytes = 4 << 10
 	// Two streams at the largest cap, base64, plus the rest of the result.
@@ -75,29 +77,29 @@ func (c *Client) Exec(ctx context.Context, req ExecRequest) (ExecOutput, error) 
 	if err != nil {
 		return ExecOutput{}, fmt.Errorf("agent exec: %w", err)
 	}
-	out, err := c.exec(ctx, body)
+	var out ExecOutput
+	err = c.call(ctx, http.MethodPost, PathExec, nil, MediaExecResult, body, maxExecBytes, func(a *answer) error {
+		o, err := readExec(a)
+		if err != nil {
+			return err
+		}
+		out = o
+		return out.validate(req, len(out.Stdout), len(out.Stderr))
+	})
 	if err != nil {
-		return ExecOutput{}, err
-	}
-	if err := out.validate(req, len(out.Stdout), len(out.Stderr)); err != nil {
 		return ExecOutput{}, err
 	}
 	return out, nil
 }
 
-// exec sends an exec request and reads its answer, compact (MediaExecResult) or JSON. A compact answer
-// is read into one string, which stdout and stderr are cut from: a megabyte of output is not copied
-// again to become the strings the daemon answers with.
-func (c *Client) exec(ctx context.Context, body []byte) (ExecOutput, error) {
-	ctx, cancel := bounded(ctx)
-	defer cancel()
-	resp, err := c.do(ctx, http.MethodPost, PathExec, nil, MediaExecResult, body)
-	if err != nil {
-		return ExecOutput{}, err
+// readExec reads an exec answer, compact (MediaExecResult) or JSON. A compact answer is read into one string, which stdout and stderr are cut from: a megabyte of
+// output is not copied again to become the strings the daemon answers with.
+func readExec(a *answer) (ExecOutput, error) {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("agent %s: %w", PathExec, badAnswer(format, args...))
 	}
-	defer resp.Body.Close()
-	if resp.Header.Get("Content-Type") != MediaExecResult {
-		raw, err := readLimited(resp.Body, maxExecBytes)
+	if a.contentType != MediaExecResult {
+		raw, err := readAll(a)
 		if err != nil {
 			return ExecOutput{}, fmt.Errorf("agent %s: %w", PathExec, err)
 		}
@@ -107,12 +109,9 @@ func (c *Client) exec(ctx context.Context, body []byte) (ExecOutput, error) {
 		}
 		return ExecOutput{ExecStatus: res.ExecStatus, Stdout: string(res.Stdout), Stderr: string(res.Stderr)}, nil
 	}
-	raw, err := readString(resp.Body, resp.ContentLength, maxExecBytes)
+	raw, err := readString(a)
 	if err != nil {
 		return ExecOutput{}, fmt.Errorf("agent %s: %w", PathExec, err)
-	}
-	bad := func(what string) error {
-		return fmt.Errorf("agent %s: answer: %s: %w", PathExec, what, sandbox.ErrProviderProtocol)
 	}
 	nl := strings.IndexByte(raw, '\n')
 	if nl < 0 {
@@ -124,7 +123,7 @@ func (c *Client) exec(ctx context.Context, body []byte) (ExecOutput, error) {
 	}
 	out := raw[nl+1:]
 	if head.StdoutBytes < 0 || head.StderrBytes < 0 || head.StdoutBytes+head.StderrBytes != len(out) {
-		return ExecOutput{}, bad(fmt.Sprintf("%d+%d bytes of output announced, %d sent", head.StdoutBytes, head.StderrBytes, len(out)))
+		return ExecOutput{}, bad("%d+%d bytes of output announced, %d sent", head.StdoutBytes, head.StderrBytes, len(out))
 	}
 	n := head.StdoutBytes
 	return ExecOutput{ExecStatus: head.ExecStatus, Stdout: out[:n], Stderr: out[n:]}, nil
@@ -153,24 +152,20 @@ func (r ExecStatus) validate(req ExecRequest, stdout, stderr int) error {
 // Cancel stops the run named id, if it is still running.
 func (c *Client) Cancel(ctx context.Context, id string) error {
 	body, _ := json.Marshal(CancelRequest{ID: id})
-	return c.callJSON(ctx, http.MethodPost, PathCancel, nil, body, maxErrorBytes, nil)
+	return c.call(ctx, http.MethodPost, PathCancel, nil, "", body, maxErrorBytes, nil)
 }
 
 // ReadFile reads the file at path inside the sandbox.
 func (c *Client) ReadFile(ctx context.Context, path string) ([]byte, error) {
-	ctx, cancel := bounded(ctx)
-	defer cancel()
-	resp, err := c.do(ctx, http.MethodGet, PathFile, url.Values{"path": {path}}, "", nil)
+	var data []byte
+	err := c.call(ctx, http.MethodGet, PathFile, url.Values{"path": {path}}, "", nil, sandbox.MaxFileBytes, func(a *answer) (err error) {
+		if data, err = readAll(a); err != nil {
+			return fmt.Errorf("agent read %q: %w", path, err)
+		}
+		return nil
+	})
 	if err != nil {
 		return nil, err
-	}
-	defer resp.Body.Close()
-	data, err := readLimited(resp.Body, sandbox.MaxFileBytes)
-	if err != nil {
-		return nil, fmt.Errorf("agent read %q: %w", path, err)
-	}
-	if resp.ContentLength >= 0 && int64(len(data)) != resp.ContentLength {
-		return nil, fmt.Errorf("agent read %q: %d bytes of %d: %w", path, len(data), resp.ContentLength, sandbox.ErrProviderProtocol)
 	}
 	return data, nil
 }
@@ -180,15 +175,7 @@ func (c *Client) WriteFile(ctx context.Context, path string, data []byte) error 
 	if len(data) > sandbox.MaxFileBytes {
 		return fmt.Errorf("write %q: %d bytes past %d: %w", path, len(data), sandbox.MaxFileBytes, sandbox.ErrRequestTooLarge)
 	}
-	ctx, cancel := bounded(ctx)
-	defer cancel()
-	resp, err := c.do(ctx, http.MethodPut, PathFile, url.Values{"path": {path}}, "", data)
-	if err != nil {
-		return err
-	}
-	io.Copy(io.Discard, io.LimitReader(resp.Body, maxErrorBytes))
-	resp.Body.Close()
-	return nil
+	return c.call(ctx, http.MethodPut, PathFile, url.Values{"path": {path}}, "", data, maxErrorBytes, nil)
 }
 
 // List lists the directory at path inside the sandbox.
@@ -208,22 +195,35 @@ func (c *Client) List(ctx context.Context, path string) ([]sandbox.FileEntry, er
 	return entries, nil
 }
 
-func (c *Client) callJSON(ctx context.Context, method, path string, q url.Values, body []byte, max int64, out any) error {
+// call makes one call, bounded by ctx's deadline or defaultCallTimeout: it sends the request, turns an
+// answer other than 2xx into its error (do), and hands a 2xx one, of at most max bytes, to read, or
+// discards its body when read is nil. The connection serves the next call only when read accepted the
+// answer (see answer.release).
+func (c *Client) call(ctx context.Context, method, path string, q url.Values, accept string, body []byte, max int64, read func(a *answer) error) (err error) {
 	ctx, cancel := bounded(ctx)
 	defer cancel()
-	resp, err := c.do(ctx, method, path, q, "", body)
+	a, err := c.do(ctx, method, path, q, accept, body, max)
 	if err != nil {
 		return err
 	}
-	defer resp.Body.Close()
-	raw, err := readLimited(resp.Body, max)
-	if err != nil {
-		return fmt.Errorf("agent %s: %w", path, err)
-	}
-	if out == nil {
+	defer func() { a.release(err) }()
+	if read == nil {
+		if _, err := io.Copy(io.Discard, a); err != nil {
+			return fmt.Errorf("agent %s: reading the answer: %v: %w", path, err, sandbox.ErrProviderUnavailable)
+		}
 		return nil
 	}
-	return decodeStrict(path, raw, out)
+	return read(a)
+}
+
+func (c *Client) callJSON(ctx context.Context, method, path string, q url.Values, body []byte, max int64, out any) error {
+	return c.call(ctx, method, path, q, "", body, max, func(a *answer) error {
+		raw, err := readAll(a)
+		if err != nil {
+			return fmt.Errorf("agent %s: %w", path, err)
+		}
+		return decodeStrict(path, raw, out)
+	})
 }
 
 // decodeStrict decodes the JSON document raw, an answer to path, into out: unknown fields and
@@ -240,9 +240,9 @@ func decodeStrict(path string, raw []byte, out any) error {
 	return nil
 }
 
-// do sends one request with the context's deadline in HeaderDeadline and turns a non-2xx answer into
-// an error of the right class. The caller closes the body of a 2xx answer.
-func (c *Client) do(ctx context.Context, method, path string, q url.Values, accept string, body []byte) (*http.Response, error) {
+// do sends one request with the context's deadline in HeaderDeadline, for an answer of at most max bytes,
+// and turns a non-2xx answer into an error of the right class. The caller releases a 2xx answer.
+func (c *Client) do(ctx context.Context, method, path string, q url.Values, accept string, body []byte, max int64) (*answer, error) {
 	deadline, ok := ctx.Deadline()
 	if !ok {
 		return nil, fmt.Errorf("agent %s: call without a deadline", path)
@@ -251,21 +251,31 @@ func (c *Client) do(ctx context.Context, method, path string, q url.Values, acce
 	if len(q) > 0 {
 		target += "?" + q.Encode()
 	}
-	resp, err := c.t.roundTrip(ctx, method, target, accept, deadline, body)
+	a, err := c.t.roundTrip(ctx, method, target, accept, deadline, body, max)
+	if errors.Is(err, sandbox.ErrProviderProtocol) {
+		return nil, fmt.Errorf("agent %s: %w", path, err)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("agent %s: %v: %w", path, err, sandbox.ErrProviderUnavailable)
 	}
-	if resp.StatusCode/100 == 2 {
-		return resp, nil
+	if a.status/100 == 2 {
+		return a, nil
 	}
-	defer resp.Body.Close()
-	raw, err := readLimited(resp.Body, maxErrorBytes)
+	err = agentError(path, a)
+	a.release(err)
+	return nil, err
+}
+
+// agentError is the error an answer other than 2xx stands for: the agent's not_found, invalid_request
+// and request_too_large keep their class.
+func agentError(path string, a *answer) error {
+	raw, err := readAll(a)
 	if err != nil {
-		return nil, fmt.Errorf("agent %s: status %d: %w", path, resp.StatusCode, err)
+		return fmt.Errorf("agent %s: status %d: %w", path, a.status, err)
 	}
 	var e Error
 	if err := json.Unmarshal(raw, &e); err != nil || e.Code == "" {
-		return nil, fmt.Errorf("agent %s: status %d with a malformed error: %w", path, resp.StatusCode, sandbox.ErrProviderProtocol)
+		return fmt.Errorf("agent %s: status %d with a malformed error: %w", path, a.status, sandbox.ErrProviderProtocol)
 	}
 	msg := e.Message
 	if len(msg) > 512 {
@@ -273,11 +283,11 @@ func (c *Client) do(ctx context.Context, method, path string, q url.Values, acce
 	}
 	switch e.Code {
 	case string(sandbox.CodeNotFound), string(sandbox.CodeInvalidRequest), string(sandbox.CodeRequestTooLarge):
-		return nil, fmt.Errorf("agent %s: %s: %w", path, msg, sandbox.ErrorForCode(sandbox.ErrorCode(e.Code)))
+		return fmt.Errorf("agent %s: %s: %w", path, msg, sandbox.ErrorForCode(sandbox.ErrorCode(e.Code)))
 	case CodeDeadline, string(sandbox.CodeInternal), string(sandbox.CodeProviderUnavailable):
-		return nil, fmt.Errorf("agent %s: %s: %w", path, msg, sandbox.ErrProviderUnavailable)
+		return fmt.Errorf("agent %s: %s: %w", path, msg, sandbox.ErrProviderUnavailable)
 	}
-	return nil, fmt.Errorf("agent %s: unexpected error code %q: %w", path, e.Code, sandbox.ErrProviderProtocol)
+	return fmt.Errorf("agent %s: unexpected error code %q: %w", path, e.Code, sandbox.ErrProviderProtocol)
 }
 
 // bounded gives ctx the default timeout when it has no deadline of its own.
@@ -288,16 +298,12 @@ func bounded(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(ctx, defaultCallTimeout)
 }
 
-var errTooLarge = errors.New("answer too large")
-
-// readLimited reads at most max bytes; more is a protocol error, a broken stream is unavailability.
-func readLimited(r io.Reader, max int64) ([]byte, error) {
-	data, err := io.ReadAll(io.LimitReader(r, max+1))
-	if err != nil {
+// readAll reads an answer's body, whose length the transport checked against the call's bound: it is
+// allocated once. A broken stream is unavailability.
+func readAll(a *answer) ([]byte, error) {
+	data := make([]byte, a.length)
+	if _, err := io.ReadFull(a, data); err != nil {
 		return nil, fmt.Errorf("reading the answer: %v: %w", err, sandbox.ErrProviderUnavailable)
-	}
-	if int64(len(data)) > max {
-		return nil, fmt.Errorf("%w past %d bytes: %w", errTooLarge, max, sandbox.ErrProviderProtocol)
 	}
 	return data, nil
 }
@@ -305,21 +311,14 @@ func readLimited(r io.Reader, max int64) ([]byte, error) {
 // copyBufs are readString's read buffers, reused across answers.
 var copyBufs = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
 
-// readString is readLimited into a string, read without a copy: size, when known (not negative), is
-// how many bytes to expect.
-func readString(r io.Reader, size, max int64) (string, error) {
+// readString is readAll into a string, read without a copy.
+func readString(a *answer) (string, error) {
 	var b strings.Builder
-	if size >= 0 && size <= max {
-		b.Grow(int(size))
-	}
+	b.Grow(int(a.length))
 	buf := copyBufs.Get().(*[]byte)
 	defer copyBufs.Put(buf)
-	n, err := io.CopyBuffer(&b, io.LimitReader(r, max+1), *buf)
-	if err != nil {
+	if _, err := io.CopyBuffer(&b, a, *buf); err != nil {
 		return "", fmt.Errorf("reading the answer: %v: %w", err, sandbox.ErrProviderUnavailable)
-	}
-	if n > max {
-		return "", fmt.Errorf("%w past %d bytes: %w", errTooLarge, max, sandbox.ErrProviderProtocol)
 	}
 	return b.String(), nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -42,6 +43,7 @@ func TestClientDistrustsTheAgent(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := fake(t, func(w http.ResponseWriter, r *http.Request) {
+				w.Header().Set("Content-Length", strconv.Itoa(len(tc.body)))
 				w.WriteHeader(tc.status)
 				w.Write([]byte(tc.body))
 			})

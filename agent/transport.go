@@ -2,17 +2,22 @@ package agent
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/sandboxd/sandbox"
 )
 
 // transport sends HTTP/1.1 requests to one agent over kept-alive connections, reading each answer in
@@ -23,6 +28,10 @@ import (
 // A request that cannot be written whole (the agent closed the connection) is sent once more on a new
 // one; one that was written is never sent again, unless it is a GET whose answer never began on a
 // connection that had been idle.
+//
+// What the agent answers is bounded before it is read (code in the sandbox may answer in its place):
+// the head to maxHeadBytes and maxHeadLines, the body to one Content-Length within the call's bound
+// (readHead). An answer refused, or not read to its end, leaves its connection closed, never idle.
 type transport struct {
 	dial func(ctx context.Context) (net.Conn, error)
 
@@ -52,10 +61,11 @@ func (pc *pconn) Close() error {
 	return err
 }
 
-// roundTrip sends one request and returns the answer, whose Body the caller must close; the connection
-// goes back to the idle list when the body was read to its end. ctx must have a deadline: it bounds the
-// whole exchange, and ending ctx aborts it; the agent is told the deadline in HeaderDeadline.
-func (t *transport) roundTrip(ctx context.Context, method, target, accept string, deadline time.Time, body []byte) (*http.Response, error) {
+// roundTrip sends one request and returns the head of its answer, whose body the caller reads from the
+// answer and ends with release. ctx must have a deadline: it bounds the whole exchange, and ending ctx
+// aborts it; the agent is told the deadline in HeaderDeadline. max bounds the body of a 2xx answer
+// (readHead says the rest); an answer past a bound is refused before its body is read.
+func (t *transport) roundTrip(ctx context.Context, method, target, accept string, deadline time.Time, body []byte, max int64) (*answer, error) {
 	head := make([]byte, 0, 160)
 	head = append(head, method...)
 	head = append(head, ' ')
@@ -80,16 +90,19 @@ func (t *transport) roundTrip(ctx context.Context, method, target, accept string
 		// Closing the connection is what ends a blocked read or write on any kind of stream (a relay's
 		// pipes have no deadlines); ctx's own deadline ends it too.
 		stop := context.AfterFunc(ctx, func() { pc.Close() })
-		bufs := net.Buffers{head, body}
+		bufs := net.Buffers{head}
+		if len(body) > 0 {
+			bufs = append(bufs, body) // an empty write would cost a relayed stream a frame of its own
+		}
 		_, werr := bufs.WriteTo(pc)
-		var resp *http.Response
+		var a *answer
 		var rerr error
 		if werr == nil {
-			resp, rerr = http.ReadResponse(pc.br, &http.Request{Method: method})
+			a, rerr = readHead(pc.br, max)
 		}
 		if werr == nil && rerr == nil {
-			resp.Body = &answerBody{ReadCloser: resp.Body, t: t, pc: pc, stop: stop, keep: !resp.Close}
-			return resp, nil
+			a.t, a.pc, a.stop = t, pc, stop
+			return a, nil
 		}
 		stop()
 		pc.Close()
@@ -132,7 +145,7 @@ func (t *transport) get(ctx context.Context) (*pconn, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &pconn{Conn: c, br: bufio.NewReaderSize(c, 16<<10)}, nil
+	return &pconn{Conn: c, br: bufio.NewReaderSize(c, maxHeadBytes)}, nil
 }
 
 func (t *transport) put(pc *pconn) {
@@ -185,34 +198,190 @@ func alive(c net.Conn) bool {
 	return err == nil && ok
 }
 
-// answerBody hands the connection back once the answer has been read to its end.
-type answerBody struct {
-	io.ReadCloser
+// answer is the head of an agent's answer, as readHead read it, and the reader of its body: exactly
+// length bytes.
+type answer struct {
+	status      int
+	contentType string
+	length      int64
+	keep        bool // neither an HTTP/1.0 answer nor "Connection: close"
+
+	left int64 // of the body, still to read
 	t    *transport
 	pc   *pconn
 	stop func() bool
-	keep bool
-	eof  bool
 	once sync.Once
 }
 
-func (b *answerBody) Read(p []byte) (int, error) {
-	n, err := b.ReadCloser.Read(p)
+// Read reads the body; a connection that ends before it does is io.ErrUnexpectedEOF.
+func (a *answer) Read(p []byte) (int, error) {
+	if a.left <= 0 {
+		return 0, io.EOF
+	}
+	if int64(len(p)) > a.left {
+		p = p[:a.left]
+	}
+	n, err := a.pc.br.Read(p)
+	a.left -= int64(n)
 	if err == io.EOF {
-		b.eof = true
+		err = io.ErrUnexpectedEOF
 	}
 	return n, err
 }
 
-func (b *answerBody) Close() error {
-	b.once.Do(func() {
-		// stop is false when ctx ended meanwhile: the connection is then closed already. An answer not
-		// read to its end is not drained (it could be endless): its connection is closed.
-		if b.stop() && b.keep && b.eof && b.ReadCloser.Close() == nil {
-			b.t.put(b.pc)
+// release ends the answer; err is what the caller made of it. The connection goes back to the idle list
+// only when the body was read to its end and err is not a protocol error: an answer refused (one past
+// a bound, or malformed) leaves its connection closed, as does one not read to its end (it is not
+// drained: it could be endless).
+func (a *answer) release(err error) {
+	a.once.Do(func() {
+		// stop is false when ctx ended meanwhile: the connection is then closed already.
+		if a.stop() && a.keep && a.left == 0 && !errors.Is(err, sandbox.ErrProviderProtocol) {
+			a.t.put(a.pc)
 			return
 		}
-		b.pc.Close()
+		a.pc.Close()
 	})
+}
+
+// Bounds of an answer's head: its status line and header lines with their line ends, and how many
+// header lines (the agent sends three). The connection's read buffer is maxHeadBytes, so that no line
+// is held beyond it.
+const (
+	maxHeadBytes = 16 << 10
+	maxHeadLines = 64
+)
+
+// readHead reads the head of an answer from br, to at most maxHeadBytes and maxHeadLines. Its body
+// must be framed by exactly one Content-Length (Transfer-Encoding is refused: the agent never sends it)
+// of at most max bytes, maxErrorBytes when the status is not 2xx; 204 and 304 have none. The status is
+// between 200 and 599. An answer that ends before its first byte is io.EOF, one that ends in its head
+// io.ErrUnexpectedEOF; anything malformed or past a bound is sandbox.ErrProviderProtocol.
+func readHead(br *bufio.Reader, max int64) (*answer, error) {
+	a := &answer{length: -1}
+	used, lines := 0, 0
+	for {
+		line, err := br.ReadSlice('\n')
+		used += len(line)
+		if used > maxHeadBytes || err == bufio.ErrBufferFull {
+			return nil, badAnswer("head past %d bytes", maxHeadBytes)
+		}
+		if err == io.EOF && used > 0 {
+			err = io.ErrUnexpectedEOF
+		}
+		if err != nil {
+			return nil, err
+		}
+		line = bytes.TrimSuffix(line[:len(line)-1], []byte{'\r'})
+		switch {
+		case a.status == 0:
+			err = a.statusLine(line)
+		case len(line) == 0:
+			return a, a.framing(max)
+		default:
+			if lines++; lines > maxHeadLines {
+				return nil, badAnswer("more than %d header lines", maxHeadLines)
+			}
+			err = a.header(line)
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+}
+
+// statusLine reads "HTTP/1.1 200 OK".
+func (a *answer) statusLine(line []byte) error {
+	proto, rest, _ := bytes.Cut(line, []byte{' '})
+	code, _, _ := bytes.Cut(rest, []byte{' '})
+	switch string(proto) {
+	case "HTTP/1.1":
+		a.keep = true
+	case "HTTP/1.0":
+	default:
+		return badAnswer("status line %q", clip(line))
+	}
+	if len(code) != 3 || !every(code, isDigit) || code[0] < '2' || code[0] > '5' {
+		return badAnswer("status line %q", clip(line))
+	}
+	a.status = int(code[0]-'0')*100 + int(code[1]-'0')*10 + int(code[2]-'0')
 	return nil
 }
+
+// header reads one header line. Only the fields the client uses are kept; every line must be well
+// formed (no line folding, no space before the colon, no control bytes).
+func (a *answer) header(line []byte) error {
+	name, value, ok := bytes.Cut(line, []byte{':'})
+	if !ok || len(name) == 0 || !every(name, isTokenByte) || !every(value, isValueByte) {
+		return badAnswer("header line %q", clip(line))
+	}
+	value = bytes.Trim(value, " \t")
+	switch {
+	case bytes.EqualFold(name, []byte("Content-Length")):
+		if a.length >= 0 {
+			return badAnswer("two Content-Length headers")
+		}
+		// Digits only, none of ParseInt's signs; ParseUint refuses the empty string and past 2^63-1.
+		n, err := strconv.ParseUint(string(value), 10, 63)
+		if err != nil {
+			return badAnswer("Content-Length %q", clip(value))
+		}
+		a.length = int64(n)
+	case bytes.EqualFold(name, []byte("Transfer-Encoding")):
+		return badAnswer("Transfer-Encoding %q: only Content-Length frames an answer", clip(value))
+	case bytes.EqualFold(name, []byte("Connection")):
+		for _, opt := range bytes.Split(value, []byte{','}) {
+			if bytes.EqualFold(bytes.Trim(opt, " \t"), []byte("close")) {
+				a.keep = false
+			}
+		}
+	case bytes.EqualFold(name, []byte("Content-Type")):
+		a.contentType = string(value)
+	}
+	return nil
+}
+
+// framing checks the body's length against its bound, once the head is read.
+func (a *answer) framing(max int64) error {
+	switch {
+	case a.status == http.StatusNoContent || a.status == http.StatusNotModified:
+		a.length = 0
+	case a.length < 0:
+		return badAnswer("status %d without a Content-Length", a.status)
+	}
+	if a.status/100 != 2 {
+		max = maxErrorBytes
+	}
+	if a.length > max {
+		return badAnswer("status %d: Content-Length %d past %d", a.status, a.length, max)
+	}
+	a.left = a.length
+	return nil
+}
+
+func badAnswer(format string, args ...any) error {
+	return fmt.Errorf("answer: "+format+": %w", append(args, sandbox.ErrProviderProtocol)...)
+}
+
+// clip is at most 64 bytes of b, for an error message.
+func clip(b []byte) []byte { return b[:min(len(b), 64)] }
+
+// every reports whether ok holds for each byte of b.
+func every(b []byte, ok func(byte) bool) bool {
+	for _, c := range b {
+		if !ok(c) {
+			return false
+		}
+	}
+	return true
+}
+
+func isDigit(c byte) bool { return c >= '0' && c <= '9' }
+
+// isTokenByte reports whether c may be in a header name (RFC 9110's tchar).
+func isTokenByte(c byte) bool {
+	return c > ' ' && c < 0x7f && strings.IndexByte(`"(),/:;<=>?@[\]{}`, c) < 0
+}
+
+// isValueByte reports whether c may be in a header value: no control byte but a tab.
+func isValueByte(c byte) bool { return (c >= ' ' || c == '\t') && c != 0x7f }
