@@ -217,6 +217,31 @@ func execHead(stdout, stderr int, pad int) string {
 		stdout, stderr, strings.Repeat(" ", pad))
 }
 
+// TestClientBoundsTheExecAnswer: an exec answer is bounded by the request's own output cap, in the
+// compact form (its head line and each stream) and in JSON (both streams in base64).
+func TestClientBoundsTheExecAnswer(t *testing.T) {
+	exec := func(maxOutput int) func(ctx context.Context, c *agent.Client) error {
+		return func(ctx context.Context, c *agent.Client) error {
+			_, err := c.Exec(ctx, agent.ExecRequest{Argv: []string{"true"}, TimeoutMs: 1000, MaxOutputBytes: maxOutput})
+			return err
+		}
+	}
+	const mib = 1 << 20
+	cases := []boundCase{
+		{"compact", compact(execHead(10, 6, 0), 16), exec(16), nil},
+		{"compact past twice the cap", compact(execHead(16, 16, 0), 20*mib), exec(16), sandbox.ErrProviderProtocol},
+		{"compact head line past 4 KiB", compact(execHead(0, 0, 100<<10), 0), exec(mib), sandbox.ErrProviderProtocol},
+		{"compact stream past the cap", compact(execHead(17, 0, 0), 17), exec(16), sandbox.ErrProviderProtocol},
+		{"compact huge lengths", compact(execHead(1<<62, 1<<62, 0), 16), exec(16), sandbox.ErrProviderProtocol},
+		{"compact lengths that overflow", compact(execHead(1<<63-1, 2, 0), 1), exec(16), sandbox.ErrProviderProtocol},
+		{"json past twice the cap in base64", func(w io.Writer, _ *http.Request) error {
+			const n = 20 * mib
+			return flood(w, fmt.Sprintf("HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n{\"stdout\":\"", len(`{"stdout":""}`)+n), "A", n, `"}`)
+		}, exec(16), sandbox.ErrProviderProtocol},
+	}
+	runBounds(t, cases, 4<<20)
+}
+
 // TestClientDropsTheConnectionOfARefusedAnswer: an answer refused as a protocol error leaves its
 // connection closed, even when its body was read to its end; an accepted one leaves it for the next call.
 func TestClientDropsTheConnectionOfARefusedAnswer(t *testing.T) {

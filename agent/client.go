@@ -26,15 +26,21 @@ type Client struct {
 	t *transport
 }
 
-// Bounds of the agent's answers, beside those of their heads (transport.go), so that an agent cannot
-// make the daemon read or hold more.
+// Bounds of the agent's answers, beside those of their heads (transport.go): each is what the call
+// can legitimately get, so that an agent cannot make the daemon read or hold more.
 const (
 	maxErrorBytes  = 64 << 10 // an answer whose status is not 2xx
 	maxListBytes   = 16 << 20
 	maxHealthBytes = 4 << 10
-	// Two streams at the largest cap, base64, plus the rest of the result.
-	maxExecBytes = 2*(sandbox.MaxMaxOutputBytes/3+1)*4 + 64<<10
+	// The compact exec answer's head line (an ExecHead is some 250 bytes), and what a JSON one has
+	// besides its output.
+	maxExecHeadBytes = 4 << 10
 )
+
+// execAnswerBytes bounds the answer to an exec whose streams are capped at m bytes each: both in
+// base64 in JSON, and the rest of the result. A compact answer, both as they are after its head line,
+// is bounded tighter (readExec).
+func execAnswerBytes(m int) int64 { return 2*int64((m+2)/3*4) + maxExecHeadBytes }
 
 // defaultCallTimeout bounds a call whose context has no deadline.
 const defaultCallTimeout = 30 * time.Second
@@ -71,15 +77,16 @@ type ExecOutput struct {
 	Stdout, Stderr string
 }
 
-// Exec runs req and validates the result against it.
+// Exec runs req and validates the result against it. The answer is bounded by req.MaxOutputBytes.
 func (c *Client) Exec(ctx context.Context, req ExecRequest) (ExecOutput, error) {
 	body, err := json.Marshal(req)
 	if err != nil {
 		return ExecOutput{}, fmt.Errorf("agent exec: %w", err)
 	}
+	m := min(max(req.MaxOutputBytes, 0), sandbox.MaxMaxOutputBytes)
 	var out ExecOutput
-	err = c.call(ctx, http.MethodPost, PathExec, nil, MediaExecResult, body, maxExecBytes, func(a *answer) error {
-		o, err := readExec(a)
+	err = c.call(ctx, http.MethodPost, PathExec, nil, MediaExecResult, body, execAnswerBytes(m), func(a *answer) error {
+		o, err := readExec(a, m)
 		if err != nil {
 			return err
 		}
@@ -92,9 +99,10 @@ func (c *Client) Exec(ctx context.Context, req ExecRequest) (ExecOutput, error) 
 	return out, nil
 }
 
-// readExec reads an exec answer, compact (MediaExecResult) or JSON. A compact answer is read into one string, which stdout and stderr are cut from: a megabyte of
+// readExec reads an exec answer, compact (MediaExecResult) or JSON, whose streams are capped at m bytes
+// each. A compact answer is read into one string, which stdout and stderr are cut from: a megabyte of
 // output is not copied again to become the strings the daemon answers with.
-func readExec(a *answer) (ExecOutput, error) {
+func readExec(a *answer, m int) (ExecOutput, error) {
 	bad := func(format string, args ...any) error {
 		return fmt.Errorf("agent %s: %w", PathExec, badAnswer(format, args...))
 	}
@@ -109,21 +117,25 @@ func readExec(a *answer) (ExecOutput, error) {
 		}
 		return ExecOutput{ExecStatus: res.ExecStatus, Stdout: string(res.Stdout), Stderr: string(res.Stderr)}, nil
 	}
+	if limit := int64(maxExecHeadBytes + 2*m); a.length > limit {
+		return ExecOutput{}, bad("%d bytes past %d", a.length, limit)
+	}
 	raw, err := readString(a)
 	if err != nil {
 		return ExecOutput{}, fmt.Errorf("agent %s: %w", PathExec, err)
 	}
-	nl := strings.IndexByte(raw, '\n')
+	nl := strings.IndexByte(raw[:min(len(raw), maxExecHeadBytes)], '\n')
 	if nl < 0 {
-		return ExecOutput{}, bad("no head line")
+		return ExecOutput{}, bad("no head line in its first %d bytes", maxExecHeadBytes)
 	}
 	var head ExecHead
 	if err := decodeStrict(PathExec, []byte(raw[:nl]), &head); err != nil {
 		return ExecOutput{}, err
 	}
 	out := raw[nl+1:]
-	if head.StdoutBytes < 0 || head.StderrBytes < 0 || head.StdoutBytes+head.StderrBytes != len(out) {
-		return ExecOutput{}, bad("%d+%d bytes of output announced, %d sent", head.StdoutBytes, head.StderrBytes, len(out))
+	if head.StdoutBytes < 0 || head.StderrBytes < 0 || head.StdoutBytes > m || head.StderrBytes > m ||
+		head.StdoutBytes+head.StderrBytes != len(out) {
+		return ExecOutput{}, bad("%d+%d bytes of output announced, %d sent, at most %d a stream", head.StdoutBytes, head.StderrBytes, len(out), m)
 	}
 	n := head.StdoutBytes
 	return ExecOutput{ExecStatus: head.ExecStatus, Stdout: out[:n], Stderr: out[n:]}, nil
