@@ -353,19 +353,36 @@ func (a *Agent) writeFile(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusNoContent)
 }
 
+// list answers a listing of at most MaxListEntries entries and MaxListBytes, or refuses it with
+// ErrInvalidRequest: the API has no pages, and a larger one could not be answered.
 func (a *Agent) list(w http.ResponseWriter, r *http.Request) {
 	if !checkDeadline(w, r) {
 		return
 	}
-	entries, err := a.root.List(r.URL.Query().Get("path"))
+	p := r.URL.Query().Get("path")
+	entries, err := a.root.List(p)
 	if err != nil {
 		writeErr(w, err)
+		return
+	}
+	if len(entries) > MaxListEntries {
+		writeErr(w, fmt.Errorf("list %q: directory has more than %d entries: %w", p, MaxListEntries, sandbox.ErrInvalidRequest))
 		return
 	}
 	if entries == nil {
 		entries = []sandbox.FileEntry{}
 	}
-	writeJSON(w, http.StatusOK, entries)
+	body, err := json.Marshal(entries)
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	if len(body) > MaxListBytes {
+		writeErr(w, fmt.Errorf("list %q: listing of %d entries is %d bytes, past the limit of %d: %w",
+			p, len(entries), len(body), MaxListBytes, sandbox.ErrInvalidRequest))
+		return
+	}
+	writeJSON(w, http.StatusOK, json.RawMessage(body))
 }
 
 // checkDeadline answers 504 with CodeDeadline and returns false when the request's deadline is missing,

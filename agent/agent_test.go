@@ -399,3 +399,56 @@ func TestExecAnswersJSONWithoutAccept(t *testing.T) {
 		t.Fatalf("result %+v", res)
 	}
 }
+
+// TestListLimits: the agent lists a directory of MaxListEntries entries; it refuses one more, a
+// directory of 100,000 long names, and a listing past MaxListBytes (long paths) with invalid_request, a
+// 400 through the API, not a malformed answer.
+func TestListLimits(t *testing.T) {
+	a := start(t)
+	ws := filepath.Join(a.root, "workspace")
+	// links makes the entries from to to of dir, the i-th named name(i): hard links, cheaper than
+	// files, to one of a few targets (a file takes some 65,000 links).
+	made := 0
+	links := func(dir string, from, to int, name func(int) string) {
+		t.Helper()
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		for i := from; i < to; i++ {
+			target := filepath.Join(a.root, "target"+strconv.Itoa(made/50_000))
+			if made%50_000 == 0 {
+				if err := os.WriteFile(target, nil, 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			made++
+			if err := os.Link(target, filepath.Join(dir, name(i))); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	short := func(i int) string { return strconv.Itoa(i) }
+	long := func(i int) string { return fmt.Sprintf("%0250d", i) }
+	refused := func(p string) {
+		t.Helper()
+		_, err := a.c.List(ctx(t), p)
+		if !errors.Is(err, sandbox.ErrInvalidRequest) || sandbox.ClassOf(err).Status != http.StatusBadRequest {
+			t.Fatalf("list %.40s...: %v, want %v", p, err, sandbox.ErrInvalidRequest)
+		}
+	}
+
+	links(filepath.Join(ws, "full"), 0, agent.MaxListEntries, short)
+	if entries, err := a.c.List(ctx(t), "full"); err != nil || len(entries) != agent.MaxListEntries {
+		t.Fatalf("list of %d entries: %d entries, %v", agent.MaxListEntries, len(entries), err)
+	}
+	links(filepath.Join(ws, "full"), agent.MaxListEntries, agent.MaxListEntries+1, short)
+	refused("full")
+
+	links(filepath.Join(ws, "big"), 0, 100_000, func(i int) string { return fmt.Sprintf("%0200d", i) })
+	refused("big")
+
+	// 6,000 entries whose paths are some 3,300 bytes long: under MaxListEntries, past MaxListBytes.
+	deep := strings.Repeat(long(0)+"/", 12)[:12*251-1]
+	links(filepath.Join(ws, deep), 0, 6000, long)
+	refused(deep)
+}

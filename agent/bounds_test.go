@@ -2,6 +2,7 @@ package agent_test
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -240,6 +241,42 @@ func TestClientBoundsTheExecAnswer(t *testing.T) {
 		}, exec(16), sandbox.ErrProviderProtocol},
 	}
 	runBounds(t, cases, 4<<20)
+}
+
+// TestClientBoundsTheListing: a listing answer has at most MaxListEntries entries.
+func TestClientBoundsTheListing(t *testing.T) {
+	listing := func(n int) func(io.Writer, *http.Request) error {
+		return func(w io.Writer, _ *http.Request) error {
+			var b bytes.Buffer
+			b.WriteByte('[')
+			for i := range n {
+				if i > 0 {
+					b.WriteByte(',')
+				}
+				fmt.Fprintf(&b, `{"path":"f%d","kind":"file","size":1}`, i)
+			}
+			b.WriteByte(']')
+			_, err := fmt.Fprintf(w, "HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s", b.Len(), b.Bytes())
+			return err
+		}
+	}
+	list := func(want int) func(ctx context.Context, c *agent.Client) error {
+		return func(ctx context.Context, c *agent.Client) error {
+			entries, err := c.List(ctx, ".")
+			if err == nil && len(entries) != want {
+				return fmt.Errorf("%d entries, want %d", len(entries), want)
+			}
+			return err
+		}
+	}
+	cases := []boundCase{
+		{"at the limit", listing(agent.MaxListEntries), list(agent.MaxListEntries), nil},
+		{"past the limit", listing(agent.MaxListEntries + 1), list(0), sandbox.ErrProviderProtocol},
+		{"past MaxListBytes", func(w io.Writer, _ *http.Request) error {
+			return flood(w, fmt.Sprintf("HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n", agent.MaxListBytes+1), " ", agent.MaxListBytes+1, "")
+		}, list(0), sandbox.ErrProviderProtocol},
+	}
+	runBounds(t, cases, 8<<20)
 }
 
 // TestClientDropsTheConnectionOfARefusedAnswer: an answer refused as a protocol error leaves its

@@ -30,7 +30,6 @@ type Client struct {
 // can legitimately get, so that an agent cannot make the daemon read or hold more.
 const (
 	maxErrorBytes  = 64 << 10 // an answer whose status is not 2xx
-	maxListBytes   = 16 << 20
 	maxHealthBytes = 4 << 10
 	// The compact exec answer's head line (an ExecHead is some 250 bytes), and what a JSON one has
 	// besides its output.
@@ -190,19 +189,52 @@ func (c *Client) WriteFile(ctx context.Context, path string, data []byte) error 
 	return c.call(ctx, http.MethodPut, PathFile, url.Values{"path": {path}}, "", data, maxErrorBytes, nil)
 }
 
-// List lists the directory at path inside the sandbox.
+// List lists the directory at path inside the sandbox: at most MaxListEntries entries, in an answer of
+// at most MaxListBytes.
 func (c *Client) List(ctx context.Context, path string) ([]sandbox.FileEntry, error) {
 	var entries []sandbox.FileEntry
-	if err := c.callJSON(ctx, http.MethodGet, PathList, url.Values{"path": {path}}, nil, maxListBytes, &entries); err != nil {
+	err := c.call(ctx, http.MethodGet, PathList, url.Values{"path": {path}}, "", nil, MaxListBytes, func(a *answer) error {
+		raw, err := readAll(a)
+		if err == nil {
+			entries, err = decodeList(raw)
+		}
+		if err != nil {
+			return fmt.Errorf("agent list %q: %w", path, err)
+		}
+		return nil
+	})
+	if err != nil {
 		return nil, err
 	}
-	for _, e := range entries {
-		if e.Path == "" || e.Size < 0 || (e.Kind != sandbox.KindFile && e.Kind != sandbox.KindDirectory) {
-			return nil, fmt.Errorf("agent list %q: bad entry %+v: %w", path, e, sandbox.ErrProviderProtocol)
-		}
+	return entries, nil
+}
+
+// decodeList decodes a listing, entry by entry: past MaxListEntries it stops.
+func decodeList(raw []byte) ([]sandbox.FileEntry, error) {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('[') {
+		return nil, badAnswer("not an array of entries")
 	}
-	if entries == nil {
-		return nil, fmt.Errorf("agent list %q: no entries array: %w", path, sandbox.ErrProviderProtocol)
+	entries := []sandbox.FileEntry{}
+	for dec.More() {
+		if len(entries) == MaxListEntries {
+			return nil, badAnswer("more than %d entries", MaxListEntries)
+		}
+		var e sandbox.FileEntry
+		if err := dec.Decode(&e); err != nil {
+			return nil, badAnswer("entry %d: %v", len(entries), err)
+		}
+		if e.Path == "" || e.Size < 0 || (e.Kind != sandbox.KindFile && e.Kind != sandbox.KindDirectory) {
+			return nil, badAnswer("entry %d: path %.64q, kind %.16q, size %d", len(entries), e.Path, e.Kind, e.Size)
+		}
+		entries = append(entries, e)
+	}
+	if _, err := dec.Token(); err != nil {
+		return nil, badAnswer("%v", err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, badAnswer("trailing data")
 	}
 	return entries, nil
 }

@@ -84,3 +84,11 @@ const CodeDeadline = "deadline_exceeded"
 
 // MaxExecRequestBytes bounds an exec or cancel request body.
 const MaxExecRequestBytes = 1 << 20
+
+// Bounds of a listing, which the agent refuses past (ErrInvalidRequest) and the client refuses in an
+// answer: at most MaxListEntries entries, at most MaxListBytes of JSON. Both keep a listing well within
+// what the API answers in one response.
+const (
+	MaxListEntries = 10000
+	MaxListBytes   = 16 << 20
+)
