@@ -62,7 +62,8 @@ func startDaemon(dir string, retention int) (string, func(), error) {
 		st.Close()
 		return "", nil, err
 	}
-	api := httpapi.New(httpapi.Config{Runtime: rt, Logger: logger})
+	// The tests' proxies pass the Host they were reached at, on a port of their own.
+	api := httpapi.New(httpapi.Config{Runtime: rt, Logger: logger, AllowedHosts: []string{"127.0.0.1"}})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		rt.Close()

@@ -49,7 +49,7 @@ func TestDataAfterTheDocumentIsRefused(t *testing.T) {
 		doc := `{"expectedGeneration":1,"path":"f","contentBase64":"` + base64.StdEncoding.EncodeToString(make([]byte, size)) + `"}`
 		for body, want := range map[string]int{doc: http.StatusOK, doc + "\n ": http.StatusOK, doc + "0": http.StatusBadRequest, doc + "{}": http.StatusBadRequest} {
 			w := httptest.NewRecorder()
-			s.ServeHTTP(w, httptest.NewRequest("PUT", path, strings.NewReader(body)))
+			s.ServeHTTP(w, fromLoopback(httptest.NewRequest("PUT", path, strings.NewReader(body))))
 			if w.Code != want {
 				t.Errorf("%d bytes, then %q: %d %s, want %d", size, body[len(doc):], w.Code, w.Body.Bytes(), want)
 			}

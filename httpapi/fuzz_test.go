@@ -60,7 +60,7 @@ func FuzzFileWriteBody(f *testing.F) {
 	path := "/v1/sandboxes/" + string(sb.ID) + "/files/content"
 	f.Fuzz(func(t *testing.T, body []byte) {
 		w := httptest.NewRecorder()
-		s.ServeHTTP(w, httptest.NewRequest("PUT", path, bytes.NewReader(body)))
+		s.ServeHTTP(w, fromLoopback(httptest.NewRequest("PUT", path, bytes.NewReader(body))))
 		fuzzCheck(t, string(body), w.Code, w.Body.Bytes())
 		entries, err := os.ReadDir(hostDir)
 		if err != nil {
@@ -103,9 +103,8 @@ func FuzzSandboxIDPath(f *testing.F) {
 			if err != nil {
 				continue // not a URL a client could send
 			}
-			req.Header.Set("Content-Type", "application/json")
 			w := httptest.NewRecorder()
-			s.ServeHTTP(w, req)
+			s.ServeHTTP(w, fromLoopback(req))
 			fuzzCheck(t, rt.method+" "+id+rt.rest, w.Code, w.Body.Bytes())
 			if w.Code/100 == 2 {
 				t.Fatalf("%s %q%s: %d for a sandbox never made", rt.method, id, rt.rest, w.Code)

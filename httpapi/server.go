@@ -1,12 +1,13 @@
 // Package httpapi serves the sandbox runtime's HTTP contract (api.OpenAPI) over a core.Runtime.
 //
-// Every request goes through the same steps, in this order: route and method (unknown route 404, known path
-// with another method 405 with an Allow header), authentication when Config.Tokens is set (401; GET /healthz
-// stays open), the body limit (413), validation against the embedded
-// OpenAPI document (400), strict decoding into domain types (400), then the runtime. Every error, whatever
-// its origin, is written by one function (writeError) from the one class table, sandbox.ClassOf; an
-// unclassified error is a 500 "internal" whose detail is logged and never shown. A handler panic is a
-// logged 500 too, never a dropped connection.
+// Every request goes through the same steps, in this order: the Host and, from a browser, the Origin
+// (400 unless the request names a host this server serves and comes from a page of it; see hosts.go),
+// route and method (unknown route 404, known path with another method 405 with an Allow header),
+// authentication when Config.Tokens is set (401; GET /healthz stays open), the body limit (413),
+// validation against the embedded OpenAPI document (400), strict decoding into domain types (400), then
+// the runtime. Every error, whatever its origin, is written by one function (writeError) from the one class
+// table, sandbox.ClassOf; an unclassified error is a 500 "internal" whose detail is logged and never shown.
+// A handler panic is a logged 500 too, never a dropped connection.
 //
 // Request bodies are limited to Config.MaxBodyBytes, DefaultMaxBodyBytes (32 MiB) unless set. Base64 grows a
 // file by a third, so a file write of up to about 24 MiB less the JSON around it fits (16 MiB comfortably);
@@ -51,6 +52,10 @@ type Config struct {
 	// Tokens, when set, turns authentication on: every operation but GET /healthz needs an
 	// "Authorization: Bearer <token>" header with one of them, or is answered 401 unauthenticated.
 	Tokens *Tokens
+	// AllowedHosts are the hosts a request may name in Host (or a browser's request in Origin) besides the
+	// address the client connected to and, when that is a loopback address, localhost, 127.0.0.1 and [::1]
+	// on its port: "name" on any port, or "name:port". An entry CheckAllowedHost refuses matches nothing.
+	AllowedHosts []string
 }
 
 // Server is the HTTP handler of the API. It is safe for concurrent use.
@@ -61,6 +66,7 @@ type Server struct {
 	heartbeat    time.Duration
 	writeTimeout time.Duration
 	tokens       *Tokens
+	allowedHosts []hostPort
 	mux          *http.ServeMux
 	handler      http.Handler
 
@@ -102,11 +108,19 @@ func New(cfg Config) *Server {
 	if s.heartbeat <= 0 {
 		s.heartbeat = DefaultHeartbeatInterval
 	}
+	for _, a := range cfg.AllowedHosts {
+		h, err := parseHostPort(a)
+		if err != nil {
+			s.log.Error("allowed host ignored", "host", a, "err", err)
+			continue
+		}
+		s.allowedHosts = append(s.allowedHosts, h)
+	}
 	if _, err := requestValidators(); err != nil {
 		panic(fmt.Sprintf("httpapi: embedded contract: %v", err))
 	}
 	s.routes()
-	s.handler = s.recoverer(s.mux)
+	s.handler = s.recoverer(s.originGuard(s.mux))
 	return s
 }
 

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -78,6 +79,18 @@ func newRuntime(tb testing.TB) *core.Runtime {
 	}
 	tb.Cleanup(func() { _ = rt.Close() })
 	return rt
+}
+
+// fromLoopback is r as a client on loopback sends it to 127.0.0.1:4311, for a test that calls ServeHTTP
+// itself: with that Host, the connection's local address, and a JSON Content-Type on a POST or PUT.
+func fromLoopback(r *http.Request) *http.Request {
+	local := &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 4311}
+	r = r.WithContext(context.WithValue(r.Context(), http.LocalAddrContextKey, net.Addr(local)))
+	r.Host = local.String()
+	if (r.Method == http.MethodPost || r.Method == http.MethodPut) && r.Header.Get("Content-Type") == "" {
+		r.Header.Set("Content-Type", "application/json")
+	}
+	return r
 }
 
 func decodeError(t testing.TB, body []byte) ErrorResponse {
@@ -205,7 +218,7 @@ func FuzzCreateBody(f *testing.F) {
 	s := New(Config{Runtime: newRuntime(f), Logger: slog.New(slog.DiscardHandler)})
 	f.Fuzz(func(t *testing.T, body []byte) {
 		w := httptest.NewRecorder()
-		r := httptest.NewRequest("POST", "/v1/sandboxes", bytes.NewReader(body))
+		r := fromLoopback(httptest.NewRequest("POST", "/v1/sandboxes", bytes.NewReader(body)))
 		s.ServeHTTP(w, r)
 		fuzzCheck(t, string(body), w.Code, w.Body.Bytes())
 		if w.Code/100 == 2 && w.Code != 201 {
@@ -235,7 +248,7 @@ func FuzzCommandBody(f *testing.F) {
 	path := "/v1/sandboxes/" + string(sb.ID) + "/commands"
 	f.Fuzz(func(t *testing.T, body []byte) {
 		w := httptest.NewRecorder()
-		s.ServeHTTP(w, httptest.NewRequest("POST", path, bytes.NewReader(body)))
+		s.ServeHTTP(w, fromLoopback(httptest.NewRequest("POST", path, bytes.NewReader(body))))
 		fuzzCheck(t, string(body), w.Code, w.Body.Bytes())
 	})
 }
@@ -252,7 +265,7 @@ func FuzzQueryCursor(f *testing.F) {
 		// panics on it): the server is under test here, not URL parsing.
 		if list, err := http.NewRequest("GET", "/v1/events?after="+after, nil); err == nil {
 			w := httptest.NewRecorder()
-			s.ServeHTTP(w, list)
+			s.ServeHTTP(w, fromLoopback(list))
 			fuzzCheck(t, after, w.Code, w.Body.Bytes())
 		}
 

@@ -43,7 +43,7 @@ func BenchmarkValidateCommand(b *testing.B) {
 // benchSandbox is a server with one sandbox, and the path of that sandbox.
 func benchSandbox(b *testing.B) (*Server, string) {
 	rt := newRuntime(b)
-	s := New(Config{Runtime: rt, Logger: slog.New(slog.DiscardHandler)})
+	s := New(Config{Runtime: rt, Logger: slog.New(slog.DiscardHandler), AllowedHosts: []string{"example.com"}})
 	sb, err := rt.Create(context.Background(), sandbox.Spec{ClientRequestID: "bench"})
 	if err != nil {
 		b.Fatal(err)
@@ -83,12 +83,14 @@ func BenchmarkGetSandboxParallel(b *testing.B) {
 
 // BenchmarkCreateInvalid is a create refused by the contract: the 400 path, message included.
 func BenchmarkCreateInvalid(b *testing.B) {
-	s := New(Config{Runtime: newRuntime(b), Logger: slog.New(slog.DiscardHandler)})
+	s := New(Config{Runtime: newRuntime(b), Logger: slog.New(slog.DiscardHandler), AllowedHosts: []string{"example.com"}})
 	body := `{"clientRequestId":"a","image":"x","template":"y"}`
 	b.ReportAllocs()
 	for b.Loop() {
 		w := httptest.NewRecorder()
-		s.ServeHTTP(w, httptest.NewRequest(http.MethodPost, "/v1/sandboxes", strings.NewReader(body)))
+		r := httptest.NewRequest(http.MethodPost, "/v1/sandboxes", strings.NewReader(body))
+		r.Header.Set("Content-Type", "application/json")
+		s.ServeHTTP(w, r)
 		if w.Code != http.StatusBadRequest {
 			b.Fatalf("status %d: %s", w.Code, w.Body)
 		}

@@ -153,12 +153,13 @@ func (r *countingReader) Read(p []byte) (int, error) {
 func TestHugeBodyIsRefusedEarly(t *testing.T) {
 	d := startDaemon(t, testenv.StateDir(t))
 	// Announced: 10 GiB, of which only the headers are sent before the answer.
-	conn, err := net.Dial("tcp", strings.TrimPrefix(d.url, "http://"))
+	addr := strings.TrimPrefix(d.url, "http://")
+	conn, err := net.Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	fmt.Fprintf(conn, "PUT /v1/sandboxes/sbx_x/files/content HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n{", int64(10)<<30)
+	fmt.Fprintf(conn, "PUT /v1/sandboxes/sbx_x/files/content HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n{", addr, int64(10)<<30)
 	conn.SetReadDeadline(time.Now().Add(30 * time.Second))
 	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
 	if err != nil {
@@ -317,7 +318,7 @@ func openStreams(t *testing.T, dial func(network, addr string) (net.Conn, error)
 			t.Fatalf("subscriber %d: %v", len(conns), err)
 		}
 		conns = append(conns, c)
-		fmt.Fprintf(c, "GET %s HTTP/1.1\r\nHost: x\r\nAccept: text/event-stream\r\n\r\n", path)
+		fmt.Fprintf(c, "GET %s HTTP/1.1\r\nHost: %s\r\nAccept: text/event-stream\r\n\r\n", path, addr)
 	}
 	return conns
 }
