@@ -207,6 +207,55 @@ func TestCrossSiteOriginIsRefused(t *testing.T) {
 	}
 }
 
+// TestBodyMustBeJSON: a POST or PUT whose body is not declared application/json (the blind cross-site
+// form POST is text/plain) is refused before its body is read, and nothing runs. A parameter such as
+// charset is fine, and an operation without a body needs no Content-Type.
+func TestBodyMustBeJSON(t *testing.T) {
+	srv, _, rt := originServer(t, Config{})
+	create := `{"clientRequestId":"form"}`
+	for _, ct := range [][]string{
+		nil, // none at all: was taken as JSON
+		{""},
+		{"text/plain"},
+		{"text/plain;charset=UTF-8"},
+		{"application/x-www-form-urlencoded"},
+		{"multipart/form-data; boundary=x"},
+		{"application/jsonx"},
+		{"application/json-seq"},
+		{"text/json"},
+		{";"},
+		{"application/json", "text/plain"},
+	} {
+		header := http.Header{"Content-Type": ct}
+		for _, c := range []struct{ method, path string }{
+			{"POST", "/v1/sandboxes"},
+			{"POST", "/v1/sandboxes/sbx_none/actions/terminate"},
+			{"POST", "/v1/sandboxes/sbx_none/actions/reconcile"},
+			{"PUT", "/v1/sandboxes/sbx_none/files/content"},
+		} {
+			st, body := request(t, c.method, srv.URL+c.path, "", create, header)
+			if !invalidRequest(st, body, "") {
+				t.Errorf("Content-Type %q, %s %s: %d %.200s, want 400 invalid_request", ct, c.method, c.path, st, body)
+			}
+		}
+	}
+	nothingRecorded(t, rt)
+	for i, ct := range []string{"application/json", "application/json; charset=utf-8", "Application/JSON"} {
+		body := fmt.Sprintf(`{"clientRequestId":"json-%d"}`, i)
+		if st, raw := request(t, "POST", srv.URL+"/v1/sandboxes", "", body, http.Header{"Content-Type": {ct}}); st != 201 {
+			t.Errorf("Content-Type %q: %d %s, want 201", ct, st, raw)
+		}
+	}
+	// Reconcile takes no body: sent without one, it needs no Content-Type.
+	sb, err := rt.Create(context.Background(), sandbox.Spec{ClientRequestID: "reconciled"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st, raw := request(t, "POST", srv.URL+"/v1/sandboxes/"+string(sb.ID)+"/actions/reconcile", "", "", nil); st != 200 {
+		t.Errorf("reconcile without a body: %d %s", st, raw)
+	}
+}
+
 func TestCheckAllowedHost(t *testing.T) {
 	for _, ok := range []string{"sandboxd.internal", "a:1", "10.0.0.5", "10.0.0.5:4311", "[::1]", "[fe80::1]:80", "x_y.z"} {
 		if err := CheckAllowedHost(ok); err != nil {

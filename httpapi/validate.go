@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"mime"
 	"net/http"
 	"strconv"
 
@@ -20,11 +21,16 @@ func (s *Server) operation(method, path string) *requestValidator {
 	return validatorFor(method, path)
 }
 
-// endpoint wraps an operation's handler with the body limit and request validation, and writes any error.
-// The operation's validator is compiled before the first request, never per request.
+// endpoint wraps an operation's handler with the media type check, the body limit and request
+// validation, and writes any error. The operation's validator is compiled before the first request, never
+// per request.
 func (s *Server) endpoint(v *requestValidator, h handlerFunc) http.Handler {
 	hasBody := v.body != nil
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if err := checkMediaType(r, hasBody); err != nil {
+			s.writeError(w, r, err)
+			return
+		}
 		var body []byte
 		if hasBody {
 			var err error
@@ -57,6 +63,30 @@ type docKey struct{}
 func validatedDoc(r *http.Request) (any, bool) {
 	doc, ok := r.Context().Value(docKey{}).(any)
 	return doc, ok && doc != nil
+}
+
+// checkMediaType refuses, before the body is read, a POST or PUT whose body is not said to be JSON. A
+// browser sends a page's cross-site request without asking the server first only with the media types of
+// a form (text/plain among them), so a page cannot send this API a body blind. An operation that takes a
+// body needs the header; another may leave it out when it sends nothing.
+func checkMediaType(r *http.Request, takesBody bool) error {
+	if r.Method != http.MethodPost && r.Method != http.MethodPut {
+		return nil
+	}
+	cts, ok := r.Header["Content-Type"]
+	if !ok {
+		if takesBody || r.ContentLength != 0 {
+			return fmt.Errorf("no Content-Type: the request body must be sent as application/json: %w", sandbox.ErrInvalidRequest)
+		}
+		return nil
+	}
+	if len(cts) != 1 {
+		return fmt.Errorf("%d Content-Type headers: the request body must be sent as application/json: %w", len(cts), sandbox.ErrInvalidRequest)
+	}
+	if mt, _, err := mime.ParseMediaType(cts[0]); err != nil || mt != "application/json" {
+		return fmt.Errorf("Content-Type %q: the request body must be application/json: %w", clip(cts[0]), sandbox.ErrInvalidRequest)
+	}
+	return nil
 }
 
 // readBody reads the whole body within the limit: ErrRequestTooLarge past it.

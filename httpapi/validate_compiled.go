@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"mime"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -68,17 +67,10 @@ type requestValidator struct {
 }
 
 // validate checks r's parameters and body (nil without one) against the operation, and returns the
-// body as it decoded it (nil without one, or when something follows the document). Every error is ErrInvalidRequest with a one-line message
-// that says where and what.
+// body as it decoded it (nil without one, or when something follows the document). Every error is
+// ErrInvalidRequest with a one-line message that says where and what. The body's media type is
+// checkMediaType's, before the body is read.
 func (v *requestValidator) validate(r *http.Request, body []byte) (any, error) {
-	if v.body != nil {
-		// A body without a Content-Type is taken as JSON, the contract's only media type.
-		if ct := r.Header.Get("Content-Type"); ct != "" {
-			if mt, _, err := mime.ParseMediaType(ct); err != nil || mt != "application/json" {
-				return nil, fmt.Errorf("Content-Type %q: the request body must be application/json: %w", ct, sandbox.ErrInvalidRequest)
-			}
-		}
-	}
 	var query url.Values
 	if v.hasQuery {
 		query = r.URL.Query()

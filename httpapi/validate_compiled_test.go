@@ -77,7 +77,6 @@ var validationCases = []validationCase{
 	{"extension key empty name", opCreate, "/v1/sandboxes", `{"clientRequestId":"a","extensions":{"acme.":1}}`, []string{`key "acme."`}},
 	{"extensions type", opCreate, "/v1/sandboxes", `{"clientRequestId":"a","extensions":[1]}`, []string{"/extensions:", "want object"}},
 	{"key with a slash and a newline", opCreate, "/v1/sandboxes", `{"clientRequestId":"a","resources":{"a/b\n":1}}`, []string{`unknown field "a/b\n"`}},
-	{"media type", opCreate, "/v1/sandboxes", "\x00text/plain", []string{"Content-Type", "application/json"}},
 
 	// Path parameter.
 	{"get", opGet, "/v1/sandboxes/sbx_1", ``, nil},
@@ -137,8 +136,7 @@ var validationCases = []validationCase{
 	{"stream after minimum", opStream, "/v1/events/stream?after=-5", ``, []string{`query parameter "after"`, "must be >= "}},
 }
 
-// newValidationRequest builds tc's request, with the path values the mux would set and the
-// Content-Type of a body starting with a NUL byte.
+// newValidationRequest builds tc's request, with the path values the mux would set.
 func newValidationRequest(t testing.TB, tc validationCase) (*http.Request, []byte) {
 	t.Helper()
 	method, pattern, _ := strings.Cut(tc.op, " ")
@@ -146,10 +144,6 @@ func newValidationRequest(t testing.TB, tc validationCase) (*http.Request, []byt
 	r, err := http.NewRequest(method, tc.target, bytes.NewReader(body))
 	if err != nil {
 		t.Fatalf("%s: %v", tc.name, err)
-	}
-	if ct, ok := bytes.CutPrefix(body, []byte{0}); ok {
-		r.Header.Set("Content-Type", string(ct))
-		body = []byte(`{"clientRequestId":"a"}`)
 	}
 	segs, got := strings.Split(pattern, "/"), strings.Split(r.URL.Path, "/")
 	if len(segs) != len(got) {
@@ -223,9 +217,6 @@ func kinValidate(t testing.TB, tc validationCase) (err error) {
 		}
 	}
 	if op.Operation.RequestBody != nil {
-		if ct := r.Header.Get("Content-Type"); ct != "" && ct != "application/json" {
-			return sandbox.ErrInvalidRequest // checked before kin-openapi was called
-		}
 		r.Header.Set("Content-Type", "application/json")
 		r.Body = io.NopCloser(bytes.NewReader(body))
 		r.ContentLength = int64(len(body))
@@ -307,7 +298,7 @@ func FuzzValidatorAgreesWithKinOpenAPI(f *testing.F) {
 				if strings.HasSuffix(op.target, "?") {
 					_, q, _ := strings.Cut(tc.target, "?")
 					f.Add(uint8(i), q)
-				} else if !strings.HasPrefix(tc.body, "\x00") {
+				} else {
 					f.Add(uint8(i), tc.body)
 				}
 			}
@@ -322,9 +313,6 @@ func FuzzValidatorAgreesWithKinOpenAPI(f *testing.F) {
 			tc.target += input
 		} else {
 			tc.body = input
-		}
-		if strings.HasPrefix(tc.body, "\x00") {
-			return // the Content-Type marker of newValidationRequest
 		}
 		method, pattern, _ := strings.Cut(tc.op, " ")
 		r, body := newValidationRequest(t, tc)
