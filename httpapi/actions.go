@@ -55,6 +55,9 @@ func (s *Server) recreateSandbox(w http.ResponseWriter, r *http.Request, body []
 	if err := decodeStrict(body, &req); err != nil {
 		return err
 	}
+	if err := checkSpec(req.Spec); err != nil {
+		return err
+	}
 	sb, err := s.rt.Recreate(r.Context(), sandboxID(r), req.ExpectedGeneration, req.Spec)
 	if err != nil {
 		return err

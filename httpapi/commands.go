@@ -19,8 +19,12 @@ type CommandRequest struct {
 	MaxOutputBytes     *int               `json:"maxOutputBytes,omitempty"`
 }
 
-// Command maps the wire request to the domain command, with the contract's defaults.
+// Command maps the wire request to the domain command, with the contract's defaults. Errors:
+// ErrInvalidRequest for a value out of the contract's range or past the bounds of limits.go.
 func (req CommandRequest) Command() (sandbox.Command, error) {
+	if err := checkCommand(req.Argv, req.Env, req.Cwd); err != nil {
+		return sandbox.Command{}, err
+	}
 	cmd := sandbox.Command{
 		Argv:           req.Argv,
 		Cwd:            req.Cwd,

@@ -38,6 +38,9 @@ func (s *Server) readFile(w http.ResponseWriter, r *http.Request, _ []byte) erro
 		return err
 	}
 	path := r.URL.Query().Get("path")
+	if err := checkPath(path); err != nil {
+		return err
+	}
 	data, err := s.rt.ReadFile(r.Context(), sandboxID(r), gen, path)
 	if err != nil {
 		return err
@@ -53,6 +56,9 @@ func (s *Server) writeFile(w http.ResponseWriter, r *http.Request, body []byte) 
 		if err := decodeStrict(body, &req); err != nil {
 			return err
 		}
+	}
+	if err := checkPath(req.Path); err != nil {
+		return err
 	}
 	// The decoder skips line breaks; standard base64 (RFC 4648) has none, so they are refused first.
 	if strings.ContainsAny(req.ContentBase64, "\r\n") {
@@ -130,6 +136,9 @@ func (s *Server) listFiles(w http.ResponseWriter, r *http.Request, _ []byte) err
 	path := "."
 	if q := r.URL.Query(); q.Has("path") {
 		path = q.Get("path")
+	}
+	if err := checkPath(path); err != nil {
+		return err
 	}
 	entries, err := s.rt.ListFiles(r.Context(), sandboxID(r), gen, path)
 	if err != nil {

@@ -18,6 +18,9 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request, body []by
 	if err := decodeStrict(body, &spec); err != nil {
 		return err
 	}
+	if err := checkSpec(spec); err != nil {
+		return err
+	}
 	sb, err := s.rt.Create(r.Context(), spec)
 	if err != nil {
 		return err

@@ -5,7 +5,8 @@
 // route and method (unknown route 404, known path with another method 405 with an Allow header),
 // authentication when Config.Tokens is set (401; GET /healthz stays open), the media type of a body (400
 // unless application/json), the body limit (413), validation against the embedded OpenAPI document (400),
-// strict decoding into domain types (400), then the runtime. Every error, whatever its origin, is written by one function (writeError) from the one class
+// strict decoding into domain types (400), the bounds on what a client stores (400; limits.go), then the
+// runtime. Every error, whatever its origin, is written by one function (writeError) from the one class
 // table, sandbox.ClassOf; an unclassified error is a 500 "internal" whose detail is logged and never shown.
 // A handler panic is a logged 500 too, never a dropped connection.
 //

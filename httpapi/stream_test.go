@@ -15,6 +15,26 @@ import (
 	"github.com/sandboxd/sandbox/store/sqlite/sqlitetest"
 )
 
+// streamLines opens the event stream at url and returns its status and its lines, a channel closed when
+// the stream ends. The stream is closed when the test ends, before a server closed by an earlier cleanup.
+func streamLines(t *testing.T, url string) (int, <-chan string) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { resp.Body.Close() })
+	lines := make(chan string, 1024)
+	go func() {
+		sc := bufio.NewScanner(resp.Body)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+		close(lines)
+	}()
+	return resp.StatusCode, lines
+}
+
 // TestFilteredStreamOutlivesShortHistory keeps a stream filtered on one idle sandbox open while other
 // sandboxes push the log far past its retention between two of its wake-ups: the stream must still
 // deliver the idle sandbox's next event, not fall behind the history and end. (What it cannot outlive
@@ -28,28 +48,16 @@ func TestFilteredStreamOutlivesShortHistory(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = rt.Close() })
 	srv := httptest.NewServer(New(Config{Runtime: rt, HeartbeatInterval: 5 * time.Millisecond}))
-	defer srv.Close()
+	t.Cleanup(srv.Close)
 
 	idle, err := rt.Create(ctx, sandbox.Spec{ClientRequestID: "idle"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	resp, err := http.Get(srv.URL + "/v1/events/stream?sandboxId=" + string(idle.ID))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	lines := make(chan string, 1024)
-	go func() {
-		sc := bufio.NewScanner(resp.Body)
-		for sc.Scan() {
-			lines <- sc.Text()
-		}
-		close(lines)
-	}()
+	status, lines := streamLines(t, srv.URL+"/v1/events/stream?sandboxId="+string(idle.ID))
 	// The stream has read its first page once its opening comment arrives: only then may history go.
-	if resp.StatusCode != 200 {
-		t.Fatalf("stream answered %d", resp.StatusCode)
+	if status != 200 {
+		t.Fatalf("stream answered %d", status)
 	}
 	select {
 	case l := <-lines:
