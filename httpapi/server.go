@@ -13,7 +13,10 @@
 // Request bodies are limited to Config.MaxBodyBytes, DefaultMaxBodyBytes (32 MiB) unless set. Base64 grows a
 // file by a third, so a file write of up to about 24 MiB less the JSON around it fits (16 MiB comfortably);
 // a decoded file is never larger than sandbox.MaxFileBytes. A larger body is refused with 413
-// request_too_large, before it is read when Content-Length says so.
+// request_too_large, before it is read when Content-Length says so. A body must arrive within
+// Config.ReadBodyTimeout, plus a second for every 64 KiB of it (400 past that), so a client that sends it a
+// byte at a time holds its connection that long and no longer; nothing else of a request has a deadline,
+// so event streams and long commands run on.
 //
 // The main invariant: every response that is not a Server-Sent Events stream is a JSON document that
 // matches the contract's schema for its operation and status, and every error is an ErrorResponse.
@@ -36,6 +39,10 @@ import (
 // of a little under 24 MiB in base64.
 const DefaultMaxBodyBytes int64 = 32 << 20
 
+// DefaultReadBodyTimeout is Config.ReadBodyTimeout when zero. With a second more for every 64 KiB, the
+// write of a 24 MiB file (32 MiB of base64) may take nine and a half minutes: about 57 KiB/s.
+const DefaultReadBodyTimeout = 60 * time.Second
+
 // DefaultHeartbeatInterval is how often an idle event stream gets a comment line when
 // Config.HeartbeatInterval is zero.
 const DefaultHeartbeatInterval = 15 * time.Second
@@ -57,6 +64,9 @@ type Config struct {
 	// address the client connected to and, when that is a loopback address, localhost, 127.0.0.1 and [::1]
 	// on its port: "name" on any port, or "name:port". An entry CheckAllowedHost refuses matches nothing.
 	AllowedHosts []string
+	// ReadBodyTimeout is how long a client may take to send a request body, plus a second for every
+	// 64 KiB of it; DefaultReadBodyTimeout if zero.
+	ReadBodyTimeout time.Duration
 }
 
 // Server is the HTTP handler of the API. It is safe for concurrent use.
@@ -68,6 +78,7 @@ type Server struct {
 	writeTimeout time.Duration
 	tokens       *Tokens
 	allowedHosts []hostPort
+	bodyTimeout  time.Duration
 	mux          *http.ServeMux
 	handler      http.Handler
 
@@ -96,6 +107,7 @@ func New(cfg Config) *Server {
 		maxBody:      cfg.MaxBodyBytes,
 		heartbeat:    cfg.HeartbeatInterval,
 		tokens:       cfg.Tokens,
+		bodyTimeout:  cfg.ReadBodyTimeout,
 		writeTimeout: DefaultStreamWriteTimeout,
 		mux:          http.NewServeMux(),
 		done:         make(chan struct{}),
@@ -109,6 +121,9 @@ func New(cfg Config) *Server {
 	if s.heartbeat <= 0 {
 		s.heartbeat = DefaultHeartbeatInterval
 	}
+	if s.bodyTimeout <= 0 {
+		s.bodyTimeout = DefaultReadBodyTimeout
+	}
 	for _, a := range cfg.AllowedHosts {
 		h, err := parseHostPort(a)
 		if err != nil {
@@ -121,7 +136,7 @@ func New(cfg Config) *Server {
 		panic(fmt.Sprintf("httpapi: embedded contract: %v", err))
 	}
 	s.routes()
-	s.handler = s.recoverer(s.originGuard(s.mux))
+	s.handler = s.recoverer(s.bodyDeadline(s.originGuard(s.mux)))
 	return s
 }
 

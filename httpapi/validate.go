@@ -9,7 +9,9 @@ import (
 	"io"
 	"mime"
 	"net/http"
+	"os"
 	"strconv"
+	"time"
 
 	"github.com/sandboxd/sandbox"
 )
@@ -89,20 +91,66 @@ func checkMediaType(r *http.Request, takesBody bool) error {
 	return nil
 }
 
-// readBody reads the whole body within the limit: ErrRequestTooLarge past it.
+// bodyRate is the pace a request body's deadline moves on at as the body arrives: a second for every
+// 64 KiB, past Config.ReadBodyTimeout.
+const bodyRate = 64 << 10
+
+// bodyDeadline gives a request that carries a body ReadBodyTimeout to send it, whether a handler reads it
+// (readBody moves the deadline on as it arrives, and lifts it once it is in) or the server drains it after
+// the answer: without a deadline, a body sent a byte at a time holds its connection for ever.
+func (s *Server) bodyDeadline(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.ContentLength != 0 {
+			_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(s.bodyTimeout))
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// timedBody is a request body whose read deadline is ReadBodyTimeout after reading began, plus a second
+// for every 64 KiB read: a body slower on average than 64 KiB/s, once that grace is spent, is cut off.
+type timedBody struct {
+	io.ReadCloser
+	rc    *http.ResponseController
+	start time.Time
+	grace time.Duration
+	n     int64
+}
+
+func (b *timedBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if n > 0 {
+		b.n += int64(n)
+		_ = b.rc.SetReadDeadline(b.start.Add(b.grace + time.Duration(b.n)*(time.Second/bodyRate)))
+	}
+	return n, err
+}
+
+// readBody reads the whole body within the limit (ErrRequestTooLarge past it) and its deadline
+// (ErrInvalidRequest past it).
 func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
 	if r.ContentLength > s.maxBody {
 		return nil, fmt.Errorf("request body of %d bytes is over the limit of %d: %w",
 			r.ContentLength, s.maxBody, sandbox.ErrRequestTooLarge)
 	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.maxBody))
+	rc := http.NewResponseController(w)
+	tb := &timedBody{ReadCloser: r.Body, rc: rc, start: time.Now(), grace: s.bodyTimeout}
+	body, err := io.ReadAll(http.MaxBytesReader(w, tb, s.maxBody))
 	if err != nil {
+		// The deadline stays: it bounds the drain of what is left after the answer.
 		var tooLarge *http.MaxBytesError
 		if errors.As(err, &tooLarge) {
 			return nil, fmt.Errorf("request body is over the limit of %d bytes: %w", s.maxBody, sandbox.ErrRequestTooLarge)
 		}
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			return nil, fmt.Errorf("the request body did not arrive within %v and a second for every 64 KiB of it: %w",
+				s.bodyTimeout, sandbox.ErrInvalidRequest)
+		}
 		return nil, fmt.Errorf("reading the request body: %v: %w", err, sandbox.ErrInvalidRequest)
 	}
+	// Lifted, or the server's wait for the client going away (which cancels a running command) would
+	// end at the deadline.
+	_ = rc.SetReadDeadline(time.Time{})
 	return body, nil
 }
 
