@@ -11,8 +11,11 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
+
+	"golang.org/x/net/netutil"
 
 	"github.com/sandboxd/sandbox"
 	"github.com/sandboxd/sandbox/core"
@@ -40,6 +43,10 @@ type Main struct {
 	K8s               K8sFlags      // the kubernetes provider's settings
 	AuthTokenFile     string        // bearer tokens, one a line; required unless Listen is loopback
 	ReadHeaderTimeout time.Duration // a client slower than this to send its headers is cut off
+	ReadBodyTimeout   time.Duration // ... or its body, with a second more for every 64 KiB of it
+	IdleTimeout       time.Duration // a kept-alive connection idle this long is closed
+	MaxConnections    int           // connections served at once; more wait to be accepted
+	AllowedHosts      []string      // hosts requests may name besides the address they reached
 
 	logOut io.Writer
 	log    *slog.Logger
@@ -65,6 +72,10 @@ type OCILimits struct {
 // of a runc run each (docs/performance.md), for the memory of four idle agents.
 const DefaultOCIWarmPool = 4
 
+// DefaultMaxConnections is how many connections the daemon serves at once unless told otherwise: room
+// for thousands of event streams, each a connection that stays open.
+const DefaultMaxConnections = 4096
+
 // NewMain returns a daemon with the defaults, logging to logOut.
 func NewMain(logOut io.Writer) *Main {
 	return &Main{
@@ -76,6 +87,9 @@ func NewMain(logOut io.Writer) *Main {
 		ReconcileInterval: core.DefaultReconcileInterval,
 		LogFormat:         "text",
 		ReadHeaderTimeout: 10 * time.Second,
+		ReadBodyTimeout:   httpapi.DefaultReadBodyTimeout,
+		IdleTimeout:       2 * time.Minute,
+		MaxConnections:    DefaultMaxConnections,
 		OCIWarmPool:       DefaultOCIWarmPool,
 		logOut:            logOut,
 	}
@@ -110,6 +124,11 @@ func (m *Main) ParseFlags(args []string) error {
 	fs.StringVar(&m.LogFormat, "log-format", m.LogFormat, "log format: text or json")
 	fs.StringVar(&m.AuthTokenFile, "auth-token-file", m.AuthTokenFile, "file of accepted bearer tokens, one a line, reloaded on SIGHUP; required unless --listen is loopback")
 	fs.DurationVar(&m.ReadHeaderTimeout, "read-header-timeout", m.ReadHeaderTimeout, "how long a client may take to send its request headers")
+	fs.DurationVar(&m.ReadBodyTimeout, "read-body-timeout", m.ReadBodyTimeout, "how long a client may take to send a request body, plus a second for every 64 KiB of it")
+	fs.DurationVar(&m.IdleTimeout, "idle-timeout", m.IdleTimeout, "how long a kept-alive connection may wait for its next request")
+	fs.IntVar(&m.MaxConnections, "max-connections", m.MaxConnections, "how many connections are served at once; more wait until one closes")
+	hosts := &hostsFlag{hosts: &m.AllowedHosts}
+	fs.Var(hosts, "allowed-host", "a `host` (name, or name:port) requests may name in Host besides the address they reached; repeatable, comma separated")
 	fs.StringVar(&m.OCIRuntime, "oci-runtime", m.OCIRuntime, "the OCI runtime binary of the oci provider (default: runc from PATH)")
 	fs.IntVar(&m.OCIWarmPool, "oci-warm-pool", m.OCIWarmPool, "oci provider: how many started containers to keep ready, so that a sandbox with the default disk size is ready without starting one (0: none)")
 	fs.Int64Var(&m.OCILimits.MemoryMiB, "oci-memory-mib", 0, "oci provider: memory limit of a sandbox whose spec sets none (default 1024)")
@@ -129,6 +148,7 @@ func (m *Main) ParseFlags(args []string) error {
 	if envErr != nil {
 		return envErr
 	}
+	hosts.fromEnv = true // the command line replaces the environment's list
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return errHelp
@@ -143,6 +163,15 @@ func (m *Main) ParseFlags(args []string) error {
 	}
 	if m.ReadHeaderTimeout <= 0 {
 		return fmt.Errorf("--read-header-timeout must be positive, got %v", m.ReadHeaderTimeout)
+	}
+	if m.ReadBodyTimeout <= 0 {
+		return fmt.Errorf("--read-body-timeout must be positive, got %v", m.ReadBodyTimeout)
+	}
+	if m.IdleTimeout <= 0 {
+		return fmt.Errorf("--idle-timeout must be positive, got %v", m.IdleTimeout)
+	}
+	if m.MaxConnections < 1 {
+		return fmt.Errorf("--max-connections must be at least 1, got %d", m.MaxConnections)
 	}
 	if m.OCIWarmPool < 0 || m.OCIWarmPool > 1000 {
 		return fmt.Errorf("--oci-warm-pool must be between 0 and 1000, got %d", m.OCIWarmPool)
@@ -196,16 +225,68 @@ func (m *Main) Run(ctx context.Context) error {
 		return err
 	}
 	m.listener = ln
-	m.api = httpapi.New(httpapi.Config{Runtime: rt, Logger: m.log, Tokens: tokens})
+	m.api = httpapi.New(httpapi.Config{
+		Runtime:         rt,
+		Logger:          m.log,
+		Tokens:          tokens,
+		AllowedHosts:    m.allowedHosts(),
+		ReadBodyTimeout: m.ReadBodyTimeout,
+	})
+	// No ReadTimeout or WriteTimeout: they would cut event streams and long commands. The API bounds
+	// each request's body itself.
 	m.server = &http.Server{
 		Handler:           m.api,
 		ReadHeaderTimeout: m.ReadHeaderTimeout, // a slow-header client is cut off
-		IdleTimeout:       2 * time.Minute,
+		IdleTimeout:       m.IdleTimeout,
 		ErrorLog:          slog.NewLogLogger(h, slog.LevelWarn),
 	}
 	m.served = make(chan error, 1)
-	go func() { m.served <- m.server.Serve(ln) }()
+	limited := netutil.LimitListener(ln, m.MaxConnections)
+	go func() { m.served <- m.server.Serve(limited) }()
 	m.log.Info("serving", "addr", ln.Addr().String(), "data_dir", m.DataDir, "version", Version, "auth", tokens != nil)
+	return nil
+}
+
+// allowedHosts are the hosts the API answers to besides the address a client reached: --allowed-host,
+// and the --listen host when it names one (a name, or an address that is not a wildcard) with the port
+// listened on.
+func (m *Main) allowedHosts() []string {
+	hosts := slices.Clone(m.AllowedHosts)
+	host, _, err := net.SplitHostPort(m.Listen)
+	if ip := net.ParseIP(host); err == nil && host != "" && (ip == nil || !ip.IsUnspecified()) {
+		_, port, _ := net.SplitHostPort(m.listener.Addr().String())
+		hosts = append(hosts, net.JoinHostPort(host, port))
+	}
+	return hosts
+}
+
+// hostsFlag is a repeatable flag of comma-separated hosts. The first value from the command line
+// replaces what the environment gave.
+type hostsFlag struct {
+	hosts   *[]string
+	fromEnv bool
+}
+
+func (f *hostsFlag) String() string {
+	if f.hosts == nil {
+		return ""
+	}
+	return strings.Join(*f.hosts, ",")
+}
+
+func (f *hostsFlag) Set(v string) error {
+	if f.fromEnv {
+		*f.hosts, f.fromEnv = nil, false
+	}
+	for _, h := range strings.Split(v, ",") {
+		if h = strings.TrimSpace(h); h == "" {
+			continue
+		}
+		if err := httpapi.CheckAllowedHost(h); err != nil {
+			return err
+		}
+		*f.hosts = append(*f.hosts, h)
+	}
 	return nil
 }
 
