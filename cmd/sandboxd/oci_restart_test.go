@@ -190,8 +190,8 @@ func removeContainersAtEnd(t *testing.T, dataDir string) {
 			}
 			runCmd("runc", "--root", root, "delete", "--force", c)
 		}
-		// Each sandbox's disk, which outlives the daemon as its container does; its loop device frees
-		// itself with the unmount.
+		// The disk of a sandbox whose container a killed daemon was starting, still mounted on the host;
+		// its loop device frees itself with the unmount.
 		disks, _ := filepath.Glob(filepath.Join(dataDir, "oci", "*", "*", "disk"))
 		for _, d := range disks {
 			if err := unix.Unmount(d, unix.MNT_DETACH); err != nil && err != unix.EINVAL {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -11,8 +12,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/sandboxd/sandbox"
 	"github.com/sandboxd/sandbox/internal/testenv"
@@ -23,8 +22,12 @@ func TestPauseFreezesAndResumeContinues(t *testing.T) {
 	dir := testenv.StateDir(t)
 	p := newProviderAt(t, dir)
 	ref := ready(t, p, nil)
-	// The counter file, seen from the host through the overlay's upper directory on the sandbox's disk.
-	counter := filepath.Join(dir, "sandboxes", ref.Name(), "disk", "upper", "counter")
+	// The counter file, seen from the host through the agent's view of the sandbox.
+	pid, err := oci.InitPid(p, ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	counter := fmt.Sprintf("/proc/%d/root/workspace/counter", pid)
 	read := func() int {
 		raw, _ := os.ReadFile(counter)
 		n, _ := strconv.Atoi(strings.TrimSpace(string(raw)))
@@ -181,11 +184,6 @@ func TestRestartRemovesUnclaimedContainers(t *testing.T) {
 	}
 	for _, d := range []string{filepath.Join("sandboxes", lost.Name()), filepath.Join("sandboxes", lostPooled.Name()),
 		filepath.Join("pool", ents[0].Name())} {
-		// Its disk goes with it (the container keeps the mount it holds; its loop device frees itself
-		// once that is gone too).
-		if err := unix.Unmount(filepath.Join(dir, d, "disk"), unix.MNT_DETACH); err != nil {
-			t.Fatal(err)
-		}
 		if err := os.RemoveAll(filepath.Join(dir, d)); err != nil {
 			t.Fatal(err)
 		}
