@@ -21,8 +21,9 @@ const (
 
 // Allocate makes the container of ref, or takes one from the warm pool when ref's disk is of the default
 // size, and waits, up to ReadyTimeout, for its agent to answer; it returns a ready observation, or a
-// starting one when the agent is still silent. An existing generation is returned as it is. Errors: ErrInvalidRequest for unusable resources,
-// ErrProviderUnavailable when the container cannot be made (nothing is left behind then).
+// starting one when the agent is still silent. An existing generation is returned as it is.
+// Errors: ErrInvalidRequest for unusable resources, ErrProviderUnavailable when the container cannot
+// be made (nothing is left behind then).
 func (p *Provider) Allocate(ctx context.Context, ref sandbox.Ref, spec sandbox.Spec) (sandbox.Observation, error) {
 	res, err := p.resources(spec)
 	if err != nil {
