@@ -32,6 +32,7 @@ type layout struct {
 func (l layout) meta() string     { return filepath.Join(l.dir, "meta.json") }
 func (l layout) runDir() string   { return filepath.Join(l.dir, "run") }
 func (l layout) socket() string   { return filepath.Join(l.runDir(), "agent.sock") }
+func (l layout) sockDir() string  { return filepath.Join(l.dir, "sock") } // gVisor's agent binds in it
 func (l layout) diskImg() string  { return filepath.Join(l.dir, "disk.img") }
 func (l layout) diskDir() string  { return filepath.Join(l.dir, "disk") }
 func (l layout) runcLog() string  { return filepath.Join(l.dir, "runc.log") }
@@ -137,7 +138,7 @@ func prepareBase(stateDir string) (base, error) {
 // buildRootfs makes the skeleton root at root: empty mount points, symlinks into /usr as on the host,
 // and a generated /etc. It is mounted read-only; only /tmp and /workspace are writable in the sandbox.
 func buildRootfs(root string) error {
-	for _, d := range []string{"usr", "etc", "proc", "dev", "sys", "tmp", "workspace", "run", "var/tmp", ".sandboxd"} {
+	for _, d := range []string{"usr", "etc", "proc", "dev", "sys", "tmp", "workspace", "run", "var/tmp", ".sandboxd", guestSockDir} {
 		if err := os.MkdirAll(filepath.Join(root, d), 0o755); err != nil {
 			return err
 		}
@@ -178,6 +179,9 @@ func buildRootfs(root string) error {
 	return nil
 }
 
+// gvisorHostPids is the host pids limit of a gVisor sandbox whose kernel runs at most tasks tasks.
+func gvisorHostPids(tasks int64) int64 { return 4*tasks + 256 }
+
 // memoryLimit is the memory limit of res in bytes, for memory and for memory+swap alike.
 func memoryLimit(res sandbox.Resources) int64 { return res.MemoryMiB << 20 }
 
@@ -188,9 +192,16 @@ func cpuQuota(res sandbox.Resources) (quota int64, period uint64) {
 }
 
 // containerSpec is the runtime spec of one sandbox generation, joining the user namespace at userns
-// (holdUserNS), or having the runtime make one when that is empty.
+// (holdUserNS), or having the runtime make one when that is empty. A gVisor sandbox's differs where
+// runsc takes less (runtime.go): no "rro", no overlay (its /workspace is the upper directory, bound),
+// no mqueue, and the agent binds its socket itself.
 func (p *Provider) containerSpec(l layout, m meta, userns string) (*specs.Spec, error) {
+	gvisor := p.runc.class == classGVisor
 	upper := l.upperBase(m.Disk)
+	rro := "rro"
+	if gvisor {
+		rro = "ro"
+	}
 	pids := p.cfg.PidsLimit
 	res := &specs.LinuxResources{
 		Devices: []specs.LinuxDeviceCgroup{{Allow: false, Access: "rwm"}},
@@ -231,15 +242,19 @@ func (p *Provider) containerSpec(l layout, m meta, userns string) (*specs.Spec, 
 		tmpfs("/dev", "755", 1, "nosuid", "strictatime"),
 		{Destination: "/dev/pts", Type: "devpts", Source: "devpts", Options: []string{"nosuid", "noexec", "newinstance", "ptmxmode=0666", "mode=0620"}},
 		tmpfs("/dev/shm", "1777", p.cfg.TmpMiB, "nosuid", "noexec", "nodev"),
-		{Destination: "/dev/mqueue", Type: "mqueue", Source: "mqueue", Options: []string{"nosuid", "noexec", "nodev"}},
-		{Destination: "/sys", Type: "sysfs", Source: "sysfs", Options: []string{"nosuid", "noexec", "nodev", "ro"}},
-		hostBind("/usr", "/usr", "rbind", "rro", "nosuid", "nodev"),
 	}
+	if !gvisor {
+		mounts = append(mounts, specs.Mount{Destination: "/dev/mqueue", Type: "mqueue", Source: "mqueue", Options: []string{"nosuid", "noexec", "nodev"}})
+	}
+	mounts = append(mounts,
+		specs.Mount{Destination: "/sys", Type: "sysfs", Source: "sysfs", Options: []string{"nosuid", "noexec", "nodev", "ro"}},
+		hostBind("/usr", "/usr", "rbind", rro, "nosuid", "nodev"),
+	)
 	for _, b := range hostEtcBinds {
 		if _, err := os.Stat(b.path); err != nil {
 			continue
 		}
-		mounts = append(mounts, hostBind(b.path, b.path, "rbind", "rro", "nosuid", "nodev", "noexec"))
+		mounts = append(mounts, hostBind(b.path, b.path, "rbind", rro, "nosuid", "nodev", "noexec"))
 	}
 	mounts = append(mounts,
 		tmpfs("/tmp", "1777", p.cfg.TmpMiB, "nosuid", "nodev"),
@@ -248,10 +263,19 @@ func (p *Provider) containerSpec(l layout, m meta, userns string) (*specs.Spec, 
 		// A bind of a directory on the sandbox's own disk: its view of the mount names no host path.
 		specs.Mount{Destination: guestWorkdir, Type: "bind", Source: filepath.Join(upper, "upper"),
 			Options: []string{"rbind", "rw", "nosuid", "nodev"}},
-		hostBind(guestAgent, p.cfg.AgentPath, "bind", "ro", "nosuid", "nodev"),
 	)
+	if gvisor {
+		mounts = append(mounts,
+			specs.Mount{Destination: guestSockDir, Type: "bind", Source: l.sockDir(), Options: []string{"bind", "rw", "nosuid", "nodev", "noexec"}})
+	}
+	mounts = append(mounts, hostBind(guestAgent, p.cfg.AgentPath, "bind", "ro", "nosuid", "nodev"))
+	listen := []string{"-listen-fd", "3"} // see listenAgent
+	if gvisor {
+		listen = []string{"-socket", guestSockDir + "/agent.sock"} // see takeAgentSocket
+	}
 	args := append([]string{guestAgent}, p.cfg.AgentArgs...)
-	args = append(args, "-listen-fd", "3", "-root", "/", "-workdir", guestWorkdir, // see listenAgent
+	args = append(args, listen...)
+	args = append(args, "-root", "/", "-workdir", guestWorkdir,
 		// The agent lowers its own open files limit, which its commands inherit: a runtime cannot set
 		// rlimits in a user namespace it does not own without CAP_SYS_RESOURCE.
 		"-nofile", strconv.FormatInt(p.cfg.OpenFiles, 10))
@@ -297,6 +321,16 @@ func (p *Provider) containerSpec(l layout, m meta, userns string) (*specs.Spec, 
 		// The mappings are those of the namespace joined; runc 1.1 wants them named all the same.
 		spec.Linux.Namespaces = append(spec.Linux.Namespaces, specs.LinuxNamespace{Type: specs.UserNamespace, Path: userns})
 		spec.Linux.UIDMappings, spec.Linux.GIDMappings = ids, ids
+	}
+	if gvisor {
+		// The sandbox's processes and threads are its kernel's tasks, counted by that kernel against
+		// RLIMIT_NPROC (all run as its root, without CAP_SYS_RESOURCE to raise it): past the limit a
+		// fork fails, as past a pids cgroup's. The host's pids cgroup bounds the kernel's own host
+		// processes and threads, two to three for each of those tasks (its stubs) and its own: were
+		// it the tighter bound, a fork bomb would end the kernel instead of failing inside it.
+		spec.Process.Rlimits = []specs.POSIXRlimit{{Type: "RLIMIT_NPROC", Hard: uint64(pids), Soft: uint64(pids)}}
+		hostPids := gvisorHostPids(pids)
+		res.Pids.Limit = &hostPids
 	}
 	var err error
 	if spec.Linux.Seccomp, err = seccompFilter(); err != nil {

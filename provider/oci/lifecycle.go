@@ -118,8 +118,12 @@ func (p *Provider) create(ctx context.Context, b *box, res sandbox.Resources) er
 }
 
 // start writes the bundle of the container name of l for m and runs it: in a user namespace made for
-// it (holdUserNS), the agent's socket bound beforehand (listenAgent).
+// it (holdUserNS), the agent's socket bound beforehand (listenAgent). A gVisor sandbox has runsc make
+// its user namespace, and its agent binds its socket itself (takeAgentSocket).
 func (p *Provider) start(ctx context.Context, l layout, m meta, name string) error {
+	if p.runc.class == classGVisor {
+		return p.startGVisor(ctx, l, m, name)
+	}
 	var userns string
 	if m.IDBase != 0 {
 		h, err := p.holdUserNS(m.IDBase)
@@ -148,6 +152,22 @@ func (p *Provider) start(ctx context.Context, l layout, m meta, name string) err
 		if err := unix.Unmount(l.diskDir(), unix.MNT_DETACH); err != nil {
 			return fmt.Errorf("unmount the disk on the host: %w", err)
 		}
+	}
+	return nil
+}
+
+func (p *Provider) startGVisor(ctx context.Context, l layout, m meta, name string) error {
+	if err := p.writeBundle(l, m, ""); err != nil {
+		return err
+	}
+	if err := p.runc.run(ctx, l, name, nil); err != nil {
+		return err
+	}
+	children.watch(p.runc.id(name), m.CgroupPath)
+	tctx, cancel := context.WithTimeout(ctx, p.cfg.ReadyTimeout)
+	defer cancel()
+	if err := takeAgentSocket(tctx, l, m.IDBase); err != nil {
+		return fmt.Errorf("agent socket: %w", err)
 	}
 	return nil
 }
@@ -199,6 +219,15 @@ func (p *Provider) layOut(ctx context.Context, l layout, m meta) (meta, error) {
 		}
 	} else if err := os.Mkdir(l.upperBase(false), 0o711); err != nil {
 		return m, err
+	}
+	if p.runc.class == classGVisor {
+		// Where the gofer, the sandbox's root on the host, binds the agent's socket.
+		if err := os.Mkdir(l.sockDir(), 0o700); err != nil {
+			return m, err
+		}
+		if err := os.Lchown(l.sockDir(), int(first), int(first)); err != nil {
+			return m, err
+		}
 	}
 	// /workspace belongs to the sandbox's root.
 	upper := filepath.Join(l.upperBase(m.Disk), "upper")
@@ -297,7 +326,7 @@ func (p *Provider) observeLocked(ctx context.Context, b *box) (sandbox.Observati
 func (p *Provider) observation(b *box, state sandbox.ObservedState, reason, msg string) sandbox.Observation {
 	o := sandbox.Observation{Ref: b.ref, State: state, Reason: reason, Message: msg}
 	if state != sandbox.ObservedAbsent {
-		o.Handle = "runc:" + b.container()
+		o.Handle = string(p.runc.class) + ":" + b.container()
 	}
 	return o
 }
@@ -353,16 +382,20 @@ func (p *Provider) remove(ctx context.Context, l layout, name string) error {
 	return nil
 }
 
-// removeContainer stops and deletes the container name, if there is one.
+// removeContainer stops and deletes the container name, if there is one, and reaps the runtime's
+// processes this provider started for it (before the delete: runsc waits for its gofer to be gone).
 func (p *Provider) removeContainer(ctx context.Context, name string) error {
 	st, err := p.runc.state(ctx, name)
 	switch {
 	case errors.Is(err, errNoContainer):
-		return nil
+		return children.reap(ctx, p.runc.id(name))
 	case err != nil:
 		return err
 	}
 	if err := p.stop(ctx, name, st); err != nil {
+		return err
+	}
+	if err := children.reap(ctx, p.runc.id(name)); err != nil {
 		return err
 	}
 	if _, err := p.runc.simple(ctx, "delete", name); err != nil && !errors.Is(err, errNoContainer) {

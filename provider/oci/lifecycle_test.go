@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -326,7 +327,8 @@ func TestRestartListsOnce(t *testing.T) {
 	if res := sh(t, p2, running, "echo adopted"); res.Stdout != "adopted\n" {
 		t.Fatalf("exec in an adopted running sandbox: %+v", res)
 	}
-	got := calls()
+	// What New asks of the binary itself first (its version; gVisor's system calls) is not about containers.
+	got := slices.DeleteFunc(calls(), func(c string) bool { return c == "--version" || c == "help syscalls" })
 	if len(got) == 0 || !strings.Contains(got[0], " list ") {
 		t.Fatalf("the restarted provider's first runtime call: %q, want a list", got)
 	}

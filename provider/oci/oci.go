@@ -4,8 +4,9 @@
 // generated /etc, a writable /workspace on a disk of its own, and cgroup limits, each with a default.
 // Inside it, the sandbox agent runs as PID 1 and serves commands and files on a unix socket in the
 // sandbox's host directory (which no sandbox sees), bound by the provider before the container starts
-// and handed to the agent as its descriptor 3; exec never goes through `runc exec`. docs/security.md
-// says what each of these keeps out.
+// and handed to the agent as its descriptor 3; exec never goes through `runc exec`. With gVisor's runsc
+// as the runtime, the same sandbox runs on gVisor's kernel, and its agent binds the socket the provider
+// dials (runtime.go). docs/security.md says what each of these keeps out.
 //
 // Main invariant: everything a generation owns (container, cgroups, mounts, loop device, uid range,
 // directory) is named from its (id, generation) and found again from the state directory alone, so an
@@ -40,7 +41,7 @@ import (
 // Config configures a Provider. StateDir and AgentPath are required.
 type Config struct {
 	StateDir  string       // where sandboxes and runc's state live
-	Runtime   string       // the runc binary; "runc" from PATH when empty
+	Runtime   string       // the runtime binary, runc or gVisor's runsc (runtime.go); "runc" from PATH when empty
 	AgentPath string       // the static agent binary bound read-only into every sandbox
 	AgentArgs []string     // arguments before the agent's flags; default ["agent"] (`sandboxd agent`)
 	Logger    *slog.Logger // default slog.Default()
@@ -183,6 +184,13 @@ func New(cfg Config) (*Provider, error) {
 	if cfg.Runtime, err = exec.LookPath(cfg.Runtime); err != nil {
 		return nil, fmt.Errorf("oci: runtime: %w", err)
 	}
+	class, err := detectClass(context.Background(), cfg.Runtime)
+	if err == nil && class == classGVisor {
+		err = checkGVisor(context.Background(), cfg.Runtime)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("oci: runtime: %w", err)
+	}
 	if cfg.AgentArgs == nil {
 		cfg.AgentArgs = []string{"agent"}
 	}
@@ -244,7 +252,7 @@ func New(cfg Config) (*Provider, error) {
 	p := &Provider{
 		cfg:    cfg,
 		log:    cfg.Logger.With("provider", "oci"),
-		runc:   runc{path: cfg.Runtime, root: filepath.Join(cfg.StateDir, "runc")},
+		runc:   runc{path: cfg.Runtime, root: filepath.Join(cfg.StateDir, "runc"), class: class},
 		boxDir: filepath.Join(cfg.StateDir, "sandboxes"),
 		boxes:  make(map[string]*box),
 		pool:   pool{dir: filepath.Join(cfg.StateDir, "pool")},
@@ -266,6 +274,12 @@ func New(cfg Config) (*Provider, error) {
 	if err := searchable(cfg.StateDir); err != nil {
 		return nil, fmt.Errorf("oci: state directory: %w", err)
 	}
+	if class == classGVisor {
+		// gVisor's gofer, an unprivileged host uid, opens the agent by its path.
+		if err := searchable(filepath.Dir(cfg.AgentPath)); err != nil {
+			return nil, fmt.Errorf("oci: agent's directory: %w", err)
+		}
+	}
 	if err := os.MkdirAll(p.runc.root, 0o700); err != nil {
 		return nil, fmt.Errorf("oci: %w", err)
 	}
@@ -286,7 +300,9 @@ func New(cfg Config) (*Provider, error) {
 	}
 	// Before a sandbox is allocated again under the name of a container nothing claims.
 	p.removeOrphans(context.Background())
-	p.idmap = p.runc.idmapMounts(context.Background())
+	if class == classRunc {
+		p.idmap = p.runc.idmapMounts(context.Background())
+	}
 	p.startPool()
 	return p, nil
 }
@@ -382,7 +398,7 @@ func (p *Provider) Manifest(context.Context) (sandbox.Manifest, error) {
 	return sandbox.Manifest{
 		Name:         "oci",
 		Version:      "0.1.0",
-		RuntimeClass: "runc",
+		RuntimeClass: string(p.runc.class),
 		Capabilities: sandbox.Capabilities{
 			CommandExecution: true,
 			FileAccess:       true,

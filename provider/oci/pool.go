@@ -71,10 +71,14 @@ func (p *Provider) startPool() {
 	}()
 }
 
-// Close stops the pool's filler and removes the entries no sandbox took. Sandboxes are not touched.
+// Close stops the pool's filler and removes the entries no sandbox took. Sandboxes are not touched
+// (gVisor's keep the network namespace runsc pinned for them; only the pin goes).
 func (p *Provider) Close() error {
 	p.pool.stop()
 	<-p.pool.done
+	if p.runc.class == classGVisor {
+		unmountNullNetNS(p.runc.root)
+	}
 	p.pool.mu.Lock()
 	idle := p.pool.idle
 	p.pool.idle = nil

@@ -25,8 +25,12 @@ type RawBundle struct {
 // PrepareBundle lays out the bundle of ref as Allocate would, and returns it without starting it. The
 // caller may run it with `Runtime --root Root run -d --preserve-fds 1 --bundle Dir Name`, Listener as
 // descriptor 3; Release(ref) removes it, started or not. Errors: ErrInvalidRequest for unusable resources, ErrProviderUnavailable otherwise (an
-// existing generation of the same name included).
+// existing generation of the same name included, and a runtime other than runc, which takes no
+// descriptor this way).
 func (p *Provider) PrepareBundle(ctx context.Context, ref sandbox.Ref, spec sandbox.Spec) (RawBundle, error) {
+	if p.runc.class != classRunc {
+		return RawBundle{}, fmt.Errorf("prepare %s: a raw bundle is runc's, and the runtime is %s: %w", ref, p.runc.class, sandbox.ErrProviderUnavailable)
+	}
 	res, rerr := p.resources(spec)
 	if rerr != nil {
 		return RawBundle{}, rerr

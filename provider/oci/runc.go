@@ -9,14 +9,17 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 )
 
 // runc drives the runtime binary with its own state root, so that two providers on different state
-// directories never see each other's containers.
+// directories never see each other's containers. Its class says which runtime the binary is, and so
+// which flags it takes (runtime.go).
 type runc struct {
-	path string
-	root string
+	path  string
+	root  string
+	class runtimeClass
 }
 
 // containerState is the part of `runc state` the provider reads.
@@ -28,28 +31,48 @@ type containerState struct {
 
 var errNoContainer = errors.New("no such container")
 
+// id names the container name of this runtime root apart from those of other roots.
+func (r runc) id(name string) string { return r.root + "\x00" + name }
+
 func (r runc) cmd(ctx context.Context, logFile string, args ...string) *exec.Cmd {
 	full := []string{"--root", r.root}
+	if r.class == classGVisor {
+		full = append(full, gvisorFlags...)
+	}
 	if logFile != "" {
 		full = append(full, "--log", logFile, "--log-format", "json")
 	}
 	return exec.CommandContext(ctx, r.path, append(full, args...)...)
 }
 
+// gvisorFlags are the global flags runsc gets on every call (only those that start a sandbox read
+// them): no network but loopback, as runc's empty network namespace; a unix socket the sandbox binds
+// in a host directory bound into it made on the host (the agent's, runtime.go), while connecting to
+// one stays refused; and the spec's seccomp filter applied by gVisor's kernel to the sandbox's
+// processes, which runsc otherwise ignores. The platform is the build's default (systrap; ptrace in
+// older builds): neither needs KVM.
+var gvisorFlags = []string{"--network=none", "--host-uds=create", "--oci-seccomp"}
+
 // run starts the container detached. runc hands its stdio to the container, so it gets a file, never a
 // pipe (a pipe would stay open as long as the container lives). listener, the agent's listening socket,
-// becomes descriptor 3 of the container's process.
+// becomes descriptor 3 of the container's process; gVisor takes none (runtime.go), and listener is nil.
 func (r runc) run(ctx context.Context, l layout, name string, listener *os.File) error {
 	out, err := os.OpenFile(l.agentLog(), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
 		return err
 	}
 	defer out.Close()
-	c := r.cmd(ctx, l.runcLog(), "run", "--detach", "--preserve-fds", "1", "--bundle", l.dir, name)
+	args := []string{"run", "--detach", "--bundle", l.dir, name}
+	if listener != nil {
+		args = []string{"run", "--detach", "--preserve-fds", "1", "--bundle", l.dir, name}
+	}
+	c := r.cmd(ctx, l.runcLog(), args...)
 	c.Stdout, c.Stderr = out, out
-	c.ExtraFiles = []*os.File{listener}
+	if listener != nil {
+		c.ExtraFiles = []*os.File{listener}
+	}
 	if err := c.Run(); err != nil {
-		return fmt.Errorf("runc run %s: %v: %s", name, err, lastLogError(l.runcLog()))
+		return fmt.Errorf("%s run %s: %v: %s", filepath.Base(r.path), name, err, lastLogError(l.runcLog()))
 	}
 	return nil
 }
@@ -99,7 +122,8 @@ func (r runc) state(ctx context.Context, name string) (containerState, error) {
 	return st, nil
 }
 
-// lastLogError returns the last error message of a runc JSON log.
+// lastLogError returns the last error message of a runtime's JSON log: runc writes an object a line,
+// runsc one after the other.
 func lastLogError(path string) string {
 	f, err := os.Open(path)
 	if err != nil {
@@ -110,12 +134,18 @@ func lastLogError(path string) string {
 	sc := bufio.NewScanner(f)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	for sc.Scan() {
-		var e struct {
-			Level string `json:"level"`
-			Msg   string `json:"msg"`
-		}
-		if json.Unmarshal(sc.Bytes(), &e) == nil && (e.Level == "error" || e.Level == "fatal") {
-			last = e.Msg
+		dec := json.NewDecoder(bytes.NewReader(sc.Bytes()))
+		for {
+			var e struct {
+				Level string `json:"level"`
+				Msg   string `json:"msg"`
+			}
+			if dec.Decode(&e) != nil {
+				break
+			}
+			if e.Level == "error" || e.Level == "fatal" {
+				last = e.Msg
+			}
 		}
 	}
 	return last

@@ -105,7 +105,7 @@ func searchable(dir string) error {
 		}
 		if st.Mode().Perm()&0o001 == 0 {
 			return fmt.Errorf("%s (mode %v) is not searchable by other users: sandboxes run as unprivileged "+
-				"host uids and their runtime must reach the state directory; give it and every parent o+x "+
+				"host uids and their runtime must reach it; give it and every parent o+x "+
 				"(chmod o+x %s)", d, st.Mode().Perm(), d)
 		}
 		if d == "/" || d == "." {
