@@ -88,7 +88,7 @@ func TestAttackRedirectsAgentSocket(t *testing.T) {
 		// Every directory the sandbox could hold the daemon's dial path in, and the ones a host path of
 		// the state directory shows up in (mountinfo).
 		script := fmt.Sprintf(`
-for d in /.sandboxd/run /.sandboxd /run /workspace; do
+for d in /.sandboxd/run /.sandboxd/sock /.sandboxd /run /workspace; do
   rm -f "$d/agent.sock" 2>/dev/null; ln -s %q "$d/agent.sock" 2>/dev/null && echo "linked $d"
 done
 grep -o '%s[^ ,]*' /proc/self/mountinfo | sort -u
@@ -158,14 +158,19 @@ true`)
 		want := map[string]string{
 			filepath.Join(cg("memory"), "memory.limit_in_bytes"): strconv.Itoa(64 << 20),
 			filepath.Join(cg("cpu"), "cpu.cfs_quota_us"):         "50000",
-			filepath.Join(cg("pids"), "pids.max"):                "512",
+			filepath.Join(cg("pids"), "pids.max"):                strconv.FormatInt(hostPids(t, p, 512), 10),
 		}
 		for file, v := range want {
 			if raw, err := os.ReadFile(file); err != nil || strings.TrimSpace(string(raw)) != v {
 				t.Errorf("%s: %q %v, want %s", file, raw, err, v)
 			}
 		}
-		big := sh(t, p, ref, "python3 -c 'b = bytearray(256 << 20); b[::4096] = b\"x\" * len(b[::4096]); print(\"allocated\")'")
+		const alloc = "python3 -c 'b = bytearray(256 << 20); b[::4096] = b\"x\" * len(b[::4096]); print(\"allocated\")'"
+		if onGVisor(t, p) {
+			endsGVisor(t, p, ref, alloc)
+			return
+		}
+		big := sh(t, p, ref, alloc)
 		if code(big) == 0 || strings.Contains(big.Stdout, "allocated") {
 			t.Errorf("a 256 MiB allocation in a 64 MiB sandbox: %+v", big)
 		}
@@ -292,10 +297,31 @@ func TestIsolationPromises(t *testing.T) {
 	t.Run("UIDMap", func(t *testing.T) {
 		res := sh(t, p, a, "cat /proc/self/uid_map /proc/self/gid_map; id -u")
 		want := fmt.Sprintf("0 %d %d\n0 %d %d\n0\n", baseA, oci.IDRangeSize, baseA, oci.IDRangeSize)
+		gvisor := onGVisor(t, p)
+		if gvisor {
+			// gVisor's kernel has user namespaces of its own: the sandbox is in that kernel's first,
+			// which maps every id to itself. No process of the sandbox is a host process; the host
+			// processes that run it (its kernel, that kernel's stubs, the gofer) are in the sandbox's
+			// host user namespace, checked below.
+			want = "0 0 4294967295\n0 0 4294967295\n0\n"
+		}
 		if strings.Join(strings.Fields(res.Stdout), " ") != strings.Join(strings.Fields(want), " ") {
 			t.Fatalf("inside: %q, want %q", res.Stdout, want)
 		}
-		// Outside, the agent is the range's first uid.
+		if gvisor {
+			cg, err := filepath.Glob("/sys/fs/cgroup/pids/sandboxd-*-" + a.Name() + "/cgroup.procs")
+			if err != nil || len(cg) != 1 {
+				t.Fatalf("pids cgroup of %s: %v %v", a, cg, err)
+			}
+			raw, _ := os.ReadFile(cg[0])
+			for _, pid := range strings.Fields(string(raw)) {
+				status, _ := os.ReadFile("/proc/" + pid + "/status")
+				if !strings.Contains(string(status), fmt.Sprintf("Uid:\t%d\t%d", baseA, baseA)) {
+					t.Fatalf("host process %s of the sandbox:\n%s", pid, status)
+				}
+			}
+		}
+		// Outside, the agent (gVisor: the kernel that runs it) is the range's first uid.
 		pid := agentPid(t, p, a)
 		st, err := os.Stat(fmt.Sprintf("/proc/%d", pid))
 		if err != nil {
@@ -354,12 +380,9 @@ true`)
 // TestDefaultLimits: a sandbox whose spec sets no limit has the provider's: memory, a /workspace disk,
 // bounded tmpfs inodes, open files; and a spec above a maximum is refused before anything is made.
 func TestDefaultLimits(t *testing.T) {
-	p, err := oci.New(oci.Config{StateDir: testenv.StateDir(t), AgentPath: agentBin, StopGrace: time.Second,
-		DefaultMemoryMiB: 64, MaxMemoryMiB: 128, DefaultDiskMiB: 16, MaxDiskMiB: 32, TmpInodes: 256})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { releaseAll(t, p) })
+	cfg := testConfig(testenv.StateDir(t))
+	cfg.DefaultMemoryMiB, cfg.MaxMemoryMiB, cfg.DefaultDiskMiB, cfg.MaxDiskMiB, cfg.TmpInodes = 64, 128, 16, 32, 256
+	p := newProviderWith(t, cfg)
 	for _, res := range []sandbox.Resources{{MemoryMiB: 129}, {DiskMiB: 33}} {
 		spec := sandbox.Spec{ClientRequestID: "t", Resources: &res}
 		if err := p.ValidateSpec(spec); err == nil {
@@ -373,7 +396,6 @@ df -m /workspace | tail -1 | awk '{print $2}'
 head -c 33554432 /dev/zero > /workspace/big 2>/dev/null && echo "wrote 32 MiB"
 rm -f /workspace/big
 i=0; while [ $i -lt 400 ]; do : > /tmp/f$i 2>/dev/null || break; i=$((i+1)); done; echo "files $i"
-python3 -c 'b = bytearray(128 << 20); b[::4096] = b"x" * len(b[::4096]); print("allocated")'
 true`)
 	lines := strings.Split(res.Stdout, "\n")
 	if len(lines) < 3 || lines[0] != "4096" {
@@ -382,8 +404,17 @@ true`)
 	if mib, _ := strconv.Atoi(lines[1]); mib < 8 || mib > 16 {
 		t.Errorf("/workspace is %s MiB, want 16: %+v", lines[1], res)
 	}
-	if strings.Contains(res.Stdout, "wrote 32 MiB") || strings.Contains(res.Stdout, "allocated") || strings.Contains(res.Stdout, "files 400") {
+	// On gVisor a tmpfs file is an object of the sandbox's kernel, in memory charged to the sandbox,
+	// not a host inode: the memory limit bounds them (and runsc passes a tmpfs no nr_inodes).
+	files := !onGVisor(t, p) && strings.Contains(res.Stdout, "files 400")
+	if strings.Contains(res.Stdout, "wrote 32 MiB") || files {
 		t.Errorf("a default did not hold: %+v", res)
+	}
+	const alloc = `python3 -c 'b = bytearray(128 << 20); b[::4096] = b"x" * len(b[::4096]); print("allocated")'`
+	if onGVisor(t, p) {
+		endsGVisor(t, p, ref, alloc)
+	} else if res := sh(t, p, ref, alloc); strings.Contains(res.Stdout, "allocated") {
+		t.Errorf("the default memory limit did not hold: %+v", res)
 	}
 }
 

@@ -9,6 +9,15 @@ import (
 // CgroupPrefix begins the name of every cgroup a provider on stateDir makes, for the tests.
 func CgroupPrefix(stateDir string) string { return "sandboxd-" + cgroupTag(stateDir) + "-" }
 
+// DetectClass is the runtime class of the runtime binary at path, as New tells it.
+func DetectClass(path string) (string, error) {
+	c, err := detectClass(context.Background(), path)
+	return string(c), err
+}
+
+// GVisorHostPids is the host pids limit of a gVisor sandbox whose kernel runs at most tasks tasks.
+var GVisorHostPids = gvisorHostPids
+
 // IdleEntries is how many warm pool entries wait, for the tests.
 func IdleEntries(p *Provider) int { return p.idleEntries() }
 

@@ -94,7 +94,12 @@ func TestIsolation(t *testing.T) {
 			t.Fatal("the host listener accepted a connection from the sandbox")
 		default:
 		}
-		if res := sh(t, p, ref, "ls /sys/class/net"); strings.TrimSpace(res.Stdout) != "lo" {
+		list := "ls /sys/class/net"
+		if onGVisor(t, p) {
+			// gVisor's sysfs has no /sys/class/net: ask its network stack.
+			list = `python3 -c 'import socket; print(*(n for _, n in socket.if_nameindex()))'`
+		}
+		if res := sh(t, p, ref, list); strings.TrimSpace(res.Stdout) != "lo" {
 			t.Fatalf("interfaces: %+v", res)
 		}
 	})
@@ -122,7 +127,7 @@ func limited(t *testing.T, res sandbox.Resources, check func(t *testing.T, p *oc
 			if err != nil || obs.State != sandbox.ObservedReady {
 				t.Fatalf("allocate: %+v %v", obs, err)
 			}
-			container := strings.TrimPrefix(obs.Handle, "runc:")
+			container := strings.TrimPrefix(obs.Handle, handle(t, p, ""))
 			if took := strings.HasPrefix(container, "pool-"); took != pooled {
 				t.Fatalf("allocate with %+v: handle %q, pooled %v", res, obs.Handle, pooled)
 			}
@@ -155,7 +160,12 @@ func TestMemoryLimit(t *testing.T) {
 			}
 		}
 		// The shell holds 256 MiB in one variable: the cgroup's OOM killer ends it.
-		res := sh(t, p, ref, "x=$(head -c 268435456 /dev/zero | tr '\\0' a); echo survived ${#x}")
+		const big = "x=$(head -c 268435456 /dev/zero | tr '\\0' a); echo survived ${#x}"
+		if onGVisor(t, p) {
+			endsGVisor(t, p, ref, big)
+			return
+		}
+		res := sh(t, p, ref, big)
 		if code(res) != 137 {
 			t.Fatalf("want an OOM kill (137): %+v", res)
 		}
@@ -186,9 +196,39 @@ func TestPidsLimit(t *testing.T) {
 	if err != nil || len(max) != 1 {
 		t.Fatalf("pids cgroup: %v %v", max, err)
 	}
-	if raw, _ := os.ReadFile(max[0]); strings.TrimSpace(string(raw)) != "512" {
+	if raw, _ := os.ReadFile(max[0]); strings.TrimSpace(string(raw)) != strconv.FormatInt(hostPids(t, p, 512), 10) {
 		t.Fatalf("pids.max %q", raw)
 	}
+	if onGVisor(t, p) {
+		// gVisor's kernel counts the sandbox's tasks itself (oci.GVisorHostPids).
+		if res := sh(t, p, ref, "bash -c 'ulimit -u -H'"); res.Stdout != "512\n" {
+			t.Fatalf("the sandbox's kernel's task limit: %+v", res)
+		}
+	}
+}
+
+// hostPids is the host pids limit of a sandbox of p whose processes and threads are limited to tasks.
+func hostPids(t testing.TB, p *oci.Provider, tasks int64) int64 {
+	if onGVisor(t, p) {
+		return oci.GVisorHostPids(tasks)
+	}
+	return tasks
+}
+
+// endsGVisor runs script, which takes more memory than the gVisor sandbox ref may have: the host's OOM
+// killer ends the sandbox's kernel, the process the sandbox's memory is charged to, and with it the
+// sandbox (gVisor keeps no memory limit of its own that would end the command alone). Nothing of the
+// command outlives it, and the sandbox is observed failed.
+func endsGVisor(t *testing.T, p *oci.Provider, ref sandbox.Ref, script string) {
+	t.Helper()
+	res, err := p.Exec(ctxFor(t), ref, sandbox.Command{Argv: []string{"sh", "-c", script}, Timeout: time.Minute})
+	if err == nil && code(res) == 0 {
+		t.Fatalf("a command past the memory limit succeeded: %+v", res)
+	}
+	waitFor(t, func() bool {
+		obs, err := p.Observe(ctxFor(t), ref)
+		return err == nil && obs.State == sandbox.ObservedFailed
+	})
 }
 
 func TestCPUQuota(t *testing.T) {

@@ -1,6 +1,7 @@
 package oci_test
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"os"
@@ -18,9 +19,18 @@ import (
 
 var agentBin string
 
+// testRuntime is the runtime binary the package's tests run their sandboxes on: $SANDBOXD_OCI_RUNTIME
+// (SANDBOXD_OCI_RUNTIME=runsc runs every test on gVisor), or runc. TestGVisor runs on gVisor
+// whenever runsc is installed.
+var testRuntime = cmp.Or(os.Getenv("SANDBOXD_OCI_RUNTIME"), "runc")
+
 func TestMain(m *testing.M) {
 	if ok, why := oci.Available(); !ok {
 		fmt.Fprintln(os.Stderr, "the oci provider cannot run here:", why)
+		os.Exit(1)
+	}
+	if _, err := exec.LookPath(testRuntime); err != nil {
+		fmt.Fprintln(os.Stderr, "the tests' runtime:", err)
 		os.Exit(1)
 	}
 	dir, err := os.MkdirTemp("", "ociagent")
@@ -28,6 +38,9 @@ func TestMain(m *testing.M) {
 		panic(err)
 	}
 	agentBin = filepath.Join(dir, "sandboxd")
+	if err := os.Chmod(dir, 0o711); err != nil { // gVisor's gofer, an unprivileged uid, opens the agent
+		panic(err)
+	}
 	build := exec.Command("go", "build", "-o", agentBin, "../../cmd/sandboxd")
 	build.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := build.CombinedOutput(); err != nil {
@@ -49,12 +62,49 @@ func newProvider(t testing.TB) *oci.Provider {
 
 func newProviderAt(t testing.TB, dir string) *oci.Provider {
 	t.Helper()
-	p, err := oci.New(oci.Config{StateDir: dir, AgentPath: agentBin, StopGrace: time.Second})
+	return newProviderWith(t, testConfig(dir))
+}
+
+// testConfig is the configuration of the tests' providers on dir, on testRuntime.
+func testConfig(dir string) oci.Config {
+	return oci.Config{StateDir: dir, AgentPath: agentBin, Runtime: testRuntime, StopGrace: time.Second}
+}
+
+// newProviderWith makes a provider of cfg and releases everything it holds when the test ends.
+func newProviderWith(t testing.TB, cfg oci.Config) *oci.Provider {
+	t.Helper()
+	p, err := oci.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { releaseAll(t, p) })
+	t.Cleanup(func() {
+		releaseAll(t, p)
+		if err := p.Close(); err != nil {
+			t.Errorf("close: %v", err)
+		}
+	})
 	return p
+}
+
+// onGVisor reports whether p runs its sandboxes on gVisor, where a few promises are kept differently
+// (provider/oci/runtime.go); each test that asks says how.
+func onGVisor(t testing.TB, p *oci.Provider) bool {
+	t.Helper()
+	m, err := p.Manifest(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m.RuntimeClass == "gvisor"
+}
+
+// handle is the observation handle of p's container name.
+func handle(t testing.TB, p *oci.Provider, container string) string {
+	t.Helper()
+	m, err := p.Manifest(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m.RuntimeClass + ":" + container
 }
 
 func releaseAll(t testing.TB, p *oci.Provider) {
@@ -119,8 +169,15 @@ func TestManifest(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := sandbox.Capabilities{CommandExecution: true, FileAccess: true, PauseResume: true, ResourceLimits: true}
-	if m.Name != "oci" || m.RuntimeClass != "runc" || m.Capabilities != want {
+	class, err := oci.DetectClass(testRuntime)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.Name != "oci" || m.RuntimeClass != class || m.Capabilities != want {
 		t.Fatalf("manifest %+v", m)
+	}
+	if filepath.Base(testRuntime) == "runc" && class != "runc" {
+		t.Fatalf("runc is of class %q", class)
 	}
 }
 

@@ -21,7 +21,9 @@ import (
 // after its sandboxes are released.
 func newPooledProviderAt(t testing.TB, dir string, n int) *oci.Provider {
 	t.Helper()
-	p, err := oci.New(oci.Config{StateDir: dir, AgentPath: agentBin, StopGrace: time.Second, WarmPool: n})
+	cfg := testConfig(dir)
+	cfg.WarmPool = n
+	p, err := oci.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -64,19 +66,19 @@ func TestWarmPool(t *testing.T) {
 	ctx := ctxFor(t)
 	pooled := sandbox.Ref{ID: sandbox.NewID(), Generation: 1}
 	obs, err := p.Allocate(ctx, pooled, sandbox.Spec{ClientRequestID: "t"})
-	if err != nil || obs.State != sandbox.ObservedReady || !strings.HasPrefix(obs.Handle, "runc:pool-") {
+	if err != nil || obs.State != sandbox.ObservedReady || !strings.HasPrefix(obs.Handle, handle(t, p, "pool-")) {
 		t.Fatalf("allocate from the pool: %+v %v", obs, err)
 	}
 	waitIdle(t, p, 2)
 	limited := sandbox.Ref{ID: sandbox.NewID(), Generation: 1}
 	obs, err = p.Allocate(ctx, limited, sandbox.Spec{ClientRequestID: "t", Resources: &sandbox.Resources{MemoryMiB: 64, CPUMillis: 500}})
-	if err != nil || obs.State != sandbox.ObservedReady || !strings.HasPrefix(obs.Handle, "runc:pool-") {
+	if err != nil || obs.State != sandbox.ObservedReady || !strings.HasPrefix(obs.Handle, handle(t, p, "pool-")) {
 		t.Fatalf("allocate with limits from the pool: %+v %v", obs, err)
 	}
-	limitedCgroup := "sandboxd-*-" + strings.TrimPrefix(obs.Handle, "runc:")
+	limitedCgroup := "sandboxd-*-" + strings.TrimPrefix(obs.Handle, handle(t, p, ""))
 	disk := sandbox.Ref{ID: sandbox.NewID(), Generation: 1}
 	obs, err = p.Allocate(ctx, disk, sandbox.Spec{ClientRequestID: "t", Resources: &sandbox.Resources{DiskMiB: 16}})
-	if err != nil || obs.State != sandbox.ObservedReady || obs.Handle != "runc:"+disk.Name() {
+	if err != nil || obs.State != sandbox.ObservedReady || obs.Handle != handle(t, p, disk.Name()) {
 		t.Fatalf("allocate with a disk: %+v %v", obs, err)
 	}
 	waitIdle(t, p, 2)
@@ -104,7 +106,7 @@ func TestWarmPool(t *testing.T) {
 	oci.Abandon(p)
 	p2 := newPooledProviderAt(t, dir, 0)
 	waitEmpty(t, filepath.Join(dir, "pool"))
-	if obs, err := p2.Observe(ctx, pooled); err != nil || obs.State != sandbox.ObservedReady || !strings.HasPrefix(obs.Handle, "runc:pool-") {
+	if obs, err := p2.Observe(ctx, pooled); err != nil || obs.State != sandbox.ObservedReady || !strings.HasPrefix(obs.Handle, handle(t, p, "pool-")) {
 		t.Fatalf("observe after restart: %+v %v", obs, err)
 	}
 	if got, err := p2.ReadFile(ctx, pooled, "note"); err != nil || string(got) != "kept" {
@@ -139,7 +141,9 @@ func TestWarmPool(t *testing.T) {
 func TestWarmPoolClose(t *testing.T) {
 	dir := testenv.StateDir(t)
 	before := measure(t, dir)
-	p, err := oci.New(oci.Config{StateDir: dir, AgentPath: agentBin, StopGrace: time.Second, WarmPool: 2})
+	cfg := testConfig(dir)
+	cfg.WarmPool = 2
+	p, err := oci.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -182,7 +186,7 @@ func waitEmpty(t *testing.T, dir string) {
 // a warning now and then, not one a second.
 func TestPoolBacksOff(t *testing.T) {
 	dir := testenv.StateDir(t)
-	runc, err := exec.LookPath("runc")
+	runc, err := exec.LookPath(testRuntime)
 	if err != nil {
 		t.Fatal(err)
 	}
