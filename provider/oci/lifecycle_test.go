@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/sandboxd/sandbox"
 	"github.com/sandboxd/sandbox/internal/testenv"
 	"github.com/sandboxd/sandbox/provider/oci"
@@ -23,12 +25,17 @@ func TestPauseFreezesAndResumeContinues(t *testing.T) {
 	dir := testenv.StateDir(t)
 	p := newProviderAt(t, dir)
 	ref := ready(t, p, nil)
-	// The counter file, seen from the host through the agent's view of the sandbox.
-	pid, err := oci.InitPid(p, ref)
-	if err != nil {
-		t.Fatal(err)
+	// The counter file, seen from the host: on runc through the agent's view of the sandbox (its disk
+	// is mounted in the container alone); on gVisor, whose init is its kernel, on the disk the file
+	// server keeps mounted on the host.
+	counter := filepath.Join(dir, "sandboxes", ref.Name(), "disk", "upper", "counter")
+	if !onGVisor(t, p) {
+		pid, err := oci.InitPid(p, ref)
+		if err != nil {
+			t.Fatal(err)
+		}
+		counter = fmt.Sprintf("/proc/%d/root/workspace/counter", pid)
 	}
-	counter := fmt.Sprintf("/proc/%d/root/workspace/counter", pid)
 	read := func() int {
 		raw, _ := os.ReadFile(counter)
 		n, _ := strconv.Atoi(strings.TrimSpace(string(raw)))
@@ -187,6 +194,11 @@ func TestRestartRemovesUnclaimedContainers(t *testing.T) {
 	}
 	for _, d := range []string{filepath.Join("sandboxes", lost.Name()), filepath.Join("sandboxes", lostPooled.Name()),
 		filepath.Join("pool", ents[0].Name())} {
+		// A disk still mounted on the host (gVisor's) goes with its directory; its loop device frees
+		// itself once the container's mount is gone too.
+		if err := unix.Unmount(filepath.Join(dir, d, "disk"), unix.MNT_DETACH); err != nil && err != unix.EINVAL {
+			t.Fatal(err)
+		}
 		if err := os.RemoveAll(filepath.Join(dir, d)); err != nil {
 			t.Fatal(err)
 		}
