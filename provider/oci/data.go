@@ -15,6 +15,11 @@ import (
 // needs time to kill the group and answer.
 const execSlack = 5 * time.Second
 
+// gvisorExecSlack is execSlack on gVisor, whose kernel takes seconds more to end a large process group:
+// a command that timed out with a fork bomb's thousands of processes in it was answered after more
+// than 5 s about once in eight runs on a loaded machine.
+const gvisorExecSlack = 30 * time.Second
+
 // cancelWait bounds how long a cancelled Exec waits for the agent's cancelled result.
 const cancelWait = 3 * time.Second
 

@@ -259,7 +259,11 @@ func New(cfg Config) (*Provider, error) {
 		ids:    newIDRanges(cfg.IDBase, cfg.IDRanges),
 		disks:  &diskTemplates{dir: filepath.Join(cfg.StateDir, "disks"), mib: cfg.DefaultDiskMiB},
 	}
-	p.DataPlane = agent.DataPlane{Client: p.agentClient, ExecSlack: execSlack, CancelWait: cancelWait, CallTimeout: cfg.CallTimeout}
+	slack := execSlack
+	if class == classGVisor {
+		slack = gvisorExecSlack
+	}
+	p.DataPlane = agent.DataPlane{Client: p.agentClient, ExecSlack: slack, CancelWait: cancelWait, CallTimeout: cfg.CallTimeout}
 	p.cgTag = cgroupTag(cfg.StateDir)
 	// The state directory and those of sandboxes are searchable by the sandboxes' unprivileged host
 	// uids (their init mounts the root from inside their user namespace); the runtime's state is root's alone.
