@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -271,6 +272,28 @@ func TestPaced(t *testing.T) {
 	})
 	if err == nil || err.Error() != "boom" {
 		t.Fatalf("an op's error: got %v", err)
+	}
+}
+
+// TestCountHolds checks that clients asking for a sample at once never take more than Count between
+// them: 64 clients whose ops overlap, in a closed loop and in an open one.
+func TestCountHolds(t *testing.T) {
+	ctx := context.Background()
+	var calls atomic.Int64
+	op := func() error {
+		calls.Add(1)
+		time.Sleep(time.Millisecond)
+		return nil
+	}
+	b := Bounds{Count: 10, Duration: time.Minute}
+	r, err := concurrent(ctx, "c", 64, b, op)
+	if err != nil || r.N != 10 || calls.Load() != 10 {
+		t.Fatalf("closed loop: %+v %v, %d calls", r, err, calls.Load())
+	}
+	calls.Store(0)
+	r, err = paced(ctx, "p", 64, 64000, b, op)
+	if err != nil || r.N != 10 || calls.Load() != 10 {
+		t.Fatalf("open loop: %+v %v, %d calls", r, err, calls.Load())
 	}
 }
 

@@ -158,15 +158,21 @@ func pace(ctx context.Context, done <-chan struct{}, start, deadline time.Time, 
 type shared struct {
 	mu    sync.Mutex
 	max   int
+	taken int // samples granted by more, recorded or still running
 	all   []time.Duration
 	first error
 }
 
-// more reports whether another sample is wanted.
+// more reports whether another sample is wanted and, if so, reserves it for the caller, who must then
+// record it: clients that ask at once cannot together take more than max samples.
 func (s *shared) more() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return len(s.all) < s.max && s.first == nil
+	if s.taken >= s.max || s.first != nil {
+		return false
+	}
+	s.taken++
+	return true
 }
 
 func (s *shared) record(d time.Duration, err error) {
