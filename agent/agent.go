@@ -67,6 +67,7 @@ func Main(ctx context.Context, args []string) error {
 	root := fs.String("root", "/", "directory file operations are confined to")
 	workdir := fs.String("workdir", "/workspace", "working directory inside the root")
 	nofile := fs.Uint64("nofile", 0, "lower the open files limit (soft and hard) to this before serving; 0: leave it")
+	seccompFD := fs.Int("seccomp-fd", -1, "inherited descriptor of a seccomp program to install before serving (LoadFilter)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -84,6 +85,11 @@ func Main(ctx context.Context, args []string) error {
 	// out of reach of every process without CAP_SYS_PTRACE, which no sandbox has.
 	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
 		return fmt.Errorf("agent: make the agent non-dumpable: %w", err)
+	}
+	if *seccompFD >= 0 {
+		if err := LoadFilter(*seccompFD); err != nil {
+			return fmt.Errorf("agent: %w", err)
+		}
 	}
 	// What the agent writes of itself goes to a file of the daemon's (the oci provider's agent.log): at
 	// most maxLogBytes of it, whatever a sandbox makes it say.

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
+	"strconv"
 	"time"
 
 	"github.com/sandboxd/sandbox"
@@ -146,14 +147,16 @@ func (f *floors) runcRun(ctx context.Context, release bool) (runD, toReady time.
 			f.live, f.root = ref, bun.Root
 		}
 	}()
-	cmd := exec.CommandContext(ctx, bun.Runtime, "--root", bun.Root, "run", "-d", "--preserve-fds", "1",
-		"--bundle", bun.Dir, bun.Name)
+	cmd := exec.CommandContext(ctx, bun.Runtime, "--root", bun.Root, "run", "-d", "--preserve-fds",
+		strconv.Itoa(len(bun.Files)), "--bundle", bun.Dir, bun.Name)
 	cmd.Stdout, cmd.Stderr = f.devnull, f.devnull
-	cmd.ExtraFiles = []*os.File{bun.Listener}
+	cmd.ExtraFiles = bun.Files
 	t0 := time.Now()
 	err = cmd.Run()
 	runD = time.Since(t0)
-	bun.Listener.Close()
+	for _, f := range bun.Files {
+		f.Close()
+	}
 	if err != nil {
 		return 0, 0, fmt.Errorf("runc run -d: %w", err)
 	}

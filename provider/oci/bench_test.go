@@ -17,6 +17,7 @@ import (
 
 	"github.com/sandboxd/sandbox"
 	"github.com/sandboxd/sandbox/internal/testenv"
+	"github.com/sandboxd/sandbox/provider/oci"
 )
 
 // percentiles times each call of op and reports p50 and p99 beside ns/op.
@@ -234,14 +235,19 @@ func BenchmarkRawRuncRun(b *testing.B) {
 		}
 		ln.SetUnlinkOnClose(false)
 		ln.Close()
-		cmd := exec.Command("runc", "--root", root, "run", "-d", "--preserve-fds", "1", "--bundle", bundle, name)
+		filter, err := oci.SeccompFile() // descriptor 4: the agent's seccomp program
+		if err != nil {
+			b.Fatal(err)
+		}
+		cmd := exec.Command("runc", "--root", root, "run", "-d", "--preserve-fds", "2", "--bundle", bundle, name)
 		cmd.Stdout, cmd.Stderr = devnull, devnull
-		cmd.ExtraFiles = []*os.File{lnFile}
+		cmd.ExtraFiles = []*os.File{lnFile, filter}
 		b.StartTimer()
 		err = cmd.Run()
 		b.StopTimer()
 		devnull.Close()
 		lnFile.Close()
+		filter.Close()
 		if err != nil {
 			b.Fatalf("runc run: %v", err)
 		}

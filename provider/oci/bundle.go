@@ -269,9 +269,12 @@ func (p *Provider) containerSpec(l layout, m meta, userns string) (*specs.Spec, 
 			specs.Mount{Destination: guestSockDir, Type: "bind", Source: l.sockDir(), Options: []string{"bind", "rw", "nosuid", "nodev", "noexec"}})
 	}
 	mounts = append(mounts, hostBind(guestAgent, p.cfg.AgentPath, "bind", "ro", "nosuid", "nodev"))
-	listen := []string{"-listen-fd", "3"} // see listenAgent
+	// On runc, the agent takes its listening socket as descriptor 3 (listenAgent) and the seccomp
+	// program to install on itself as descriptor 4 (seccompFile). gVisor's kernel applies the spec's
+	// filter itself (runc.go), and the agent binds its socket (takeAgentSocket).
+	listen := []string{"-listen-fd", "3", "-seccomp-fd", "4"}
 	if gvisor {
-		listen = []string{"-socket", guestSockDir + "/agent.sock"} // see takeAgentSocket
+		listen = []string{"-socket", guestSockDir + "/agent.sock"}
 	}
 	args := append([]string{guestAgent}, p.cfg.AgentArgs...)
 	args = append(args, listen...)
@@ -332,9 +335,13 @@ func (p *Provider) containerSpec(l layout, m meta, userns string) (*specs.Spec, 
 		hostPids := gvisorHostPids(pids)
 		res.Pids.Limit = &hostPids
 	}
-	var err error
-	if spec.Linux.Seccomp, err = seccompFilter(); err != nil {
-		return nil, err
+	if gvisor {
+		var err error
+		if spec.Linux.Seccomp, err = seccompFilter(); err != nil {
+			return nil, err
+		}
+	} else if _, err := seccompProgram(); err != nil {
+		return nil, err // no bundle whose agent would go without its filter
 	}
 	return spec, nil
 }

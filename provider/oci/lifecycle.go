@@ -141,7 +141,12 @@ func (p *Provider) start(ctx context.Context, l layout, m meta, name string) err
 		return fmt.Errorf("agent socket: %w", err)
 	}
 	defer ln.Close() // the container holds its own copy
-	if err := p.runc.run(ctx, l, name, ln); err != nil {
+	filter, err := seccompFile()
+	if err != nil {
+		return fmt.Errorf("seccomp filter: %w", err)
+	}
+	defer filter.Close()
+	if err := p.runc.run(ctx, l, name, ln, filter); err != nil {
 		return err
 	}
 	if m.Disk {
@@ -160,7 +165,7 @@ func (p *Provider) startGVisor(ctx context.Context, l layout, m meta, name strin
 	if err := p.writeBundle(l, m, ""); err != nil {
 		return err
 	}
-	if err := p.runc.run(ctx, l, name, nil); err != nil {
+	if err := p.runc.run(ctx, l, name); err != nil {
 		return err
 	}
 	children.watch(p.runc.id(name), m.CgroupPath)

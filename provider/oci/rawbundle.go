@@ -17,14 +17,15 @@ type RawBundle struct {
 	Name    string // the container name
 	Socket  string // the host path of the agent's socket
 
-	// Listener is the agent's listening socket, bound at Socket: pass it to the runtime as descriptor 3
-	// (exec.Cmd.ExtraFiles[0] with --preserve-fds 1) and close it once the runtime has returned.
-	Listener *os.File
+	// Files are what the agent takes as descriptors 3, 4, …: its listening socket, bound at Socket,
+	// and its seccomp program. Pass them to the runtime as exec.Cmd.ExtraFiles with
+	// --preserve-fds len(Files), and close them once it has returned.
+	Files []*os.File
 }
 
 // PrepareBundle lays out the bundle of ref as Allocate would, and returns it without starting it. The
-// caller may run it with `Runtime --root Root run -d --preserve-fds 1 --bundle Dir Name`, Listener as
-// descriptor 3; Release(ref) removes it, started or not. Errors: ErrInvalidRequest for unusable resources, ErrProviderUnavailable otherwise (an
+// caller may run it with `Runtime --root Root run -d --preserve-fds 2 --bundle Dir Name`, Files as
+// descriptors 3 and 4; Release(ref) removes it, started or not. Errors: ErrInvalidRequest for unusable resources, ErrProviderUnavailable otherwise (an
 // existing generation of the same name included, and a runtime other than runc, which takes no
 // descriptor this way).
 func (p *Provider) PrepareBundle(ctx context.Context, ref sandbox.Ref, spec sandbox.Spec) (RawBundle, error) {
@@ -46,9 +47,14 @@ func (p *Provider) PrepareBundle(ctx context.Context, ref sandbox.Ref, spec sand
 		// The runtime makes the user namespace itself: what a caller of the runtime does.
 		err = p.writeBundle(b.l, m, "")
 	}
-	var ln *os.File
+	var ln, filter *os.File
 	if err == nil {
 		ln, err = listenAgent(b.l)
+	}
+	if err == nil {
+		if filter, err = seccompFile(); err != nil {
+			ln.Close()
+		}
 	}
 	if err != nil {
 		if cerr := p.releaseLocked(context.WithoutCancel(ctx), b); cerr != nil {
@@ -60,5 +66,5 @@ func (p *Provider) PrepareBundle(ctx context.Context, ref sandbox.Ref, spec sand
 	b.known.Store(false)
 	b.gone.Store(false)
 	return RawBundle{Runtime: p.runc.path, Root: p.runc.root, Dir: b.l.dir, Name: ref.Name(), Socket: b.l.socket(),
-		Listener: ln}, nil
+		Files: []*os.File{ln, filter}}, nil
 }

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 )
 
@@ -54,23 +55,22 @@ func (r runc) cmd(ctx context.Context, logFile string, args ...string) *exec.Cmd
 var gvisorFlags = []string{"--network=none", "--host-uds=create", "--oci-seccomp"}
 
 // run starts the container detached. runc hands its stdio to the container, so it gets a file, never a
-// pipe (a pipe would stay open as long as the container lives). listener, the agent's listening socket,
-// becomes descriptor 3 of the container's process; gVisor takes none (runtime.go), and listener is nil.
-func (r runc) run(ctx context.Context, l layout, name string, listener *os.File) error {
+// pipe (a pipe would stay open as long as the container lives). files become descriptors 3, 4, … of the
+// container's process: on runc the agent's listening socket and its seccomp program; gVisor's sandbox
+// takes none (runtime.go).
+func (r runc) run(ctx context.Context, l layout, name string, files ...*os.File) error {
 	out, err := os.OpenFile(l.agentLog(), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
 		return err
 	}
 	defer out.Close()
 	args := []string{"run", "--detach", "--bundle", l.dir, name}
-	if listener != nil {
-		args = []string{"run", "--detach", "--preserve-fds", "1", "--bundle", l.dir, name}
+	if len(files) > 0 {
+		args = []string{"run", "--detach", "--preserve-fds", strconv.Itoa(len(files)), "--bundle", l.dir, name}
 	}
 	c := r.cmd(ctx, l.runcLog(), args...)
 	c.Stdout, c.Stderr = out, out
-	if listener != nil {
-		c.ExtraFiles = []*os.File{listener}
-	}
+	c.ExtraFiles = files
 	if err := c.Run(); err != nil {
 		return fmt.Errorf("%s run %s: %v: %s", filepath.Base(r.path), name, err, lastLogError(l.runcLog()))
 	}
