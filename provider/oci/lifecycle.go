@@ -109,28 +109,35 @@ func checkResources(r sandbox.Resources) error {
 
 // create lays out the sandbox directory and starts the container.
 func (p *Provider) create(ctx context.Context, b *box, res sandbox.Resources) error {
-	m, err := p.prepare(ctx, b, res)
+	m, ns, err := p.prepare(ctx, b, res, true)
 	if err != nil {
 		return err
 	}
 	b.cid.Store(nil)
-	return p.start(ctx, b.l, m, b.ref.Name())
+	return p.start(ctx, b.l, m, b.ref.Name(), ns)
 }
 
 // start writes the bundle of the container name of l for m and runs it: in a user namespace made for
-// it (holdUserNS), the agent's socket bound beforehand (listenAgent). A gVisor sandbox has runsc make
-// its user namespace, and its agent binds its socket itself (takeAgentSocket).
-func (p *Provider) start(ctx context.Context, l layout, m meta, name string) error {
+// it (holdUserNS; ns, when not nil, is one being made already, which start ends in any case), the
+// agent's socket bound beforehand (listenAgent). A gVisor sandbox has runsc make its user namespace,
+// and its agent binds its socket itself (takeAgentSocket).
+func (p *Provider) start(ctx context.Context, l layout, m meta, name string, ns *pendingNS) error {
+	if ns != nil {
+		defer ns.release() // the container's processes hold the namespace once runc has returned
+	}
 	if p.runc.class == classGVisor {
 		return p.startGVisor(ctx, l, m, name)
 	}
 	var userns string
 	if m.IDBase != 0 {
-		h, err := p.holdUserNS(m.IDBase)
+		if ns == nil {
+			ns = p.holdUserNSAsync(m.IDBase)
+			defer ns.release()
+		}
+		h, err := ns.wait()
 		if err != nil {
 			return fmt.Errorf("user namespace: %w", err)
 		}
-		defer h.release() // the container's processes hold it once runc has returned
 		userns = h.path()
 	}
 	if err := p.writeBundle(l, m, userns); err != nil {
@@ -187,10 +194,11 @@ func (p *Provider) writeBundle(l layout, m meta, userns string) error {
 	return writeJSONFile(filepath.Join(l.dir, "config.json"), spec)
 }
 
-// prepare lays out the sandbox directory without starting anything, and returns its metadata.
-func (p *Provider) prepare(ctx context.Context, b *box, res sandbox.Resources) (meta, error) {
+// prepare lays out the sandbox directory without starting anything, and returns its metadata (and,
+// with hold, its user namespace's holder being made: layOut).
+func (p *Provider) prepare(ctx context.Context, b *box, res sandbox.Resources, hold bool) (meta, *pendingNS, error) {
 	return p.layOut(ctx, b.l, meta{Ref: b.ref, Resources: res, Disk: res.DiskMiB > 0,
-		CgroupPath: p.cgroupPath(b.ref.Name())})
+		CgroupPath: p.cgroupPath(b.ref.Name())}, hold)
 }
 
 // cgroupPath is the cgroup of the container name.
@@ -198,8 +206,23 @@ func (p *Provider) cgroupPath(name string) string { return "/sandboxd-" + p.cgTa
 
 // layOut makes the directory l for m, with a uid range of its own, and returns m with that range. The
 // metadata is written first, so that Resources and Release find even an allocation that fails half-way
-// (and give its range back).
-func (p *Provider) layOut(ctx context.Context, l layout, m meta) (meta, error) {
+// (and give its range back). With hold, the holder of the range's user namespace is made meanwhile
+// (≈2 ms, mostly a fork and exec, beside the disk's ≈4 ms) and returned for start; on runc only.
+func (p *Provider) layOut(ctx context.Context, l layout, m meta, hold bool) (_ meta, ns *pendingNS, err error) {
+	m, err = p.layOutDir(ctx, l, m, func(first uint32) {
+		if hold && p.runc.class == classRunc {
+			ns = p.holdUserNSAsync(first)
+		}
+	})
+	if err != nil && ns != nil {
+		ns.release()
+		ns = nil
+	}
+	return m, ns, err
+}
+
+// layOutDir is layOut's directory: started(first) is called once the range is taken and recorded.
+func (p *Provider) layOutDir(ctx context.Context, l layout, m meta, started func(first uint32)) (meta, error) {
 	first, err := p.ids.take()
 	if err != nil {
 		return m, err
@@ -218,6 +241,7 @@ func (p *Provider) layOut(ctx context.Context, l layout, m meta) (meta, error) {
 	if err := os.Mkdir(l.runDir(), 0o700); err != nil {
 		return m, err
 	}
+	started(first)
 	if m.Disk {
 		if err := p.disks.makeDisk(ctx, l.diskImg(), l.diskDir(), m.Resources.DiskMiB); err != nil {
 			return m, fmt.Errorf("disk: %w", err)

@@ -159,9 +159,9 @@ func (p *Provider) warm(ctx context.Context) (poolEntry, error) {
 	name := "pool-" + hex.EncodeToString(rnd[:])
 	e := poolEntry{name: name, l: layout{dir: filepath.Join(p.pool.dir, name)}}
 	res := sandbox.Resources{DiskMiB: p.cfg.DefaultDiskMiB}
-	m, err := p.layOut(ctx, e.l, meta{Container: name, CgroupPath: p.cgroupPath(name), Resources: res, Disk: true})
+	m, ns, err := p.layOut(ctx, e.l, meta{Container: name, CgroupPath: p.cgroupPath(name), Resources: res, Disk: true}, true)
 	if err == nil {
-		err = p.start(ctx, e.l, m, name)
+		err = p.start(ctx, e.l, m, name, ns)
 	}
 	if err == nil {
 		e.client = agent.NewClient(dialAgent(e.l))

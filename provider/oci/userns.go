@@ -192,6 +192,36 @@ func (p *Provider) holdUserNS(first uint32) (*nsHolder, error) {
 	return h, nil
 }
 
+// pendingNS is a holder being made (holdUserNS) while the rest of a sandbox is laid out.
+type pendingNS struct {
+	done chan struct{}
+	h    *nsHolder
+	err  error
+}
+
+// holdUserNSAsync starts making the holder of the range at first.
+func (p *Provider) holdUserNSAsync(first uint32) *pendingNS {
+	ns := &pendingNS{done: make(chan struct{})}
+	go func() {
+		defer close(ns.done)
+		ns.h, ns.err = p.holdUserNS(first)
+	}()
+	return ns
+}
+
+// wait returns the holder once it is made.
+func (ns *pendingNS) wait() (*nsHolder, error) {
+	<-ns.done
+	return ns.h, ns.err
+}
+
+// release ends the holder, made or failed, once it is done.
+func (ns *pendingNS) release() {
+	if h, err := ns.wait(); err == nil {
+		h.release()
+	}
+}
+
 // threadIDs sets the effective uid and gid of the calling thread alone to id (the real and saved ones
 // stay root's, so that it can go back to 0). The gid changes first on the way out and last on the way
 // back, while the thread is still root.
