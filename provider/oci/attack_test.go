@@ -427,3 +427,23 @@ func agentPid(t *testing.T, p *oci.Provider, ref sandbox.Ref) int {
 	}
 	return pid
 }
+
+// TestAttackMountinfoNamesNoHostPath: a sandbox's view of its mounts names no path of the daemon's:
+// not its state directory (where the root, disks and sockets live) nor the agent binary's. (On the
+// code before, the root and the agent were binds of host paths, shown in mountinfo's root field.)
+// What it shows of the host is what is bound in on purpose: /usr and /etc's shared parts, by their
+// own names.
+func TestAttackMountinfoNamesNoHostPath(t *testing.T) {
+	dir := testenv.StateDir(t)
+	p := newProviderAt(t, dir)
+	ref := ready(t, p, nil)
+	res := sh(t, p, ref, "cat /proc/self/mountinfo; cat /proc/self/mounts; cat /proc/1/mountinfo 2>/dev/null")
+	if res.ExitCode == nil || *res.ExitCode != 0 || !strings.Contains(res.Stdout, " / ") {
+		t.Fatalf("reading the mounts: %+v", res)
+	}
+	for _, host := range []string{dir, filepath.Dir(agentBin)} {
+		if strings.Contains(res.Stdout, host) {
+			t.Errorf("the sandbox's mounts name %s:\n%s", host, res.Stdout)
+		}
+	}
+}

@@ -1,18 +1,16 @@
 package oci
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"maps"
+	"io"
 	"os"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"golang.org/x/sys/unix"
 
 	"github.com/sandboxd/sandbox"
 )
@@ -73,9 +71,6 @@ var hostEtcBinds = []struct {
 // rootSymlinks are the top-level names that are symlinks into /usr on a merged-/usr host.
 var rootSymlinks = []string{"bin", "sbin", "lib", "lib32", "lib64", "libx32"}
 
-// baseVersion changes whenever buildRootfs lays out something new, so that an old base is never reused.
-const baseVersion = "3"
-
 // etcFiles are the generated files of the sandbox's /etc.
 var etcFiles = map[string]string{
 	"passwd":        "root:x:0:0:root:/workspace:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n",
@@ -86,65 +81,72 @@ var etcFiles = map[string]string{
 	"nsswitch.conf": "passwd: files\ngroup: files\nhosts: files\n",
 }
 
-// base is the read-only part shared by every sandbox of a provider: the skeleton root. Nothing in a
-// sandbox can write to it (it is mounted read-only), so one copy serves all.
-type base struct {
-	dir string
+// rootDir is where a provider mounts the root every sandbox of it starts on (mountRoot).
+func rootDir(stateDir string) string { return filepath.Join(stateDir, "root") }
+
+// mountRoot mounts the read-only root every sandbox of the provider shares at rootDir: a tmpfs of its
+// own, made afresh at each start, that holds the skeleton (buildRootfs) and a copy of the agent binary.
+// Being a file system of its own, it shows in a sandbox's /proc/self/mountinfo as "/" of a tmpfs,
+// where a directory of the host's would show its host path (the state directory's, and the agent
+// binary's when that was bound in). A root an earlier provider left mounted goes first: its sandboxes
+// hold mounts of their own of it, which live on.
+func mountRoot(stateDir, agentPath string) (string, error) {
+	root := rootDir(stateDir)
+	if err := os.MkdirAll(root, 0o711); err != nil {
+		return "", err
+	}
+	for unix.Unmount(root, unix.MNT_DETACH) == nil {
+	}
+	bin, err := os.Open(agentPath)
+	if err != nil {
+		return "", err
+	}
+	defer bin.Close()
+	st, err := bin.Stat()
+	if err != nil {
+		return "", err
+	}
+	opts := fmt.Sprintf("mode=0755,size=%d,nr_inodes=1024", st.Size()+1<<20)
+	if err := unix.Mount("sandboxd-root", root, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, opts); err != nil {
+		return "", fmt.Errorf("mount a tmpfs on %s: %w", root, err)
+	}
+	err = buildRootfs(root, bin)
+	if err == nil {
+		// Read-only for every mount of it, the sandboxes' included.
+		err = unix.Mount("", root, "", unix.MS_REMOUNT|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV, "")
+	}
+	if err != nil {
+		unix.Unmount(root, unix.MNT_DETACH)
+		return "", err
+	}
+	return root, nil
 }
 
-func (b base) rootfs() string { return filepath.Join(b.dir, "rootfs") }
-
-// prepareBase returns the base under stateDir, making it if needed. Its directory is named from what it
-// holds, so a base of another layout or host is never reused, and a base is never changed or removed
-// once made (running sandboxes may use it).
-func prepareBase(stateDir string) (base, error) {
-	h := sha256.New()
-	fmt.Fprintf(h, "v%s\n", baseVersion)
-	for _, name := range rootSymlinks {
-		target, _ := os.Readlink("/" + name)
-		fmt.Fprintf(h, "link %s %s\n", name, target)
+// unmountRoot unmounts the root at rootDir on the host, once the provider is done with it.
+func unmountRoot(stateDir string) {
+	for unix.Unmount(rootDir(stateDir), unix.MNT_DETACH) == nil {
 	}
-	for _, name := range slices.Sorted(maps.Keys(etcFiles)) {
-		fmt.Fprintf(h, "file %s %q\n", name, etcFiles[name])
-	}
-	for _, b := range hostEtcBinds {
-		_, err := os.Stat(b.path)
-		fmt.Fprintf(h, "bind %s %v %v\n", b.path, b.dir, err == nil)
-	}
-	b := base{dir: filepath.Join(stateDir, "base-"+hex.EncodeToString(h.Sum(nil))[:16])}
-	if _, err := os.Stat(b.dir); err == nil {
-		return b, nil
-	}
-	tmp, err := os.MkdirTemp(stateDir, ".base-")
-	if err != nil {
-		return base{}, err
-	}
-	defer os.RemoveAll(tmp) // a no-op once renamed
-	if err := os.Chmod(tmp, 0o755); err != nil {
-		return base{}, err
-	}
-	if err := buildRootfs(filepath.Join(tmp, "rootfs")); err != nil {
-		return base{}, err
-	}
-	if err := os.Rename(tmp, b.dir); err != nil {
-		if _, serr := os.Stat(b.dir); serr == nil {
-			return b, nil // another provider on the same directory made it first
-		}
-		return base{}, err
-	}
-	return b, nil
 }
 
 // buildRootfs makes the skeleton root at root: empty mount points, symlinks into /usr as on the host,
-// and a generated /etc. It is mounted read-only; only /tmp and /workspace are writable in the sandbox.
-func buildRootfs(root string) error {
+// a generated /etc, and the agent, a copy of agent. It is mounted read-only; only /tmp and /workspace
+// are writable in the sandbox.
+func buildRootfs(root string, agent io.Reader) error {
 	for _, d := range []string{"usr", "etc", "proc", "dev", "sys", "tmp", "workspace", "run", "var/tmp", ".sandboxd", guestSockDir} {
 		if err := os.MkdirAll(filepath.Join(root, d), 0o755); err != nil {
 			return err
 		}
 	}
-	if err := os.WriteFile(filepath.Join(root, guestAgent), nil, 0o755); err != nil {
+	bin, err := os.OpenFile(filepath.Join(root, guestAgent), os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o755)
+	if err != nil {
 		return err
+	}
+	_, err = io.Copy(bin, agent)
+	if cerr := bin.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("copy the agent: %w", err)
 	}
 	for _, name := range rootSymlinks {
 		target, err := os.Readlink("/" + name)
@@ -268,7 +270,6 @@ func (p *Provider) containerSpec(l layout, m meta, userns string) (*specs.Spec, 
 		mounts = append(mounts,
 			specs.Mount{Destination: guestSockDir, Type: "bind", Source: l.sockDir(), Options: []string{"bind", "rw", "nosuid", "nodev", "noexec"}})
 	}
-	mounts = append(mounts, hostBind(guestAgent, p.cfg.AgentPath, "bind", "ro", "nosuid", "nodev"))
 	// On runc, the agent takes its listening socket as descriptor 3 (listenAgent) and the seccomp
 	// program to install on itself as descriptor 4 (seccompFile). gVisor's kernel applies the spec's
 	// filter itself (runc.go), and the agent binds its socket (takeAgentSocket).
@@ -285,7 +286,7 @@ func (p *Provider) containerSpec(l layout, m meta, userns string) (*specs.Spec, 
 	spec := &specs.Spec{
 		Version:  specs.Version,
 		Hostname: guestHostname,
-		Root:     &specs.Root{Path: p.base.rootfs(), Readonly: true},
+		Root:     &specs.Root{Path: p.root, Readonly: true},
 		Process: &specs.Process{
 			Args: args,
 			Env: []string{

@@ -376,9 +376,10 @@ func measureWith(t *testing.T, runtime, dir string) footprint {
 	// kubelet) may mount and unmount meanwhile.
 	mi, _ := os.ReadFile("/proc/self/mountinfo")
 	for _, line := range strings.Split(string(mi), "\n") {
-		// runsc pins one empty network namespace for all its gofers in its root, until the provider
-		// closes: the runtime's, not a sandbox's.
-		if strings.Contains(line, dir) && !strings.Contains(line, filepath.Join(dir, "runc", "null-netns")) {
+		// runsc pins one empty network namespace for all its gofers in its root, and the provider
+		// mounts the sandboxes' shared root, each until the provider closes: not a sandbox's.
+		if strings.Contains(line, dir) && !strings.Contains(line, filepath.Join(dir, "runc", "null-netns")) &&
+			!strings.Contains(line, " "+filepath.Join(dir, "root")+" ") {
 			f.mounts++
 		}
 	}

@@ -42,7 +42,7 @@ import (
 type Config struct {
 	StateDir  string       // where sandboxes and runc's state live
 	Runtime   string       // the runtime binary, runc or gVisor's runsc (runtime.go); "runc" from PATH when empty
-	AgentPath string       // the static agent binary bound read-only into every sandbox
+	AgentPath string       // the static agent binary, copied into the sandboxes' root at each start
 	AgentArgs []string     // arguments before the agent's flags; default ["agent"] (`sandboxd agent`)
 	Logger    *slog.Logger // default slog.Default()
 
@@ -81,7 +81,7 @@ type Provider struct {
 	log    *slog.Logger
 	runc   runc
 	boxDir string
-	base   base   // the read-only skeleton every sandbox shares
+	root   string // the read-only root every sandbox shares (mountRoot)
 	cgTag  string // distinguishes the cgroups of providers on different state directories
 	ids    *idRanges
 	idmap  bool // the runtime makes idmapped mounts
@@ -278,18 +278,12 @@ func New(cfg Config) (*Provider, error) {
 	if err := searchable(cfg.StateDir); err != nil {
 		return nil, fmt.Errorf("oci: state directory: %w", err)
 	}
-	if class == classGVisor {
-		// gVisor's gofer, an unprivileged host uid, opens the agent by its path.
-		if err := searchable(filepath.Dir(cfg.AgentPath)); err != nil {
-			return nil, fmt.Errorf("oci: agent's directory: %w", err)
-		}
-	}
 	if err := os.MkdirAll(p.runc.root, 0o700); err != nil {
 		return nil, fmt.Errorf("oci: %w", err)
 	}
 	p.holdIDRanges()
-	if p.base, err = prepareBase(cfg.StateDir); err != nil {
-		return nil, fmt.Errorf("oci: base root filesystem: %w", err)
+	if p.root, err = mountRoot(cfg.StateDir, cfg.AgentPath); err != nil {
+		return nil, fmt.Errorf("oci: the sandboxes' root file system: %w", err)
 	}
 	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
 		return nil, fmt.Errorf("oci: become a child subreaper: %w", err)

@@ -79,6 +79,7 @@ func (p *Provider) Close() error {
 	if p.runc.class == classGVisor {
 		unmountNullNetNS(p.runc.root)
 	}
+	unmountRoot(p.cfg.StateDir) // the sandboxes' mounts of it live on
 	p.pool.mu.Lock()
 	idle := p.pool.idle
 	p.pool.idle = nil
