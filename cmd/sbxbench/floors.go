@@ -7,7 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
-	"strconv"
+	"path/filepath"
 	"time"
 
 	"github.com/sandboxd/sandbox"
@@ -24,8 +24,9 @@ type floors struct {
 	prov    *oci.Provider // nil: no runc floors
 	why     string        // why prov is nil
 	devnull *os.File
-	live    sandbox.Ref // the container runc exec and the provider's exec go into
-	root    string      // runc's state root
+	runtime string        // the runtime's name, in the floors' ("runc", "runsc")
+	live    sandbox.Ref   // the container the runtime's exec and the provider's exec go into
+	bundle  oci.RawBundle // live's
 
 	forkExec, runD, toReady, provExec []time.Duration
 	forkExecWarm                      []time.Duration // back to back, in blocks beside the exec case's
@@ -34,12 +35,12 @@ type floors struct {
 
 // newFloors prepares the floors. withRunc asks for the runc ones; when they cannot run here, f.why says
 // why and only the fork/exec floor is measured.
-func newFloors(ctx context.Context, withRunc bool, stateDir, agentPath string, agentArgs []string) (*floors, error) {
+func newFloors(ctx context.Context, withRunc bool, stateDir, agentPath string, agentArgs []string, runtime string) (*floors, error) {
 	devnull, err := os.OpenFile(os.DevNull, os.O_RDWR, 0)
 	if err != nil {
 		return nil, err
 	}
-	f := &floors{devnull: devnull}
+	f := &floors{devnull: devnull, runtime: runtimeName(runtime)}
 	if !withRunc {
 		return f, nil
 	}
@@ -47,7 +48,7 @@ func newFloors(ctx context.Context, withRunc bool, stateDir, agentPath string, a
 		f.why = why
 		return f, nil
 	}
-	p, err := oci.New(oci.Config{StateDir: stateDir, AgentPath: agentPath, AgentArgs: agentArgs,
+	p, err := oci.New(oci.Config{StateDir: stateDir, AgentPath: agentPath, AgentArgs: agentArgs, Runtime: runtime,
 		Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		f.why = err.Error()
@@ -69,9 +70,14 @@ func (f *floors) reset() {
 }
 
 func (f *floors) close(ctx context.Context) {
-	if f.prov != nil && f.live.ID != "" {
-		if err := f.prov.Release(context.WithoutCancel(ctx), f.live); err != nil {
-			slog.Error("releasing a floor container", "ref", f.live, "err", err)
+	if f.prov != nil {
+		if f.live.ID != "" {
+			if err := f.prov.Release(context.WithoutCancel(ctx), f.live); err != nil {
+				slog.Error("releasing a floor container", "ref", f.live, "err", err)
+			}
+		}
+		if err := f.prov.Close(); err != nil {
+			slog.Error("closing the floors' provider", "err", err)
 		}
 	}
 	f.devnull.Close()
@@ -130,7 +136,7 @@ func (f *floors) sampleExec(ctx context.Context) error {
 }
 
 // runcRun lays out a bundle with the provider's own code (oci.Provider.PrepareBundle), runs it with
-// `runc run -d`, and waits for the agent's answer. release: release it afterwards, untimed; otherwise it
+// the runtime's `run -d`, and waits for the agent's answer. release: release it afterwards, untimed; otherwise it
 // becomes the live container.
 func (f *floors) runcRun(ctx context.Context, release bool) (runD, toReady time.Duration, err error) {
 	ref := sandbox.Ref{ID: sandbox.NewID(), Generation: 1}
@@ -144,13 +150,11 @@ func (f *floors) runcRun(ctx context.Context, release bool) (runD, toReady time.
 				err = rerr
 			}
 		} else {
-			f.live, f.root = ref, bun.Root
+			f.live, f.bundle = ref, bun
 		}
 	}()
-	cmd := exec.CommandContext(ctx, bun.Runtime, "--root", bun.Root, "run", "-d", "--preserve-fds",
-		strconv.Itoa(len(bun.Files)), "--bundle", bun.Dir, bun.Name)
+	cmd := bun.Command(ctx, "run", "-d", "--bundle", bun.Dir, bun.Name)
 	cmd.Stdout, cmd.Stderr = f.devnull, f.devnull
-	cmd.ExtraFiles = bun.Files
 	t0 := time.Now()
 	err = cmd.Run()
 	runD = time.Since(t0)
@@ -158,7 +162,7 @@ func (f *floors) runcRun(ctx context.Context, release bool) (runD, toReady time.
 		f.Close()
 	}
 	if err != nil {
-		return 0, 0, fmt.Errorf("runc run -d: %w", err)
+		return 0, 0, fmt.Errorf("%s run -d: %w", f.runtime, err)
 	}
 	if err := waitAgent(ctx, bun.Socket, 0); err != nil {
 		return 0, 0, err
@@ -182,22 +186,22 @@ func (f *floors) results(ctx context.Context, b Bounds) ([]Result, error) {
 	if f.prov == nil {
 		return out, nil
 	}
-	r = summarize("floor: runc run -d", f.runD, f.createWall)
-	r.Note = "same bundle as the provider's, until runc returns; sampled beside create-to-ready"
+	r = summarize(runDFloor(f.runtime), f.runD, f.createWall)
+	r.Note = fmt.Sprintf("same bundle as the provider's, until %s returns; sampled beside create-to-ready", f.runtime)
 	out = append(out, r)
-	r = summarize("floor: runc run -d + agent answer", f.toReady, f.createWall)
+	r = summarize(runDFloor(f.runtime)+" + agent answer", f.toReady, f.createWall)
 	r.Note = "until the agent's first health answer, dialled from the host in a tight loop"
 	out = append(out, r)
 
 	r, err = sequential(ctx, "", b, func(int) error {
-		cmd := exec.CommandContext(ctx, "runc", "--root", f.root, "exec", f.live.Name(), "true")
+		cmd := f.bundle.Command(ctx, "exec", f.live.Name(), "true")
 		cmd.Stdout, cmd.Stderr = f.devnull, f.devnull
 		return cmd.Run()
 	})
 	if err != nil {
-		return out, fmt.Errorf("runc exec: %w", err)
+		return out, fmt.Errorf("%s exec: %w", f.runtime, err)
 	}
-	r.Name, r.Note = "floor: runc exec true", "into a running container of the same bundle"
+	r.Name, r.Note = execFloor(f.runtime), "into a running container of the same bundle"
 	out = append(out, r)
 
 	r = summarize("oci provider exec true (in-process)", f.provExec, f.execWall)
@@ -228,4 +232,17 @@ func waitAgent(ctx context.Context, socket string, within time.Duration) error {
 		}
 		time.Sleep(100 * time.Microsecond)
 	}
+}
+
+// runDFloor and execFloor name the runtime's create and exec floors.
+func runDFloor(runtime string) string { return "floor: " + runtime + " run -d" }
+func execFloor(runtime string) string { return "floor: " + runtime + " exec true" }
+
+// runtimeName is the name the floors give the OCI runtime binary at path: its base name, "runc" when
+// path is empty.
+func runtimeName(path string) string {
+	if path == "" {
+		return "runc"
+	}
+	return filepath.Base(path)
 }

@@ -45,6 +45,7 @@ type Report struct {
 	Host     string       `json:"host"`
 	CPUs     int          `json:"cpus"`
 	Provider string       `json:"provider"`
+	Runtime  string       `json:"runtime,omitempty"` // the oci provider's OCI runtime, as the floors name it
 	Cases    []Result     `json:"cases"`
 	Floors   []Result     `json:"floors"`
 	Ratios   []Ratio      `json:"ratios"`
@@ -75,13 +76,22 @@ type Spread struct {
 
 type options struct {
 	url, provider, growthProvider, sandboxd, dataDir string
-	baseline                                         string
+	baseline, ociRuntime                             string
 	start, jsonOut, floors                           bool
 	pid, warmPool, rounds                            int
 	burst, burstClients                              int
 	bounds                                           Bounds
 	idleWindow                                       time.Duration
 	growth                                           []int
+}
+
+// daemonFlags are the flags of every daemon started, extra among them: the oci runtime's, when given
+// (a daemon of another provider ignores it).
+func (o options) daemonFlags(extra ...string) []string {
+	if o.ociRuntime != "" {
+		extra = append(extra, "--oci-runtime", o.ociRuntime)
+	}
+	return extra
 }
 
 func main() {
@@ -137,6 +147,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.warmPool, "warm-pool", 0, "with --start and the oci provider, also time create-to-ready on a second daemon keeping this many containers warm (--oci-warm-pool)")
 	fs.IntVar(&o.burst, "burst", 0, "with --start and the oci provider, also create this many sandboxes at once (--burst-clients callers) on a daemon keeping as many warm, and report creates per second")
 	fs.IntVar(&o.burstClients, "burst-clients", 20, "concurrent callers of --burst")
+	fs.StringVar(&o.ociRuntime, "oci-runtime", "", "the OCI runtime binary of every oci daemon started and of the floors (e.g. a runsc for the gvisor class; default: runc from PATH)")
 	fs.StringVar(&o.baseline, "baseline", "", "with --start, compare --sandboxd with this daemon binary instead: exec (true, 1 MiB of output), a 4 KiB file write, get and create-to-ready on both, samples taken in alternation")
 	growth := fs.String("growth", "10,100,1000", "live sandbox counts of the growth steps; empty skips them")
 	fs.DurationVar(&o.idleWindow, "idle-window", 0, "at each growth step, measure the daemon's CPU, its runtime processes included, while its sandboxes idle this long (cover a reconcile interval: 30s by default); 0 skips")
@@ -217,7 +228,7 @@ func run(ctx context.Context, o options) (*Report, error) {
 	d := daemonInfo{pid: o.pid, provider: o.provider, dataDir: o.dataDir}
 	base := o.url
 	if o.start {
-		dm, err := startDaemon(ctx, o.sandboxd, o.provider, filepath.Join(tmp, "daemon"))
+		dm, err := startDaemon(ctx, o.sandboxd, o.provider, filepath.Join(tmp, "daemon"), o.daemonFlags()...)
 		if err != nil {
 			return nil, err
 		}
@@ -239,13 +250,15 @@ func run(ctx context.Context, o options) (*Report, error) {
 				return rep, err
 			}
 		}
-		fl, err = newFloors(ctx, d.provider == "oci", filepath.Join(tmp, "floors"), agentPath, agentArgs)
+		fl, err = newFloors(ctx, d.provider == "oci", filepath.Join(tmp, "floors"), agentPath, agentArgs, o.ociRuntime)
 		if err != nil {
 			return rep, err
 		}
 		defer fl.close(ctx)
 		if fl.why != "" {
 			rep.Notes = append(rep.Notes, "runc floors not measured: "+fl.why)
+		} else if fl.prov != nil {
+			rep.Runtime = fl.runtime
 		}
 	}
 
@@ -286,7 +299,7 @@ func run(ctx context.Context, o options) (*Report, error) {
 	}
 
 	if o.warmPool > 0 && o.start && o.provider == "oci" {
-		dm, err := startDaemon(ctx, o.sandboxd, "oci", filepath.Join(tmp, "warm"), "--oci-warm-pool", strconv.Itoa(o.warmPool))
+		dm, err := startDaemon(ctx, o.sandboxd, "oci", filepath.Join(tmp, "warm"), o.daemonFlags("--oci-warm-pool", strconv.Itoa(o.warmPool))...)
 		if err != nil {
 			return rep, err
 		}
@@ -302,7 +315,7 @@ func run(ctx context.Context, o options) (*Report, error) {
 	}
 
 	if o.burst > 0 && o.start && o.provider == "oci" {
-		dm, err := startDaemon(ctx, o.sandboxd, "oci", filepath.Join(tmp, "burst"), "--oci-warm-pool", strconv.Itoa(o.burst))
+		dm, err := startDaemon(ctx, o.sandboxd, "oci", filepath.Join(tmp, "burst"), o.daemonFlags("--oci-warm-pool", strconv.Itoa(o.burst))...)
 		if err != nil {
 			return rep, err
 		}
@@ -317,7 +330,7 @@ func run(ctx context.Context, o options) (*Report, error) {
 	if len(o.growth) > 0 {
 		gc, gd := c, d
 		if o.start && o.growthProvider != o.provider {
-			dm, err := startDaemon(ctx, o.sandboxd, o.growthProvider, filepath.Join(tmp, "growth"))
+			dm, err := startDaemon(ctx, o.sandboxd, o.growthProvider, filepath.Join(tmp, "growth"), o.daemonFlags()...)
 			if err != nil {
 				return rep, err
 			}
@@ -343,7 +356,7 @@ func comparison(ctx context.Context, rep *Report, o options, tmp, prefix string)
 	rep.Provider = o.provider
 	var urls [2]string
 	for i, bin := range []string{o.sandboxd, o.baseline} {
-		dm, err := startDaemon(ctx, bin, o.provider, filepath.Join(tmp, fmt.Sprint("compare-", i)))
+		dm, err := startDaemon(ctx, bin, o.provider, filepath.Join(tmp, fmt.Sprint("compare-", i)), o.daemonFlags()...)
 		if err != nil {
 			return err
 		}
@@ -402,12 +415,16 @@ func ratios(rep *Report) []Ratio {
 		}
 		return nil
 	}
+	rt := rep.Runtime
+	if rt == "" {
+		rt = "runc"
+	}
 	pairs := [][2]string{
-		{"create-to-ready", "floor: runc run -d"},
-		{"create-to-ready", "floor: runc run -d + agent answer"},
+		{"create-to-ready", runDFloor(rt)},
+		{"create-to-ready", runDFloor(rt) + " + agent answer"},
 		{"exec true", "floor: fork/exec /bin/true"},
 		{"exec true, back to back", "floor: fork/exec, back to back"},
-		{"exec true", "floor: runc exec true"},
+		{"exec true", execFloor(rt)},
 		{"oci provider exec true (in-process)", "floor: fork/exec /bin/true"},
 	}
 	var out []Ratio
@@ -417,8 +434,8 @@ func ratios(rep *Report) []Ratio {
 			c = find(rep.Floors, p[0])
 		}
 		f := find(rep.Floors, p[1])
-		if strings.HasPrefix(p[1], "floor: runc") && rep.Provider != "oci" {
-			continue // a runc floor says nothing of another provider
+		if strings.HasPrefix(p[1], "floor: "+rt) && rep.Provider != "oci" {
+			continue // a runtime's floor says nothing of another provider
 		}
 		if c == nil || f == nil || f.P50 == 0 {
 			continue

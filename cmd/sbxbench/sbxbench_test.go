@@ -94,7 +94,7 @@ func TestAPICasesAndGrowth(t *testing.T) {
 	c := inProcess(t)
 	ctx := context.Background()
 	b := Bounds{Count: 3, Duration: time.Minute}
-	fl, err := newFloors(ctx, false, "", "", nil)
+	fl, err := newFloors(ctx, false, "", "", nil, "")
 	if err != nil {
 		t.Fatal(err)
 	}

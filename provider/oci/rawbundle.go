@@ -4,6 +4,9 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
 
 	"github.com/sandboxd/sandbox"
 )
@@ -11,27 +14,38 @@ import (
 // RawBundle is one generation's bundle laid out exactly as Allocate lays it out, but not started: what a
 // benchmark hands to the runtime binary itself, to measure the provider beside its floor.
 type RawBundle struct {
-	Runtime string // the runtime binary
-	Root    string // its state root, for --root
-	Dir     string // the bundle directory, for --bundle
-	Name    string // the container name
-	Socket  string // the host path of the agent's socket
+	Runtime string   // the runtime binary
+	Root    string   // its state root, for --root
+	Flags   []string // the global flags the provider passes it (gVisor's)
+	Dir     string   // the bundle directory, for --bundle
+	Name    string   // the container name
+	Socket  string   // the host path of the agent's socket, to dial once the runtime has returned
 
-	// Files are what the agent takes as descriptors 3, 4, …: its listening socket, bound at Socket,
-	// and its seccomp program. Pass them to the runtime as exec.Cmd.ExtraFiles with
-	// --preserve-fds len(Files), and close them once it has returned.
+	// Files are what the agent takes as descriptors 3, 4, … on runc: its listening socket, bound at
+	// Socket, and its seccomp program; none on gVisor, whose agent binds Socket itself. Command
+	// passes them; close them once the runtime has returned.
 	Files []*os.File
 }
 
-// PrepareBundle lays out the bundle of ref as Allocate would, and returns it without starting it. The
-// caller may run it with `Runtime --root Root run -d --preserve-fds 2 --bundle Dir Name`, Files as
-// descriptors 3 and 4; Release(ref) removes it, started or not. Errors: ErrInvalidRequest for unusable resources, ErrProviderUnavailable otherwise (an
-// existing generation of the same name included, and a runtime other than runc, which takes no
-// descriptor this way).
-func (p *Provider) PrepareBundle(ctx context.Context, ref sandbox.Ref, spec sandbox.Spec) (RawBundle, error) {
-	if p.runc.class != classRunc {
-		return RawBundle{}, fmt.Errorf("prepare %s: a raw bundle is runc's, and the runtime is %s: %w", ref, p.runc.class, sandbox.ErrProviderUnavailable)
+// Command is the runtime's command line for sub (e.g. "run", "-d", …, or "exec", Name, "true") with
+// the root and flags the provider gives it; for "run", Files become the process's descriptors 3, ….
+func (r RawBundle) Command(ctx context.Context, sub ...string) *exec.Cmd {
+	args := append([]string{"--root", r.Root}, r.Flags...)
+	if len(sub) > 0 && sub[0] == "run" && len(r.Files) > 0 {
+		sub = append([]string{"run", "--preserve-fds", strconv.Itoa(len(r.Files))}, sub[1:]...)
 	}
+	cmd := exec.CommandContext(ctx, r.Runtime, append(args, sub...)...)
+	if len(sub) > 0 && sub[0] == "run" {
+		cmd.ExtraFiles = r.Files
+	}
+	return cmd
+}
+
+// PrepareBundle lays out the bundle of ref as Allocate would, and returns it without starting it. The
+// caller may run it with `Command(ctx, "run", "-d", "--bundle", Dir, Name)`; Release(ref) removes it,
+// started or not. Errors: ErrInvalidRequest for unusable resources, ErrProviderUnavailable otherwise
+// (an existing generation of the same name included).
+func (p *Provider) PrepareBundle(ctx context.Context, ref sandbox.Ref, spec sandbox.Spec) (RawBundle, error) {
 	res, rerr := p.resources(spec)
 	if rerr != nil {
 		return RawBundle{}, rerr
@@ -47,13 +61,14 @@ func (p *Provider) PrepareBundle(ctx context.Context, ref sandbox.Ref, spec sand
 		// The runtime makes the user namespace itself: what a caller of the runtime does.
 		err = p.writeBundle(b.l, m, "")
 	}
+	gvisor := p.runc.class == classGVisor
 	var ln, filter *os.File
-	if err == nil {
+	if err == nil && !gvisor {
 		ln, err = listenAgent(b.l)
-	}
-	if err == nil {
-		if filter, err = seccompFile(); err != nil {
-			ln.Close()
+		if err == nil {
+			if filter, err = seccompFile(); err != nil {
+				ln.Close()
+			}
 		}
 	}
 	if err != nil {
@@ -65,6 +80,11 @@ func (p *Provider) PrepareBundle(ctx context.Context, ref sandbox.Ref, spec sand
 	// The container will be started behind the provider's back: the next data call looks at it first.
 	b.known.Store(false)
 	b.gone.Store(false)
-	return RawBundle{Runtime: p.runc.path, Root: p.runc.root, Dir: b.l.dir, Name: ref.Name(), Socket: b.l.socket(),
-		Files: []*os.File{ln, filter}}, nil
+	raw := RawBundle{Runtime: p.runc.path, Root: p.runc.root, Dir: b.l.dir, Name: ref.Name(), Socket: b.l.socket(),
+		Files: []*os.File{ln, filter}}
+	if gvisor {
+		raw.Flags, raw.Files = gvisorFlags, nil
+		raw.Socket = filepath.Join(b.l.sockDir(), "agent.sock")
+	}
+	return raw, nil
 }
