@@ -153,7 +153,7 @@ func (f *floors) runcRun(ctx context.Context, release bool) (runD, toReady time.
 			f.live, f.bundle = ref, bun
 		}
 	}()
-	cmd := bun.Command(ctx, "run", "-d", "--bundle", bun.Dir, bun.Name)
+	cmd := bun.Command(ctx, "run", "--detach", "--bundle", bun.Dir, bun.Name)
 	cmd.Stdout, cmd.Stderr = f.devnull, f.devnull
 	t0 := time.Now()
 	err = cmd.Run()
@@ -162,12 +162,13 @@ func (f *floors) runcRun(ctx context.Context, release bool) (runD, toReady time.
 		f.Close()
 	}
 	if err != nil {
-		return 0, 0, fmt.Errorf("%s run -d: %w", f.runtime, err)
+		return 0, 0, fmt.Errorf("%s run -d: %w: %s", f.runtime, err, bun.LastError())
 	}
 	if err := waitAgent(ctx, bun.Socket, 0); err != nil {
 		return 0, 0, err
 	}
-	return runD, time.Since(t0), nil
+	toReady = time.Since(t0)
+	return runD, toReady, f.prov.AdoptBundle(ctx, ref)
 }
 
 // results are the floors measured: those sampled beside the cases, then `runc exec true`, timed here.
@@ -199,7 +200,7 @@ func (f *floors) results(ctx context.Context, b Bounds) ([]Result, error) {
 		return cmd.Run()
 	})
 	if err != nil {
-		return out, fmt.Errorf("%s exec: %w", f.runtime, err)
+		return out, fmt.Errorf("%s exec: %w: %s", f.runtime, err, f.bundle.LastError())
 	}
 	r.Name, r.Note = execFloor(f.runtime), "into a running container of the same bundle"
 	out = append(out, r)

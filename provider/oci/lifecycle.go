@@ -175,6 +175,12 @@ func (p *Provider) startGVisor(ctx context.Context, l layout, m meta, name strin
 	if err := p.runc.run(ctx, l, name); err != nil {
 		return err
 	}
+	return p.adoptGVisor(ctx, l, m, name)
+}
+
+// adoptGVisor does what follows runsc's start of the container name: its processes that become ours are
+// reaped, and the agent's socket is taken (takeAgentSocket).
+func (p *Provider) adoptGVisor(ctx context.Context, l layout, m meta, name string) error {
 	children.watch(p.runc.id(name), m.CgroupPath)
 	tctx, cancel := context.WithTimeout(ctx, p.cfg.ReadyTimeout)
 	defer cancel()

@@ -20,6 +20,7 @@ type RawBundle struct {
 	Dir     string   // the bundle directory, for --bundle
 	Name    string   // the container name
 	Socket  string   // the host path of the agent's socket, to dial once the runtime has returned
+	Log     string   // where the runtime logs, in JSON (LastError reads it)
 
 	// Files are what the agent takes as descriptors 3, 4, … on runc: its listening socket, bound at
 	// Socket, and its seccomp program; none on gVisor, whose agent binds Socket itself. Command
@@ -27,10 +28,10 @@ type RawBundle struct {
 	Files []*os.File
 }
 
-// Command is the runtime's command line for sub (e.g. "run", "-d", …, or "exec", Name, "true") with
+// Command is the runtime's command line for sub (e.g. "run", "--detach", …, or "exec", Name, "true") with
 // the root and flags the provider gives it; for "run", Files become the process's descriptors 3, ….
 func (r RawBundle) Command(ctx context.Context, sub ...string) *exec.Cmd {
-	args := append([]string{"--root", r.Root}, r.Flags...)
+	args := append([]string{"--root", r.Root, "--log", r.Log, "--log-format", "json"}, r.Flags...)
 	if len(sub) > 0 && sub[0] == "run" && len(r.Files) > 0 {
 		sub = append([]string{"run", "--preserve-fds", strconv.Itoa(len(r.Files))}, sub[1:]...)
 	}
@@ -41,8 +42,11 @@ func (r RawBundle) Command(ctx context.Context, sub ...string) *exec.Cmd {
 	return cmd
 }
 
+// LastError is the last error the runtime logged, to say why a command failed.
+func (r RawBundle) LastError() string { return lastLogError(r.Log) }
+
 // PrepareBundle lays out the bundle of ref as Allocate would, and returns it without starting it. The
-// caller may run it with `Command(ctx, "run", "-d", "--bundle", Dir, Name)`; Release(ref) removes it,
+// caller may run it with `Command(ctx, "run", "--detach", "--bundle", Dir, Name)`; Release(ref) removes it,
 // started or not. Errors: ErrInvalidRequest for unusable resources, ErrProviderUnavailable otherwise
 // (an existing generation of the same name included).
 func (p *Provider) PrepareBundle(ctx context.Context, ref sandbox.Ref, spec sandbox.Spec) (RawBundle, error) {
@@ -81,10 +85,30 @@ func (p *Provider) PrepareBundle(ctx context.Context, ref sandbox.Ref, spec sand
 	b.known.Store(false)
 	b.gone.Store(false)
 	raw := RawBundle{Runtime: p.runc.path, Root: p.runc.root, Dir: b.l.dir, Name: ref.Name(), Socket: b.l.socket(),
-		Files: []*os.File{ln, filter}}
+		Log: b.l.runcLog(), Files: []*os.File{ln, filter}}
 	if gvisor {
 		raw.Flags, raw.Files = gvisorFlags, nil
 		raw.Socket = filepath.Join(b.l.sockDir(), "agent.sock")
 	}
 	return raw, nil
+}
+
+// AdoptBundle makes the raw bundle of ref, started by hand, the provider's as Allocate's start would:
+// on gVisor its runtime's processes are reaped and its agent's socket is taken, so that the provider's
+// own calls reach it; on runc there is nothing to do.
+func (p *Provider) AdoptBundle(ctx context.Context, ref sandbox.Ref) error {
+	if p.runc.class != classGVisor {
+		return nil
+	}
+	b := p.box(ref)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	m, err := readMeta(b.l)
+	if err != nil {
+		return fmt.Errorf("adopt %s: %w", ref, err)
+	}
+	if err := p.adoptGVisor(ctx, b.l, m, ref.Name()); err != nil {
+		return fmt.Errorf("adopt %s: %w", ref, err)
+	}
+	return nil
 }
