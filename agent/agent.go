@@ -28,11 +28,9 @@ import (
 
 	"github.com/sandboxd/sandbox"
 	"github.com/sandboxd/sandbox/fsroot"
+	"github.com/sandboxd/sandbox/internal/version"
 	"github.com/sandboxd/sandbox/proc"
 )
-
-// Version is what the agent reports on its health check.
-const Version = "sandbox-agent/0.1"
 
 // Agent serves one sandbox. Build it with Main.
 type Agent struct {
@@ -237,7 +235,7 @@ func (a *Agent) Handler() http.Handler {
 }
 
 func (a *Agent) health(w http.ResponseWriter, r *http.Request) {
-	writeJSON(w, http.StatusOK, Health{OK: true, Version: Version, PID: os.Getpid()})
+	writeJSON(w, http.StatusOK, Health{OK: true, Version: version.Version, PID: os.Getpid()})
 }
 
 func (a *Agent) exec(w http.ResponseWriter, r *http.Request) {

@@ -18,6 +18,7 @@ import (
 
 	"github.com/sandboxd/sandbox"
 	"github.com/sandboxd/sandbox/agent"
+	"github.com/sandboxd/sandbox/internal/version"
 )
 
 var agentBin string
@@ -115,6 +116,15 @@ func exitOf(t *testing.T, r agent.ExecOutput) int {
 		t.Fatalf("no exit code: %+v", r)
 	}
 	return *r.ExitCode
+}
+
+// TestHealthSaysTheVersion: the agent reports the build's version, the daemon's and the manifests' own.
+func TestHealthSaysTheVersion(t *testing.T) {
+	a := start(t)
+	h, err := a.c.Health(ctx(t))
+	if err != nil || h.Version != version.Version || h.PID != a.pid {
+		t.Fatalf("health %+v, %v; want version %q and pid %d", h, err, version.Version, a.pid)
+	}
 }
 
 func TestExec(t *testing.T) {

@@ -20,7 +20,7 @@ const (
 // Health is the answer to PathHealth.
 type Health struct {
 	OK      bool   `json:"ok"`
-	Version string `json:"version"`
+	Version string `json:"version"` // the agent's build (internal/version)
 	PID     int    `json:"pid"`
 }
 

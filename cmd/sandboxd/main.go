@@ -13,10 +13,8 @@ import (
 	"syscall"
 
 	"github.com/sandboxd/sandbox/agent"
+	"github.com/sandboxd/sandbox/internal/version"
 )
-
-// Version is set at build time with -ldflags "-X main.Version=...".
-var Version = "0.1.0-dev"
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -60,7 +58,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		<-ctx.Done()
 		return m.Close()
 	case "version", "--version", "-v":
-		fmt.Fprintln(stdout, "sandboxd", Version)
+		fmt.Fprintln(stdout, "sandboxd", version.Version)
 		return nil
 	case "agent":
 		return agent.Main(ctx, args[1:])

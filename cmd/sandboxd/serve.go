@@ -20,6 +20,7 @@ import (
 	"github.com/sandboxd/sandbox"
 	"github.com/sandboxd/sandbox/core"
 	"github.com/sandboxd/sandbox/httpapi"
+	"github.com/sandboxd/sandbox/internal/version"
 	"github.com/sandboxd/sandbox/provider/host"
 	"github.com/sandboxd/sandbox/provider/oci"
 	"github.com/sandboxd/sandbox/store/sqlite"
@@ -243,7 +244,7 @@ func (m *Main) Run(ctx context.Context) error {
 	m.served = make(chan error, 1)
 	limited := netutil.LimitListener(ln, m.MaxConnections)
 	go func() { m.served <- m.server.Serve(limited) }()
-	m.log.Info("serving", "addr", ln.Addr().String(), "data_dir", m.DataDir, "version", Version, "auth", tokens != nil)
+	m.log.Info("serving", "addr", ln.Addr().String(), "data_dir", m.DataDir, "version", version.Version, "auth", tokens != nil)
 	return nil
 }
 

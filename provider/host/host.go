@@ -26,13 +26,13 @@ import (
 
 	"github.com/sandboxd/sandbox"
 	"github.com/sandboxd/sandbox/fsroot"
+	"github.com/sandboxd/sandbox/internal/version"
 	"github.com/sandboxd/sandbox/proc"
 )
 
-// Name, version and runtime class of the provider's manifest.
+// Name and runtime class of the provider's manifest.
 const (
 	Name         = "host"
-	Version      = "0.1.0"
 	RuntimeClass = "host-process"
 )
 
@@ -96,7 +96,7 @@ func New(cfg Config) (*Provider, error) {
 func (p *Provider) Manifest(context.Context) (sandbox.Manifest, error) {
 	return sandbox.Manifest{
 		Name:         Name,
-		Version:      Version,
+		Version:      version.Version,
 		RuntimeClass: RuntimeClass,
 		Capabilities: sandbox.Capabilities{CommandExecution: true, FileAccess: true, PauseResume: true},
 	}, nil

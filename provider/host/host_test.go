@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/sandboxd/sandbox"
+	"github.com/sandboxd/sandbox/internal/version"
 	"github.com/sandboxd/sandbox/provider/host"
 	"github.com/sandboxd/sandbox/provider/providertest"
 )
@@ -34,6 +35,9 @@ func TestManifest(t *testing.T) {
 	want := sandbox.Capabilities{CommandExecution: true, FileAccess: true, PauseResume: true}
 	if m.Name != "host" || m.RuntimeClass != "host-process" || m.Capabilities != want {
 		t.Fatalf("manifest %+v", m)
+	}
+	if m.Version != version.Version {
+		t.Errorf("manifest version %q, want the build's %q", m.Version, version.Version)
 	}
 }
 

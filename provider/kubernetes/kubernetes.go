@@ -33,6 +33,7 @@ import (
 
 	"github.com/sandboxd/sandbox"
 	"github.com/sandboxd/sandbox/agent"
+	"github.com/sandboxd/sandbox/internal/version"
 )
 
 // Config configures a Provider. REST, DefaultImage and AgentImage are required.
@@ -205,7 +206,7 @@ func (p *Provider) Close() error {
 func (p *Provider) Manifest(context.Context) (sandbox.Manifest, error) {
 	return sandbox.Manifest{
 		Name:         "kubernetes",
-		Version:      "0.1.0",
+		Version:      version.Version,
 		RuntimeClass: p.runtimeClass(),
 		Capabilities: sandbox.Capabilities{
 			CommandExecution: true,

@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/sandboxd/sandbox"
+	"github.com/sandboxd/sandbox/internal/version"
 )
 
 func TestPodName(t *testing.T) {
@@ -47,6 +48,15 @@ func testProvider(tmpl *corev1.Pod) *Provider {
 			StopGrace: 2e9, CallTimeout: 5e9},
 		log:   slog.New(slog.DiscardHandler),
 		boxes: map[sandbox.Ref]*box{},
+	}
+}
+
+// TestManifestVersion: the manifest names the build's version, and the template's runtime class.
+func TestManifestVersion(t *testing.T) {
+	rc := "kata"
+	m, err := testProvider(&corev1.Pod{Spec: corev1.PodSpec{RuntimeClassName: &rc}}).Manifest(context.Background())
+	if err != nil || m.Name != "kubernetes" || m.Version != version.Version || m.RuntimeClass != "kata" {
+		t.Fatalf("manifest %+v, %v; want version %q", m, err, version.Version)
 	}
 }
 

@@ -36,6 +36,7 @@ import (
 
 	"github.com/sandboxd/sandbox"
 	"github.com/sandboxd/sandbox/agent"
+	"github.com/sandboxd/sandbox/internal/version"
 )
 
 // Config configures a Provider. StateDir and AgentPath are required.
@@ -395,7 +396,7 @@ func (p *Provider) claimedContainers() (map[string]bool, bool) {
 func (p *Provider) Manifest(context.Context) (sandbox.Manifest, error) {
 	return sandbox.Manifest{
 		Name:         "oci",
-		Version:      "0.1.0",
+		Version:      version.Version,
 		RuntimeClass: string(p.runc.class),
 		Capabilities: sandbox.Capabilities{
 			CommandExecution: true,
