@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -103,6 +105,29 @@ func TestVersionAndUsage(t *testing.T) {
 	if err := run(context.Background(), []string{"frobnicate"}, &out, &errOut); err == nil || !strings.Contains(errOut.String(), "unknown command") {
 		t.Fatalf("unknown command: %v %q", err, errOut.String())
 	}
+}
+
+// TestREADMEListsTheProviders keeps the README's row of --provider to the values the flag takes.
+func TestREADMEListsTheProviders(t *testing.T) {
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for line := range strings.Lines(string(readme)) {
+		cells := strings.Split(line, "|")
+		if len(cells) < 4 || strings.TrimSpace(cells[1]) != "`--provider`" {
+			continue
+		}
+		var listed []string
+		for _, v := range strings.Split(cells[3], ",") {
+			listed = append(listed, strings.Trim(strings.TrimSpace(v), "`"))
+		}
+		if !slices.Equal(listed, providerNames()) {
+			t.Errorf("README.md's --provider row lists %q; the flag takes %q", listed, providerNames())
+		}
+		return
+	}
+	t.Fatal("README.md has no row for --provider")
 }
 
 // TestDefaultBuildIsLean keeps client-go out of the default binary: it is also the agent started in every

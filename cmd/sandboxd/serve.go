@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"os"
@@ -376,14 +377,9 @@ var providers = map[string]func(m *Main) (sandbox.Provider, error){
 	"kubernetes": func(m *Main) (sandbox.Provider, error) { return m.K8s.open(m.log) },
 }
 
+// providerNames are the values --provider takes: auto, then the providers by name.
 func providerNames() []string {
-	names := []string{"auto"}
-	for _, n := range []string{"host", "oci", "kubernetes"} {
-		if _, ok := providers[n]; ok {
-			names = append(names, n)
-		}
-	}
-	return names
+	return append([]string{"auto"}, slices.Sorted(maps.Keys(providers))...)
 }
 
 // openProvider builds the chosen provider; "auto" picks the best one available and says why.
