@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strconv"
+	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -230,5 +231,23 @@ func TestTemplateFile(t *testing.T) {
 	}
 	if _, err := kubernetes.LoadTemplate(dir + "/missing.yaml"); err == nil {
 		t.Fatal("a missing template file was accepted")
+	}
+}
+
+// TestTemplateRefusesUnknownFields: a field a v1 Pod does not have, in YAML or JSON, is an error that
+// names it, not a default silently dropped.
+func TestTemplateRefusesUnknownFields(t *testing.T) {
+	dir := t.TempDir()
+	for name, tc := range map[string]struct{ template, field string }{
+		"pod.yaml": {"apiVersion: v1\nkind: Pod\nspec:\n  nodeSelektor: {disk: ssd}\n", "spec.nodeSelektor"},
+		"pod.json": {`{"apiVersion": "v1", "kind": "Pod", "spec": {"containers": [{"name": "sandbox", "imagePullPolicyy": "Never"}]}}`,
+			"spec.containers[0].imagePullPolicyy"},
+	} {
+		path := dir + "/" + name
+		writeFile(t, path, tc.template)
+		_, err := kubernetes.LoadTemplate(path)
+		if err == nil || !strings.Contains(err.Error(), tc.field) || !strings.Contains(err.Error(), path) {
+			t.Errorf("%s: error %v; want one naming %s and the file", name, err, tc.field)
+		}
 	}
 }

@@ -13,6 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/serializer"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/kubernetes/scheme"
 
@@ -96,13 +97,18 @@ func refOf(pod *corev1.Pod) (sandbox.Ref, bool) {
 	return ref, true
 }
 
-// LoadTemplate reads a Pod template file, YAML or JSON of a v1 Pod.
+// templateDecoder decodes a Pod template strictly: a field a v1 Pod does not have, or one given twice,
+// is an error instead of being dropped, so a misspelt default is not silently ignored.
+var templateDecoder = serializer.NewCodecFactory(scheme.Scheme, serializer.EnableStrict).UniversalDeserializer()
+
+// LoadTemplate reads a Pod template file, YAML or JSON of a v1 Pod. A field a v1 Pod does not have is
+// an error.
 func LoadTemplate(path string) (*corev1.Pod, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("kubernetes: pod template: %w", err)
 	}
-	obj, gvk, err := scheme.Codecs.UniversalDeserializer().Decode(data, nil, nil)
+	obj, gvk, err := templateDecoder.Decode(data, nil, nil)
 	if err != nil {
 		return nil, fmt.Errorf("kubernetes: pod template %s: %w", path, err)
 	}
