@@ -101,22 +101,18 @@ func (r *Runtime) Recreate(ctx context.Context, id sandbox.ID, gen sandbox.Gener
 		if err := checkGeneration(sb, "recreate", gen); err != nil {
 			return ch, err
 		}
-		if _, err := sandbox.Next(sb.State, sandbox.ActionRecreate); err != nil {
-			return ch, fmt.Errorf("sandbox %s: %w", sb.ID, err)
-		}
-		from := sb.State
-		now := r.now().UTC()
+		// The new generation's events carry its number; an error aborts the update, increment included.
 		sb.Generation++
-		sb.State = sandbox.StateRequested
+		moved, _, err := r.move(sb, sandbox.ActionRecreate, "recreate", nil)
+		if err != nil {
+			return ch, err
+		}
 		sb.Spec = spec
 		sb.Provider = r.cachedManifest().Name
 		sb.Failure, sb.Endpoint, sb.ProviderExtensions = nil, nil, nil
-		sb.UpdatedAt = now
 		ch.Intent = &sandbox.Intent{Key: spec.ClientRequestID, SandboxID: sb.ID, Generation: sb.Generation, Spec: canon}
-		ch.Events = []sandbox.Event{
-			sandbox.NewEvent(sandbox.EventCreated, sb.Ref(), now, sandbox.CreatedData{ClientRequestID: spec.ClientRequestID, Spec: spec}),
-			sandbox.NewEvent(sandbox.EventStateChanged, sb.Ref(), now, sandbox.StateChangedData{From: from, To: sandbox.StateRequested, Reason: "recreate"}),
-		}
+		created := sandbox.NewEvent(sandbox.EventCreated, sb.Ref(), sb.UpdatedAt, sandbox.CreatedData{ClientRequestID: spec.ClientRequestID, Spec: spec})
+		ch.Events = append([]sandbox.Event{created}, moved...)
 		return ch, nil
 	})
 	if err != nil {
