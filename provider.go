@@ -103,6 +103,9 @@ const (
 	ObservedFailed   ObservedState = "failed"   // allocated but broken, or gone when it should be there
 )
 
+// ObservedStates lists every observed state.
+var ObservedStates = []ObservedState{ObservedAbsent, ObservedStarting, ObservedReady, ObservedPaused, ObservedFailed}
+
 // Observation is a provider's report on one sandbox generation. Providers never touch the store: they
 // report, and the runtime core decides.
 type Observation struct {

@@ -7,14 +7,16 @@ import (
 	"github.com/sandboxd/sandbox"
 )
 
+// The states, short, for the tables the tests write out.
+const (
+	R, S, Y, PG, P, RG, TG, T, F = sandbox.StateRequested, sandbox.StateStarting, sandbox.StateReady,
+		sandbox.StatePausing, sandbox.StatePaused, sandbox.StateResuming, sandbox.StateTerminating,
+		sandbox.StateTerminated, sandbox.StateFailed
+)
+
 // TestTransitionTable checks every (state, action) pair against the state machine of the contract, written
 // out here independently of the table in state.go.
 func TestTransitionTable(t *testing.T) {
-	const (
-		R, S, Y, PG, P, RG, TG, T, F = sandbox.StateRequested, sandbox.StateStarting, sandbox.StateReady,
-			sandbox.StatePausing, sandbox.StatePaused, sandbox.StateResuming, sandbox.StateTerminating,
-			sandbox.StateTerminated, sandbox.StateFailed
-	)
 	type cell struct {
 		outcome sandbox.Outcome
 		to      sandbox.State

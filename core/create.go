@@ -171,39 +171,26 @@ func (r *Runtime) allocate(ctx context.Context, ref sandbox.Ref, spec sandbox.Sp
 	return sb, nil
 }
 
-// apply records an observation of ref: allocation, readiness, failure or loss. It changes nothing when ref
-// is no longer the current generation, and it never moves a sandbox where the table does not allow.
+// apply records an observation of ref as the reaction table says for the state the record holds now. It
+// changes nothing when ref is no longer the current generation, and calls the provider for nothing: a
+// repair is reconcile's to make.
 func (r *Runtime) apply(ctx context.Context, ref sandbox.Ref, obs sandbox.Observation) (*sandbox.Sandbox, error) {
 	sb, evs, err := r.store.Update(ctx, ref.ID, func(sb *sandbox.Sandbox) (sandbox.Change, error) {
 		var ch sandbox.Change
 		if sb.Generation != ref.Generation {
 			return ch, nil
 		}
-		step := func(a sandbox.Action, reason string, f *sandbox.Failure) {
-			if evs, _, err := r.move(sb, a, reason, f); err == nil {
-				ch.Events = append(ch.Events, evs...)
+		for _, st := range sandbox.React(sb.State, obs.State).Record {
+			reason, f := st.Reason, (*sandbox.Failure)(nil)
+			if st.Action == sandbox.ActionFail {
+				failure := obs.Failure()
+				reason, f = failure.Code, &failure
 			}
-		}
-		switch obs.State {
-		case sandbox.ObservedStarting:
-			step(sandbox.ActionAllocated, "allocated", nil)
-		case sandbox.ObservedReady:
-			step(sandbox.ActionAllocated, "allocated", nil)
-			step(sandbox.ActionReady, "ready", nil)
-		case sandbox.ObservedPaused:
-			step(sandbox.ActionPaused, "paused", nil)
-		case sandbox.ObservedFailed:
-			step(sandbox.ActionFail, obs.Reason, &sandbox.Failure{Code: obs.Reason, Message: obs.Message})
-		case sandbox.ObservedAbsent:
-			switch sb.State {
-			case sandbox.StateTerminating:
-				step(sandbox.ActionTerminated, "released", nil)
-			case sandbox.StateStarting, sandbox.StateReady, sandbox.StatePausing, sandbox.StatePaused, sandbox.StateResuming:
-				step(sandbox.ActionFail, "resource_lost", &sandbox.Failure{
-					Code:    "resource_lost",
-					Message: fmt.Sprintf("the provider holds no resource for %s", ref),
-				})
+			evs, _, err := r.move(sb, st.Action, reason, f)
+			if err != nil {
+				return ch, err
 			}
+			ch.Events = append(ch.Events, evs...)
 		}
 		if obs.State != sandbox.ObservedAbsent && obs.State != sandbox.ObservedFailed {
 			if !sameEndpoint(sb.Endpoint, obs.Endpoint) || !sameExtensions(sb.ProviderExtensions, obs.Extensions) {

@@ -9,9 +9,10 @@ import (
 	"github.com/sandboxd/sandbox"
 )
 
-// Reconcile asks the provider for a fresh observation of the sandbox's current generation and applies it,
-// finishing whatever transition was interrupted (an allocation never made, a pause, resume or release
-// never confirmed). It changes no desired state.
+// Reconcile asks the provider for a fresh observation of the sandbox's current generation and reacts as the
+// reaction table of package sandbox says: it records the observation, or repairs whatever transition was
+// interrupted (an allocation never made, a pause, resume or release never carried out). It changes no
+// desired state.
 //
 // Errors: ErrNotFound, ErrProviderUnavailable, ErrProviderProtocol.
 func (r *Runtime) Reconcile(ctx context.Context, id sandbox.ID) (*sandbox.Sandbox, error) {
@@ -25,7 +26,7 @@ func (r *Runtime) Reconcile(ctx context.Context, id sandbox.ID) (*sandbox.Sandbo
 func (r *Runtime) reconcile(ctx context.Context, sb *sandbox.Sandbox) (*sandbox.Sandbox, error) {
 	ref := sb.Ref()
 	if sb.State == sandbox.StateTerminated || sb.State == sandbox.StateFailed {
-		return sb, nil
+		return sb, nil // no observation moves them
 	}
 	if sb.State.Transitional() && r.isBusy(ref) {
 		return sb, nil // an operation on it is under way and will record its outcome
@@ -41,23 +42,20 @@ func (r *Runtime) reconcile(ctx context.Context, sb *sandbox.Sandbox) (*sandbox.
 	if err != nil {
 		return nil, err
 	}
-	switch {
-	case sb.State == sandbox.StateRequested && (obs.State == sandbox.ObservedAbsent || obs.State == sandbox.ObservedFailed):
-		// No allocation was ever recorded: one cut short (a crash half-way through the provider's
-		// work can leave part of a resource, which it reports failed) is made again. Allocation is
-		// idempotent; a resource that truly failed is reported failed by it once more.
+	// Nothing is in flight: a repair is chosen by the state read before the observation, and what is
+	// recorded, by apply, by the state the record holds when it is written.
+	switch sandbox.React(sb.State, obs.State).Repair {
+	case sandbox.RepairAllocate:
 		return r.allocate(ctx, ref, sb.Spec)
-	case sb.State == sandbox.StateTerminating && obs.State != sandbox.ObservedAbsent:
+	case sandbox.RepairRelease:
 		if err := r.release(ctx, ref); err != nil {
 			return nil, err
 		}
 		return r.advance(ctx, ref, "released", nil, sandbox.ActionTerminated)
-	case sb.State == sandbox.StatePausing && obs.State == sandbox.ObservedReady:
+	case sandbox.RepairPause:
 		return r.finishPauseResume(ctx, ref, pauseOp)
-	case sb.State == sandbox.StateResuming && obs.State == sandbox.ObservedPaused:
+	case sandbox.RepairResume:
 		return r.finishPauseResume(ctx, ref, resumeOp)
-	case sb.State == sandbox.StateResuming && obs.State == sandbox.ObservedReady:
-		return r.advance(ctx, ref, "resumed", nil, sandbox.ActionResumed)
 	}
 	got, err := r.apply(ctx, ref, obs)
 	if err == nil && got.Generation == ref.Generation && got.State == sandbox.StateStarting {

@@ -2,9 +2,9 @@
 // towards it, and records every change as an event in the same transaction as the change.
 //
 // Its invariants: every mutation is fenced by the sandbox's generation, compared and written atomically in the
-// store; a state changes only along the transition table of package sandbox; whatever the provider returns is
-// validated before it is believed; and a sandbox never stays in a transitional state for good (reconcile
-// completes it or moves it to failed).
+// store; a state changes only along the transition table of package sandbox, and on an observation only as
+// its reaction table says; whatever the provider returns is validated before it is believed; and a sandbox
+// never stays in a transitional state for good (reconcile completes it or moves it to failed).
 package core
 
 import (
