@@ -113,7 +113,6 @@ type Observation struct {
 	State      ObservedState              // what the provider saw
 	Reason     string                     // a stable, machine-readable reason, required when failed
 	Message    string                     // a human-readable detail
-	Handle     string                     // the provider's own, stable identity of the resource
 	Endpoint   *Endpoint                  // where the sandbox can be reached, if anywhere
 	Extensions map[string]json.RawMessage // provider payloads, kept under providerExtensions
 }

@@ -21,10 +21,10 @@ func (nopProvider) Manifest(context.Context) (sandbox.Manifest, error) {
 		Capabilities: sandbox.Capabilities{PauseResume: true, FileAccess: true}}, nil
 }
 func (nopProvider) Allocate(_ context.Context, ref sandbox.Ref, _ sandbox.Spec) (sandbox.Observation, error) {
-	return sandbox.Observation{Ref: ref, State: sandbox.ObservedReady, Handle: ref.Name()}, nil
+	return sandbox.Observation{Ref: ref, State: sandbox.ObservedReady}, nil
 }
 func (nopProvider) Observe(_ context.Context, ref sandbox.Ref) (sandbox.Observation, error) {
-	return sandbox.Observation{Ref: ref, State: sandbox.ObservedReady, Handle: ref.Name()}, nil
+	return sandbox.Observation{Ref: ref, State: sandbox.ObservedReady}, nil
 }
 func (nopProvider) Release(context.Context, sandbox.Ref) error                    { return nil }
 func (nopProvider) Resources(context.Context) ([]sandbox.Ref, error)              { return nil, nil }

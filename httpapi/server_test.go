@@ -37,7 +37,7 @@ func (p *stubProvider) Allocate(_ context.Context, ref sandbox.Ref, _ sandbox.Sp
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.refs[ref] = true
-	return sandbox.Observation{Ref: ref, State: sandbox.ObservedReady, Handle: ref.Name()}, nil
+	return sandbox.Observation{Ref: ref, State: sandbox.ObservedReady}, nil
 }
 
 func (p *stubProvider) Observe(_ context.Context, ref sandbox.Ref) (sandbox.Observation, error) {
@@ -46,7 +46,7 @@ func (p *stubProvider) Observe(_ context.Context, ref sandbox.Ref) (sandbox.Obse
 	if !p.refs[ref] {
 		return sandbox.Observation{Ref: ref, State: sandbox.ObservedAbsent}, nil
 	}
-	return sandbox.Observation{Ref: ref, State: sandbox.ObservedReady, Handle: ref.Name()}, nil
+	return sandbox.Observation{Ref: ref, State: sandbox.ObservedReady}, nil
 }
 
 func (p *stubProvider) Release(_ context.Context, ref sandbox.Ref) error {

@@ -135,11 +135,11 @@ func (p *Provider) Observe(_ context.Context, ref sandbox.Ref) (sandbox.Observat
 	if err != nil {
 		return sandbox.Observation{}, err
 	}
-	obs := sandbox.Observation{Ref: ref, Handle: ref.Name()}
+	obs := sandbox.Observation{Ref: ref}
 	fi, err := os.Lstat(dir)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
-		obs.State, obs.Handle = sandbox.ObservedAbsent, ""
+		obs.State = sandbox.ObservedAbsent
 		return obs, nil
 	case err != nil:
 		return sandbox.Observation{}, fmt.Errorf("host provider: observe %s: %v: %w", ref, err, sandbox.ErrProviderUnavailable)

@@ -286,7 +286,6 @@ func (p *Provider) observation(b *box, pod *corev1.Pod, state sandbox.ObservedSt
 	if pod == nil {
 		return obs
 	}
-	obs.Handle = p.cfg.Namespace + "/" + pod.Name + "/" + string(pod.UID)
 	info := podInfo{Namespace: p.cfg.Namespace, Pod: pod.Name, UID: string(pod.UID), Node: pod.Spec.NodeName, PodIP: pod.Status.PodIP}
 	if state != sandbox.ObservedReady {
 		info.Phase = string(pod.Status.Phase)

@@ -2,6 +2,7 @@ package kubernetes_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"strconv"
 	"strings"
@@ -54,6 +55,18 @@ func podOf(t testing.TB, ns string, ref sandbox.Ref) *corev1.Pod {
 
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }
 
+// podUID is the UID of the Pod an observation reports under providerExtensions.
+func podUID(t testing.TB, obs sandbox.Observation) string {
+	t.Helper()
+	var info struct {
+		UID string `json:"uid"`
+	}
+	if err := json.Unmarshal(obs.Extensions["kubernetes"], &info); err != nil || info.UID == "" {
+		t.Fatalf("observation of %s names no Pod: %s, %v", obs.Ref, obs.Extensions["kubernetes"], err)
+	}
+	return info.UID
+}
+
 // TestPodShape checks the Pod an allocation makes: name and labels from the generation, the spec's image
 // and resources, the agent installed by an init container, no cluster credentials; and that allocation
 // and readiness are separate states.
@@ -97,8 +110,8 @@ func TestPodShape(t *testing.T) {
 		t.Fatalf("Pod spec: automount %v, restart %s", pod.Spec.AutomountServiceAccountToken, pod.Spec.RestartPolicy)
 	}
 	ready := waitObserved(t, p, ref, sandbox.ObservedReady)
-	if ready.Handle != obs.Handle || ready.Handle == "" {
-		t.Fatalf("handle %q when ready, %q when allocated", ready.Handle, obs.Handle)
+	if podUID(t, ready) != podUID(t, obs) {
+		t.Fatalf("Pod %s when ready, %s when allocated", podUID(t, ready), podUID(t, obs))
 	}
 	// The limits hold inside: the memory cgroup of the sandbox says 96 MiB.
 	res, err := p.Exec(context.Background(), ref, sandbox.Command{Argv: []string{"sh", "-c", "cat /sys/fs/cgroup/memory/memory.limit_in_bytes 2>/dev/null || cat /sys/fs/cgroup/memory.max"}})
@@ -126,8 +139,8 @@ func TestAdopt(t *testing.T) {
 	if err != nil {
 		t.Fatalf("allocate in a new provider: %v", err)
 	}
-	if again.Handle != first.Handle {
-		t.Fatalf("adopted handle %q, first %q", again.Handle, first.Handle)
+	if podUID(t, again) != podUID(t, first) {
+		t.Fatalf("adopted Pod %s, first %s", podUID(t, again), podUID(t, first))
 	}
 	podOf(t, ns, ref) // exactly one
 	waitObserved(t, b, ref, sandbox.ObservedReady)

@@ -2,6 +2,7 @@ package kubernetes
 
 import (
 	"context"
+	"encoding/json"
 	"log/slog"
 	"strings"
 	"testing"
@@ -153,8 +154,9 @@ func TestClassify(t *testing.T) {
 		if obs.State != c.state || obs.Reason != c.reason {
 			t.Errorf("%s: %s %q (%s), want %s %q", c.name, obs.State, obs.Reason, obs.Message, c.state, c.reason)
 		}
-		if obs.Handle != "ns/"+b.name+"/uid-1" {
-			t.Errorf("%s: handle %q", c.name, obs.Handle)
+		var info podInfo
+		if err := json.Unmarshal(obs.Extensions["kubernetes"], &info); err != nil || info.Namespace != "ns" || info.Pod != b.name || info.UID != "uid-1" {
+			t.Errorf("%s: Pod %s, %v", c.name, obs.Extensions["kubernetes"], err)
 		}
 	}
 	b.release = true

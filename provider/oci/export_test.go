@@ -50,6 +50,10 @@ func IDBase(p *Provider, ref sandbox.Ref) (uint32, error) {
 	return m.IDBase, err
 }
 
+// Container is the name runc knows ref's container by: ref.Name(), or a warm pool entry's name when it
+// was taken from the pool.
+func Container(p *Provider, ref sandbox.Ref) string { return p.box(ref).container() }
+
 // InitPid is the host pid of ref's container init, its agent.
 func InitPid(p *Provider, ref sandbox.Ref) (int, error) {
 	st, err := p.runc.state(context.Background(), p.box(ref).container())

@@ -155,8 +155,8 @@ true`)
 		waitIdle(t, p, 1)
 		ref := sandbox.Ref{ID: sandbox.NewID(), Generation: 1}
 		obs, err := p.Allocate(ctxFor(t), ref, sandbox.Spec{ClientRequestID: "t", Resources: &sandbox.Resources{MemoryMiB: 128}})
-		if err != nil || obs.State != sandbox.ObservedReady || !strings.HasPrefix(obs.Handle, "gvisor:pool-") {
-			t.Fatalf("allocate from the pool: %+v %v", obs, err)
+		if err != nil || obs.State != sandbox.ObservedReady || !strings.HasPrefix(oci.Container(p, ref), "pool-") {
+			t.Fatalf("allocate from the pool: %+v %v, container %s", obs, err, oci.Container(p, ref))
 		}
 		if res := sh(t, p, ref, "sleep 60 & python3 -c 'print(1)'"); res.Stdout != "1\n" {
 			t.Fatalf("%+v", res)

@@ -127,9 +127,9 @@ func limited(t *testing.T, res sandbox.Resources, check func(t *testing.T, p *oc
 			if err != nil || obs.State != sandbox.ObservedReady {
 				t.Fatalf("allocate: %+v %v", obs, err)
 			}
-			container := strings.TrimPrefix(obs.Handle, handle(t, p, ""))
+			container := oci.Container(p, ref)
 			if took := strings.HasPrefix(container, "pool-"); took != pooled {
-				t.Fatalf("allocate with %+v: handle %q, pooled %v", res, obs.Handle, pooled)
+				t.Fatalf("allocate with %+v: container %q, pooled %v", res, container, pooled)
 			}
 			check(t, p, ref, func(hierarchy string) string {
 				dirs, err := filepath.Glob("/sys/fs/cgroup/" + hierarchy + "/sandboxd-*-" + container)

@@ -359,11 +359,7 @@ func (p *Provider) observeLocked(ctx context.Context, b *box) (sandbox.Observati
 }
 
 func (p *Provider) observation(b *box, state sandbox.ObservedState, reason, msg string) sandbox.Observation {
-	o := sandbox.Observation{Ref: b.ref, State: state, Reason: reason, Message: msg}
-	if state != sandbox.ObservedAbsent {
-		o.Handle = string(p.runc.class) + ":" + b.container()
-	}
-	return o
+	return sandbox.Observation{Ref: b.ref, State: state, Reason: reason, Message: msg}
 }
 
 // Release stops the container (SIGTERM, then SIGKILL after StopGrace), deletes it, unmounts its disk,

@@ -97,16 +97,6 @@ func onGVisor(t testing.TB, p *oci.Provider) bool {
 	return m.RuntimeClass == "gvisor"
 }
 
-// handle is the observation handle of p's container name.
-func handle(t testing.TB, p *oci.Provider, container string) string {
-	t.Helper()
-	m, err := p.Manifest(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	return m.RuntimeClass + ":" + container
-}
-
 func releaseAll(t testing.TB, p *oci.Provider) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()

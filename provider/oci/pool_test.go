@@ -66,20 +66,20 @@ func TestWarmPool(t *testing.T) {
 	ctx := ctxFor(t)
 	pooled := sandbox.Ref{ID: sandbox.NewID(), Generation: 1}
 	obs, err := p.Allocate(ctx, pooled, sandbox.Spec{ClientRequestID: "t"})
-	if err != nil || obs.State != sandbox.ObservedReady || !strings.HasPrefix(obs.Handle, handle(t, p, "pool-")) {
-		t.Fatalf("allocate from the pool: %+v %v", obs, err)
+	if err != nil || obs.State != sandbox.ObservedReady || !strings.HasPrefix(oci.Container(p, pooled), "pool-") {
+		t.Fatalf("allocate from the pool: %+v %v, container %s", obs, err, oci.Container(p, pooled))
 	}
 	waitIdle(t, p, 2)
 	limited := sandbox.Ref{ID: sandbox.NewID(), Generation: 1}
 	obs, err = p.Allocate(ctx, limited, sandbox.Spec{ClientRequestID: "t", Resources: &sandbox.Resources{MemoryMiB: 64, CPUMillis: 500}})
-	if err != nil || obs.State != sandbox.ObservedReady || !strings.HasPrefix(obs.Handle, handle(t, p, "pool-")) {
-		t.Fatalf("allocate with limits from the pool: %+v %v", obs, err)
+	if err != nil || obs.State != sandbox.ObservedReady || !strings.HasPrefix(oci.Container(p, limited), "pool-") {
+		t.Fatalf("allocate with limits from the pool: %+v %v, container %s", obs, err, oci.Container(p, limited))
 	}
-	limitedCgroup := "sandboxd-*-" + strings.TrimPrefix(obs.Handle, handle(t, p, ""))
+	limitedCgroup := "sandboxd-*-" + oci.Container(p, limited)
 	disk := sandbox.Ref{ID: sandbox.NewID(), Generation: 1}
 	obs, err = p.Allocate(ctx, disk, sandbox.Spec{ClientRequestID: "t", Resources: &sandbox.Resources{DiskMiB: 16}})
-	if err != nil || obs.State != sandbox.ObservedReady || obs.Handle != handle(t, p, disk.Name()) {
-		t.Fatalf("allocate with a disk: %+v %v", obs, err)
+	if err != nil || obs.State != sandbox.ObservedReady || oci.Container(p, disk) != disk.Name() {
+		t.Fatalf("allocate with a disk: %+v %v, container %s", obs, err, oci.Container(p, disk))
 	}
 	waitIdle(t, p, 2)
 
@@ -106,8 +106,8 @@ func TestWarmPool(t *testing.T) {
 	oci.Abandon(p)
 	p2 := newPooledProviderAt(t, dir, 0)
 	waitEmpty(t, filepath.Join(dir, "pool"))
-	if obs, err := p2.Observe(ctx, pooled); err != nil || obs.State != sandbox.ObservedReady || !strings.HasPrefix(obs.Handle, handle(t, p, "pool-")) {
-		t.Fatalf("observe after restart: %+v %v", obs, err)
+	if obs, err := p2.Observe(ctx, pooled); err != nil || obs.State != sandbox.ObservedReady || !strings.HasPrefix(oci.Container(p2, pooled), "pool-") {
+		t.Fatalf("observe after restart: %+v %v, container %s", obs, err, oci.Container(p2, pooled))
 	}
 	if got, err := p2.ReadFile(ctx, pooled, "note"); err != nil || string(got) != "kept" {
 		t.Fatalf("read after restart: %q %v", got, err)

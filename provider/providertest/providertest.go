@@ -128,32 +128,27 @@ func testLifecycle(t *testing.T, p sandbox.Provider, m sandbox.Manifest) {
 	if obs, err := p.Observe(ctx, g1); err != nil || obs.State != sandbox.ObservedAbsent {
 		t.Fatalf("observe before allocation: %+v, %v; want absent", obs, err)
 	}
-	first := allocate(t, p, g1)
-	if first.Handle == "" {
-		t.Fatalf("ready observation of %s without a handle", g1)
-	}
+	allocate(t, p, g1)
 	// Allocate again: the same resource, not a second one.
 	again, err := p.Allocate(ctx, g1, sandbox.Spec{ClientRequestID: "conformance-" + g1.Name()})
 	if err != nil {
 		t.Fatalf("second allocate: %v", err)
 	}
-	if again.Handle != first.Handle {
-		t.Fatalf("second allocate of %s: handle %q, first %q", g1, again.Handle, first.Handle)
+	if err := again.Validate(g1); err != nil || again.State == sandbox.ObservedAbsent {
+		t.Fatalf("second allocate of %s: %+v, %v", g1, again, err)
 	}
-	if obs := waitState(t, p, g1, sandbox.ObservedReady); obs.Handle != first.Handle {
-		t.Fatalf("observe of %s: handle %q, allocated %q", g1, obs.Handle, first.Handle)
-	}
+	waitState(t, p, g1, sandbox.ObservedReady)
 
-	second := allocate(t, p, g2)
-	if second.Handle == first.Handle {
-		t.Fatalf("generations 1 and 2 share the handle %q", first.Handle)
-	}
+	allocate(t, p, g2)
 	refs, err := p.Resources(ctx)
 	if err != nil {
 		t.Fatalf("resources: %v", err)
 	}
 	if !slices.Contains(refs, g1) || !slices.Contains(refs, g2) {
 		t.Fatalf("resources %v lack %s or %s", refs, g1, g2)
+	}
+	if i := slices.Index(refs, g1); slices.Contains(refs[i+1:], g1) {
+		t.Fatalf("resources %v list %s twice: the second allocate made another resource", refs, g1)
 	}
 	fs, files := p.(sandbox.FileSystem)
 	files = files && m.Capabilities.FileAccess
@@ -167,6 +162,14 @@ func testLifecycle(t *testing.T, p sandbox.Provider, m sandbox.Manifest) {
 			if got, err := fs.ReadFile(ctx, ref, "generation.txt"); err != nil || string(got) != ref.Name() {
 				t.Fatalf("generations share files: %s reads %q, %v", ref, got, err)
 			}
+		}
+		// Allocating once more finds the resource that holds the file, not a new one.
+		if _, err := p.Allocate(ctx, g1, sandbox.Spec{ClientRequestID: "conformance-" + g1.Name()}); err != nil {
+			t.Fatalf("third allocate: %v", err)
+		}
+		waitState(t, p, g1, sandbox.ObservedReady)
+		if got, err := fs.ReadFile(ctx, g1, "generation.txt"); err != nil || string(got) != g1.Name() {
+			t.Fatalf("allocating %s again made another resource: it reads %q, %v", g1, got, err)
 		}
 	}
 
@@ -184,9 +187,7 @@ func testLifecycle(t *testing.T, p sandbox.Provider, m sandbox.Manifest) {
 	if slices.Contains(refs, g1) || !slices.Contains(refs, g2) {
 		t.Fatalf("resources after releasing %s: %v", g1, refs)
 	}
-	if obs := waitState(t, p, g2, sandbox.ObservedReady); obs.Handle != second.Handle {
-		t.Fatalf("%s changed handle after releasing %s", g2, g1)
-	}
+	waitState(t, p, g2, sandbox.ObservedReady)
 	if files {
 		if got, err := fs.ReadFile(ctx, g2, "generation.txt"); err != nil || string(got) != g2.Name() {
 			t.Fatalf("%s lost its file when %s was released: %q, %v", g2, g1, got, err)
