@@ -184,12 +184,10 @@ func (r *Runner) Run(ctx context.Context, dir string, cmd sandbox.Command) (sand
 	case ws = <-exited:
 	case <-timer.C:
 		res.TimedOut = true
-		_ = unix.Kill(-pgid, unix.SIGKILL)
-		ws = <-exited
+		ws = killUntilExited(pgid, exited)
 	case <-runCtx.Done():
 		res.Cancelled = true
-		_ = unix.Kill(-pgid, unix.SIGKILL)
-		ws = <-exited
+		ws = killUntilExited(pgid, exited)
 	}
 	// The leader is gone: kill whatever is left of its group, then unregister it.
 	reap := func() {}
@@ -262,6 +260,28 @@ func (r *Runner) Close(ctx context.Context) error {
 		return nil
 	case <-ctx.Done():
 		return fmt.Errorf("close runner: %w", ctx.Err())
+	}
+}
+
+// rekill is how often killUntilExited kills a group again while its leader lives on.
+const rekill = 10 * time.Millisecond
+
+// killUntilExited kills the process group pgid, and again every rekill until its leader's status
+// arrives on exited (until then the leader's pid, and so the group's, cannot be taken by another
+// process). On Linux the first kill takes the whole group, forks in flight included; gVisor's kernel
+// lets a member forked during the kill escape it, and a fork bomb's escapees kept that kernel too busy
+// to end the leader for 18 s and more, with the one kill there was.
+func killUntilExited(pgid int, exited <-chan unix.WaitStatus) unix.WaitStatus {
+	_ = unix.Kill(-pgid, unix.SIGKILL)
+	tick := time.NewTicker(rekill)
+	defer tick.Stop()
+	for {
+		select {
+		case ws := <-exited:
+			return ws
+		case <-tick.C:
+			_ = unix.Kill(-pgid, unix.SIGKILL)
+		}
 	}
 }
 
