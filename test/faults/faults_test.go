@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"sync/atomic"
@@ -18,10 +17,9 @@ import (
 	"github.com/sandboxd/sandbox"
 	"github.com/sandboxd/sandbox/core"
 	"github.com/sandboxd/sandbox/httpapi"
+	teststack "github.com/sandboxd/sandbox/internal/testenv/stack"
 	"github.com/sandboxd/sandbox/provider/fault"
 	"github.com/sandboxd/sandbox/provider/host"
-	"github.com/sandboxd/sandbox/store/sqlite"
-	"github.com/sandboxd/sandbox/store/sqlite/sqlitetest"
 )
 
 type stack struct {
@@ -34,28 +32,18 @@ type stack struct {
 func newStack(t *testing.T, tweak func(*core.Config)) *stack {
 	t.Helper()
 	dir := t.TempDir()
-	st := sqlitetest.Open(t, sqlite.Config{})
 	inner, err := host.New(host.Config{Dir: filepath.Join(dir, "host")})
 	if err != nil {
 		t.Fatal(err)
 	}
 	prov := fault.New(inner)
-	cfg := core.Config{Store: st, Provider: prov, ReconcileInterval: -1, ProviderTimeout: 300 * time.Millisecond}
-	if tweak != nil {
-		tweak(&cfg)
-	}
-	rt, err := core.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := rt.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { rt.Close() })
-	api := httpapi.New(httpapi.Config{Runtime: rt})
-	srv := httptest.NewServer(api)
-	t.Cleanup(func() { api.Close(); srv.Close() })
-	return &stack{t: t, url: srv.URL, prov: prov, dir: filepath.Join(dir, "host")}
+	s := teststack.New(t, prov, teststack.Core(func(c *core.Config) {
+		c.ReconcileInterval, c.ProviderTimeout = -1, 300*time.Millisecond
+		if tweak != nil {
+			tweak(c)
+		}
+	}))
+	return &stack{t: t, url: s.URL, prov: prov, dir: filepath.Join(dir, "host")}
 }
 
 // do sends a JSON request and returns the status and body.

@@ -2,14 +2,12 @@ package linearizability
 
 import (
 	"bytes"
-	"context"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"io"
 	"math/rand/v2"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -23,9 +21,8 @@ import (
 	"github.com/sandboxd/sandbox"
 	"github.com/sandboxd/sandbox/core"
 	"github.com/sandboxd/sandbox/httpapi"
+	teststack "github.com/sandboxd/sandbox/internal/testenv/stack"
 	"github.com/sandboxd/sandbox/provider/host"
-	"github.com/sandboxd/sandbox/store/sqlite"
-	"github.com/sandboxd/sandbox/store/sqlite/sqlitetest"
 )
 
 // Bounds of one run. SANDBOXD_LIN_SEED replays a run's choices (the interleaving is the scheduler's).
@@ -50,24 +47,11 @@ func seed(t *testing.T) uint64 {
 // stack starts the real runtime over a SQLite file and the host provider, served on 127.0.0.1.
 func stack(t *testing.T) string {
 	t.Helper()
-	dir := t.TempDir()
-	st := sqlitetest.Open(t, sqlite.Config{})
-	prov, err := host.New(host.Config{Dir: filepath.Join(dir, "host")})
+	prov, err := host.New(host.Config{Dir: filepath.Join(t.TempDir(), "host")})
 	if err != nil {
 		t.Fatal(err)
 	}
-	rt, err := core.New(core.Config{Store: st, Provider: prov, ReconcileInterval: 200 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := rt.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { rt.Close() })
-	api := httpapi.New(httpapi.Config{Runtime: rt})
-	srv := httptest.NewServer(api)
-	t.Cleanup(func() { api.Close(); srv.Close() })
-	return srv.URL
+	return teststack.New(t, prov, teststack.Core(func(c *core.Config) { c.ReconcileInterval = 200 * time.Millisecond })).URL
 }
 
 type recorder struct {
