@@ -8,8 +8,7 @@ import (
 
 	"github.com/sandboxd/sandbox"
 	"github.com/sandboxd/sandbox/core"
-	"github.com/sandboxd/sandbox/store/sqlite"
-	"github.com/sandboxd/sandbox/store/sqlite/sqlitetest"
+	"github.com/sandboxd/sandbox/internal/testenv/stack"
 )
 
 // nopProvider answers every call at once and holds nothing but a set of refs: the benchmarks below
@@ -39,13 +38,9 @@ func (nopProvider) ListFiles(context.Context, sandbox.Ref, string) ([]sandbox.Fi
 // benchRuntime is a runtime over a real SQLite file and nopProvider.
 func benchRuntime(b *testing.B) *core.Runtime {
 	b.Helper()
-	st := sqlitetest.Open(b, sqlite.Config{})
-	rt, err := core.New(core.Config{Store: st, Provider: nopProvider{}, Logger: slog.New(slog.DiscardHandler), ReconcileInterval: -1})
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { rt.Close() })
-	return rt
+	return stack.New(b, nopProvider{}, stack.Unstarted(), stack.Core(func(c *core.Config) {
+		c.Logger, c.ReconcileInterval = slog.New(slog.DiscardHandler), -1
+	})).Runtime
 }
 
 // BenchmarkCreate is the create path: validation, the intent and created event in one transaction,

@@ -13,10 +13,10 @@ import (
 
 	"github.com/sandboxd/sandbox"
 	"github.com/sandboxd/sandbox/core"
+	"github.com/sandboxd/sandbox/internal/testenv"
+	"github.com/sandboxd/sandbox/internal/testenv/stack"
 	"github.com/sandboxd/sandbox/provider/fault"
 	"github.com/sandboxd/sandbox/provider/host"
-	"github.com/sandboxd/sandbox/store/sqlite"
-	"github.com/sandboxd/sandbox/store/sqlite/sqlitetest"
 )
 
 // env is a runtime over a real SQLite file and the host provider, wrapped in the fault injector.
@@ -29,23 +29,18 @@ type env struct {
 
 func newEnv(t *testing.T, tweak ...func(*core.Config)) *env {
 	t.Helper()
-	dir := t.TempDir()
-	st := sqlitetest.Open(t, sqlite.Config{})
-	inner, err := host.New(host.Config{Dir: filepath.Join(dir, "host")})
+	inner, err := host.New(host.Config{Dir: filepath.Join(t.TempDir(), "host")})
 	if err != nil {
 		t.Fatal(err)
 	}
 	prov := fault.New(inner)
-	cfg := core.Config{Store: st, Provider: prov, ReconcileInterval: -1, ProviderTimeout: 2 * time.Second}
-	for _, f := range tweak {
-		f(&cfg)
-	}
-	rt, err := core.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { rt.Close() })
-	return &env{rt: rt, store: st, prov: prov, inner: inner}
+	s := stack.New(t, prov, stack.Unstarted(), stack.Core(func(c *core.Config) {
+		c.ReconcileInterval, c.ProviderTimeout = -1, 2*time.Second
+		for _, f := range tweak {
+			f(c)
+		}
+	}))
+	return &env{rt: s.Runtime, store: s.Store, prov: prov, inner: inner}
 }
 
 func spec(key string) sandbox.Spec { return sandbox.Spec{ClientRequestID: key} }
@@ -480,6 +475,7 @@ func TestTerminateGivesUpAfterTheBoundAndNamesTheLeftover(t *testing.T) {
 }
 
 func TestWatchSignalsWithoutBlocking(t *testing.T) {
+	testenv.NoLeaks(t)
 	e := newEnv(t)
 	ch, stop := e.rt.Watch()
 	defer stop()
