@@ -18,28 +18,11 @@ import (
 
 	"github.com/sandboxd/sandbox"
 	"github.com/sandboxd/sandbox/agent"
+	"github.com/sandboxd/sandbox/internal/testenv"
 	"github.com/sandboxd/sandbox/internal/version"
 )
 
-var agentBin string
-
-func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "agentbin")
-	if err != nil {
-		panic(err)
-	}
-	agentBin = filepath.Join(dir, "sandboxd")
-	build := exec.Command("go", "build", "-o", agentBin, "../cmd/sandboxd")
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "building the agent: %v\n%s", err, out)
-		os.RemoveAll(dir)
-		os.Exit(1)
-	}
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { testenv.Main(m) }
 
 type running struct {
 	root   string // the agent's root directory
@@ -61,7 +44,7 @@ func start(t testing.TB) *running {
 	}
 	t.Cleanup(func() { os.RemoveAll(sockDir) })
 	sock := filepath.Join(sockDir, "a.sock")
-	cmd := exec.Command(agentBin, "agent", "-socket", sock, "-root", root, "-workdir", "/workspace")
+	cmd := exec.Command(testenv.BuildAgent(t), "agent", "-socket", sock, "-root", root, "-workdir", "/workspace")
 	cmd.Env = append(os.Environ(), "GOMAXPROCS=1") // as the oci provider starts it
 	cmd.Stderr = os.Stderr
 	if err := cmd.Start(); err != nil {

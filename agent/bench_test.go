@@ -14,6 +14,7 @@ import (
 
 	"github.com/sandboxd/sandbox"
 	"github.com/sandboxd/sandbox/agent"
+	"github.com/sandboxd/sandbox/internal/testenv"
 )
 
 // BenchmarkRunTrue is the exec round trip of true through an agent on the host: the client, the unix
@@ -53,6 +54,7 @@ func BenchmarkStart(b *testing.B) {
 }
 
 func benchStart(b *testing.B, env []string) {
+	bin := testenv.BuildAgent(b)
 	root := b.TempDir()
 	if err := os.Mkdir(filepath.Join(root, "workspace"), 0o755); err != nil {
 		b.Fatal(err)
@@ -77,7 +79,7 @@ func benchStart(b *testing.B, env []string) {
 		if _, err := conn.Write([]byte(req)); err != nil {
 			b.Fatal(err)
 		}
-		cmd := exec.Command(agentBin, "agent", "-listen-fd", "3", "-root", root, "-workdir", "/workspace")
+		cmd := exec.Command(bin, "agent", "-listen-fd", "3", "-root", root, "-workdir", "/workspace")
 		cmd.Env = append([]string{"PATH=/usr/bin:/bin"}, env...)
 		cmd.ExtraFiles = []*os.File{lnFile}
 		b.StartTimer()

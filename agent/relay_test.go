@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/sandboxd/sandbox/agent"
+	"github.com/sandboxd/sandbox/internal/testenv"
 )
 
 // cmdConn is a net.Conn over a process's stdin and stdout.
@@ -33,8 +34,9 @@ func (c *cmdConn) Close() error {
 // kubernetes provider does through pods/exec.
 func TestRelayProcess(t *testing.T) {
 	a := start(t)
+	bin := testenv.BuildAgent(t)
 	c := agent.NewClient(func(ctx context.Context) (net.Conn, error) {
-		cmd := exec.Command(agentBin, "agent", "relay", "-socket", a.socket)
+		cmd := exec.Command(bin, "agent", "relay", "-socket", a.socket)
 		in, err := cmd.StdinPipe()
 		if err != nil {
 			return nil, err

@@ -9,9 +9,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"net/http"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"regexp"
 	"sync"
 	"syscall"
@@ -22,25 +20,7 @@ import (
 	"github.com/sandboxd/sandbox/internal/testenv"
 )
 
-var daemonBin string
-
-func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "sandboxd-bin")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	daemonBin = filepath.Join(dir, "sandboxd")
-	build := exec.Command("go", "build", "-o", daemonBin, ".")
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "building sandboxd: %v\n%s", err, out)
-		os.Exit(1)
-	}
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { testenv.Main(m) }
 
 // daemon is a sandboxd process started by a test.
 type daemon struct {
@@ -55,7 +35,7 @@ var servingRE = regexp.MustCompile(`msg=serving addr=(\S+)`)
 // until it serves.
 func startDaemon(t *testing.T, dataDir string, extra ...string) *daemon {
 	t.Helper()
-	return startDaemonBin(t, daemonBin, dataDir, extra...)
+	return startDaemonBin(t, testenv.BuildAgent(t), dataDir, extra...)
 }
 
 // startDaemonBin is startDaemon with another build of the daemon.

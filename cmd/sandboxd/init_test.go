@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/sandboxd/sandbox/internal/testenv"
 )
 
 // initBudget is the most a package of this module may allocate while the binary initialises. Every oci
@@ -22,7 +24,7 @@ const modulePath = "github.com/sandboxd/sandbox"
 // TestPackageInitIsSmall runs the binary with the runtime's init trace and checks what each of this
 // module's packages allocates at initialisation. Bytes, not time: they do not depend on the machine.
 func TestPackageInitIsSmall(t *testing.T) {
-	cmd := exec.Command(daemonBin, "version")
+	cmd := exec.Command(testenv.BuildAgent(t), "version")
 	cmd.Env = append(os.Environ(), "GODEBUG=inittrace=1")
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -20,11 +19,13 @@ import (
 	"github.com/sandboxd/sandbox/core"
 	"github.com/sandboxd/sandbox/httpapi"
 	"github.com/sandboxd/sandbox/internal/testenv"
+	"github.com/sandboxd/sandbox/internal/testenv/stack"
 	"github.com/sandboxd/sandbox/provider/host"
 	"github.com/sandboxd/sandbox/provider/oci"
 	"github.com/sandboxd/sandbox/store/sqlite"
-	"github.com/sandboxd/sandbox/store/sqlite/sqlitetest"
 )
+
+func TestMain(m *testing.M) { testenv.Main(m) }
 
 // inProcess serves the real API (SQLite store, core, host provider) on 127.0.0.1:0 and returns a client.
 func inProcess(t testing.TB) *client {
@@ -44,13 +45,7 @@ func inProcessOCI(t testing.TB) *client {
 		t.Skip(why)
 	}
 	dir := testenv.StateDir(t)
-	agentBin := filepath.Join(dir, "sandboxd")
-	build := exec.Command("go", "build", "-o", agentBin, "../sandboxd")
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("build the agent: %v\n%s", err, out)
-	}
-	prov, err := oci.New(oci.Config{StateDir: filepath.Join(dir, "oci"), AgentPath: agentBin,
+	prov, err := oci.New(oci.Config{StateDir: filepath.Join(dir, "oci"), AgentPath: testenv.BuildAgent(t),
 		AgentArgs: []string{"agent"}, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
@@ -72,20 +67,12 @@ func inProcessOCI(t testing.TB) *client {
 
 func serveInProcess(t testing.TB, dir string, prov sandbox.Provider) *client {
 	t.Helper()
-	st := sqlitetest.Open(t, sqlite.Config{Path: filepath.Join(dir, "sandboxd.db")})
 	log := slog.New(slog.DiscardHandler)
-	rt, err := core.New(core.Config{Store: st, Provider: prov, Logger: log, ReconcileInterval: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	api := httpapi.New(httpapi.Config{Runtime: rt, Logger: log})
-	srv := httptest.NewServer(api)
-	t.Cleanup(func() {
-		srv.Close()
-		api.Close()
-		rt.Close()
-	})
-	return newClient(srv.URL)
+	s := stack.New(t, prov, stack.Unstarted(),
+		stack.Store(sqlite.Config{Path: filepath.Join(dir, "sandboxd.db")}),
+		stack.Core(func(c *core.Config) { c.Logger, c.ReconcileInterval = log, -1 }),
+		stack.API(func(c *httpapi.Config) { c.Logger = log }))
+	return newClient(s.URL)
 }
 
 // TestAPICasesAndGrowth runs every API case and two growth steps, a few samples each, against a real

@@ -380,7 +380,7 @@ true`)
 // TestDefaultLimits: a sandbox whose spec sets no limit has the provider's: memory, a /workspace disk,
 // bounded tmpfs inodes, open files; and a spec above a maximum is refused before anything is made.
 func TestDefaultLimits(t *testing.T) {
-	cfg := testConfig(testenv.StateDir(t))
+	cfg := testConfig(t, testenv.StateDir(t))
 	cfg.DefaultMemoryMiB, cfg.MaxMemoryMiB, cfg.DefaultDiskMiB, cfg.MaxDiskMiB, cfg.TmpInodes = 64, 128, 16, 32, 256
 	p := newProviderWith(t, cfg)
 	for _, res := range []sandbox.Resources{{MemoryMiB: 129}, {DiskMiB: 33}} {
@@ -441,7 +441,7 @@ func TestAttackMountinfoNamesNoHostPath(t *testing.T) {
 	if res.ExitCode == nil || *res.ExitCode != 0 || !strings.Contains(res.Stdout, " / ") {
 		t.Fatalf("reading the mounts: %+v", res)
 	}
-	for _, host := range []string{dir, filepath.Dir(agentBin)} {
+	for _, host := range []string{dir, filepath.Dir(testenv.BuildAgent(t))} {
 		if strings.Contains(res.Stdout, host) {
 			t.Errorf("the sandbox's mounts name %s:\n%s", host, res.Stdout)
 		}

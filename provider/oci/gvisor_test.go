@@ -34,7 +34,7 @@ func gvisorRuntime(t *testing.T) string {
 		if class, err := oci.DetectClass(path); err != nil || class != "gvisor" {
 			continue
 		}
-		p, err := oci.New(oci.Config{StateDir: testenv.StateDir(t), AgentPath: agentBin, Runtime: path})
+		p, err := oci.New(oci.Config{StateDir: testenv.StateDir(t), AgentPath: testenv.BuildAgent(t), Runtime: path})
 		if err == nil {
 			p.Close()
 			return path
@@ -56,7 +56,7 @@ func gvisorRuntime(t *testing.T) string {
 func TestGVisor(t *testing.T) {
 	runsc := gvisorRuntime(t)
 	config := func(t *testing.T) oci.Config {
-		cfg := testConfig(testenv.StateDir(t))
+		cfg := testConfig(t, testenv.StateDir(t))
 		cfg.Runtime = runsc
 		return cfg
 	}
@@ -200,7 +200,7 @@ esac
 		t.Fatal(err)
 	}
 	state := filepath.Join(dir, "state")
-	_, err := oci.New(oci.Config{StateDir: state, AgentPath: agentBin, Runtime: old})
+	_, err := oci.New(oci.Config{StateDir: state, AgentPath: testenv.BuildAgent(t), Runtime: old})
 	if err == nil || !strings.Contains(err.Error(), "openat2") {
 		t.Fatalf("New with a kernel without openat2: %v", err)
 	}

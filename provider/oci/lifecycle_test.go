@@ -175,7 +175,7 @@ func TestRestartAdopts(t *testing.T) {
 // under its name.
 func TestRestartRemovesUnclaimedContainers(t *testing.T) {
 	dir := testenv.StateDir(t)
-	cfg := testConfig(dir)
+	cfg := testConfig(t, dir)
 	cfg.WarmPool = 1
 	p1, err := oci.New(cfg)
 	if err != nil {
@@ -274,7 +274,7 @@ func countingRuntime(t *testing.T, dir string) (path string, calls func() []stri
 func TestObserveAsksTheAgentFirst(t *testing.T) {
 	dir := testenv.StateDir(t)
 	counting, calls := countingRuntime(t, dir)
-	cfg := testConfig(filepath.Join(dir, "state"))
+	cfg := testConfig(t, filepath.Join(dir, "state"))
 	cfg.Runtime = counting
 	p := newProviderWith(t, cfg)
 	runs := func() int { return len(calls()) }
@@ -324,7 +324,7 @@ func TestRestartListsOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	counting, calls := countingRuntime(t, testenv.StateDir(t))
-	cfg := testConfig(dir)
+	cfg := testConfig(t, dir)
 	cfg.Runtime = counting
 	p2, err := oci.New(cfg)
 	if err != nil {
@@ -409,7 +409,7 @@ func measureWith(t *testing.T, runtime, dir string) footprint {
 		cg, _ := os.ReadFile("/proc/" + e.Name() + "/cgroup")
 		// Our children (zombies too), anything running our agent binary or on our state directory, and
 		// every process in one of our cgroups.
-		if (len(fields) > 1 && fields[1] == me) || bytes.Contains(cmd, []byte(agentBin)) || bytes.Contains(cmd, []byte(dir)) ||
+		if (len(fields) > 1 && fields[1] == me) || bytes.Contains(cmd, []byte(testenv.BuildAgent(t))) || bytes.Contains(cmd, []byte(dir)) ||
 			bytes.Contains(cg, []byte("/"+prefix)) {
 			f.processes++
 		}

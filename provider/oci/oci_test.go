@@ -17,8 +17,6 @@ import (
 	"github.com/sandboxd/sandbox/provider/providertest"
 )
 
-var agentBin string
-
 // testRuntime is the runtime binary the package's tests run their sandboxes on: $SANDBOXD_OCI_RUNTIME
 // (SANDBOXD_OCI_RUNTIME=runsc runs every test on gVisor), or runc. TestGVisor runs on gVisor
 // whenever runsc is installed.
@@ -33,24 +31,7 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, "the tests' runtime:", err)
 		os.Exit(1)
 	}
-	dir, err := os.MkdirTemp("", "ociagent")
-	if err != nil {
-		panic(err)
-	}
-	agentBin = filepath.Join(dir, "sandboxd")
-	if err := os.Chmod(dir, 0o711); err != nil { // gVisor's gofer, an unprivileged uid, opens the agent
-		panic(err)
-	}
-	build := exec.Command("go", "build", "-o", agentBin, "../../cmd/sandboxd")
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "building the agent: %v\n%s", err, out)
-		os.RemoveAll(dir)
-		os.Exit(1)
-	}
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
+	testenv.Main(m)
 }
 
 // newProvider makes a provider on a fresh state directory and releases everything it holds when the
@@ -62,12 +43,12 @@ func newProvider(t testing.TB) *oci.Provider {
 
 func newProviderAt(t testing.TB, dir string) *oci.Provider {
 	t.Helper()
-	return newProviderWith(t, testConfig(dir))
+	return newProviderWith(t, testConfig(t, dir))
 }
 
 // testConfig is the configuration of the tests' providers on dir, on testRuntime.
-func testConfig(dir string) oci.Config {
-	return oci.Config{StateDir: dir, AgentPath: agentBin, Runtime: testRuntime, StopGrace: time.Second}
+func testConfig(t testing.TB, dir string) oci.Config {
+	return oci.Config{StateDir: dir, AgentPath: testenv.BuildAgent(t), Runtime: testRuntime, StopGrace: time.Second}
 }
 
 // newProviderWith makes a provider of cfg and releases everything it holds when the test ends.

@@ -21,7 +21,7 @@ import (
 // after its sandboxes are released.
 func newPooledProviderAt(t testing.TB, dir string, n int) *oci.Provider {
 	t.Helper()
-	cfg := testConfig(dir)
+	cfg := testConfig(t, dir)
 	cfg.WarmPool = n
 	p, err := oci.New(cfg)
 	if err != nil {
@@ -141,7 +141,7 @@ func TestWarmPool(t *testing.T) {
 func TestWarmPoolClose(t *testing.T) {
 	dir := testenv.StateDir(t)
 	before := measure(t, dir)
-	cfg := testConfig(dir)
+	cfg := testConfig(t, dir)
 	cfg.WarmPool = 2
 	p, err := oci.New(cfg)
 	if err != nil {
@@ -196,7 +196,7 @@ func TestPoolBacksOff(t *testing.T) {
 		t.Fatal(err)
 	}
 	waits := make(chan time.Duration, 16)
-	p, err := oci.New(oci.Config{StateDir: filepath.Join(dir, "state"), AgentPath: agentBin, Runtime: failing,
+	p, err := oci.New(oci.Config{StateDir: filepath.Join(dir, "state"), AgentPath: testenv.BuildAgent(t), Runtime: failing,
 		WarmPool: 1, Logger: slog.New(retryHandler(waits))})
 	if err != nil {
 		t.Fatal(err)
