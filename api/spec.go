@@ -1,5 +1,8 @@
-// Package api embeds the HTTP contract, openapi.yaml, so that the server validates requests against the
-// very document clients are given. The file is a verbatim copy of the user's contract; a test keeps it so.
+// Package api is the HTTP contract and its wire types. It embeds openapi.yaml, so that the server
+// validates requests against the very document clients are given, and it declares the request and
+// response bodies of the contract's operations, the one definition httpapi and client both encode and
+// decode. The file is a verbatim copy of the user's contract; a test keeps it so. The types carry no
+// behaviour: what a request means is the server's business, what a client makes of an answer the client's.
 package api
 
 import _ "embed"

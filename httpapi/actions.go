@@ -5,24 +5,14 @@ import (
 	"net/http"
 
 	"github.com/sandboxd/sandbox"
+	"github.com/sandboxd/sandbox/api"
 )
-
-// GenerationRequest is the body of pause, resume and terminate.
-type GenerationRequest struct {
-	ExpectedGeneration sandbox.Generation `json:"expectedGeneration"`
-}
-
-// RecreateRequest is the body of recreate.
-type RecreateRequest struct {
-	ExpectedGeneration sandbox.Generation `json:"expectedGeneration"`
-	Spec               sandbox.Spec       `json:"spec"`
-}
 
 type generationAction func(ctx context.Context, id sandbox.ID, gen sandbox.Generation) (*sandbox.Sandbox, error)
 
 // action serves the actions whose body is only an expected generation.
 func (s *Server) action(w http.ResponseWriter, r *http.Request, body []byte, do generationAction) error {
-	var req GenerationRequest
+	var req api.GenerationRequest
 	if err := decodeStrict(body, &req); err != nil {
 		return err
 	}
@@ -51,7 +41,7 @@ func (s *Server) terminateSandbox(w http.ResponseWriter, r *http.Request, body [
 
 // recreateSandbox: POST /v1/sandboxes/{sandboxId}/actions/recreate.
 func (s *Server) recreateSandbox(w http.ResponseWriter, r *http.Request, body []byte) error {
-	var req RecreateRequest
+	var req api.RecreateRequest
 	if err := decodeStrict(body, &req); err != nil {
 		return err
 	}

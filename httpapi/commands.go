@@ -7,21 +7,12 @@ import (
 	"time"
 
 	"github.com/sandboxd/sandbox"
+	"github.com/sandboxd/sandbox/api"
 )
 
-// CommandRequest is the body of POST /v1/sandboxes/{sandboxId}/commands.
-type CommandRequest struct {
-	ExpectedGeneration sandbox.Generation `json:"expectedGeneration"`
-	Argv               []string           `json:"argv"`
-	Cwd                string             `json:"cwd,omitempty"`
-	Env                map[string]string  `json:"env,omitempty"`
-	TimeoutSeconds     *float64           `json:"timeoutSeconds,omitempty"`
-	MaxOutputBytes     *int               `json:"maxOutputBytes,omitempty"`
-}
-
-// Command maps the wire request to the domain command, with the contract's defaults. Errors:
+// command maps the wire request to the domain command, with the contract's defaults. Errors:
 // ErrInvalidRequest for a value out of the contract's range or past the bounds of limits.go.
-func (req CommandRequest) Command() (sandbox.Command, error) {
+func command(req api.CommandRequest) (sandbox.Command, error) {
 	if err := checkCommand(req.Argv, req.Env, req.Cwd); err != nil {
 		return sandbox.Command{}, err
 	}
@@ -54,11 +45,11 @@ func (req CommandRequest) Command() (sandbox.Command, error) {
 // executeCommand: POST /v1/sandboxes/{sandboxId}/commands. It runs under the request's context: a client
 // that goes away cancels the command.
 func (s *Server) executeCommand(w http.ResponseWriter, r *http.Request, body []byte) error {
-	var req CommandRequest
+	var req api.CommandRequest
 	if err := decodeStrict(body, &req); err != nil {
 		return err
 	}
-	cmd, err := req.Command()
+	cmd, err := command(req)
 	if err != nil {
 		return err
 	}

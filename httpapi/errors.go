@@ -7,18 +7,13 @@ import (
 	"sync"
 
 	"github.com/sandboxd/sandbox"
+	"github.com/sandboxd/sandbox/api"
 )
 
 // ErrorResponse is the body of every error response.
-type ErrorResponse struct {
-	Error ErrorBody `json:"error"`
-}
-
-// ErrorBody is the error of an ErrorResponse.
-type ErrorBody struct {
-	Code    sandbox.ErrorCode `json:"code"`
-	Message string            `json:"message"`
-}
+//
+// Deprecated: use api.ErrorResponse, its one definition.
+type ErrorResponse = api.ErrorResponse
 
 // writeError is the one place an error becomes a response: its class (sandbox.ClassOf, the one table)
 // gives the status and code. An unclassified error is a 500 "internal" whose detail is logged, not shown.
@@ -31,7 +26,7 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	} else if class.Status >= 500 {
 		s.log.Warn("provider error", "method", r.Method, "path", r.URL.Path, "code", class.Code, "err", err)
 	}
-	writeJSON(w, class.Status, ErrorResponse{Error: ErrorBody{Code: class.Code, Message: msg}})
+	writeJSON(w, class.Status, api.ErrorResponse{Error: api.ErrorBody{Code: class.Code, Message: msg}})
 }
 
 // writeJSON writes v as the JSON body of a response with the given status. The body is encoded into a

@@ -12,15 +12,11 @@ import (
 	"time"
 
 	"github.com/sandboxd/sandbox"
+	"github.com/sandboxd/sandbox/api"
 )
 
 // streamPage is how many events a stream reads from the log at a time.
 const streamPage = 64
-
-// EventList is the body of GET /v1/events.
-type EventList struct {
-	Events []sandbox.Event `json:"events"`
-}
 
 // eventQuery reads the cursor and filter of an events request. For the stream, a Last-Event-ID header
 // resumes like after and wins when both are sent, as a reconnecting EventSource sends both.
@@ -59,7 +55,7 @@ func (s *Server) listEvents(w http.ResponseWriter, r *http.Request, _ []byte) er
 	if events == nil {
 		events = []sandbox.Event{}
 	}
-	writeJSON(w, http.StatusOK, EventList{Events: events})
+	writeJSON(w, http.StatusOK, api.EventList{Events: events})
 	return nil
 }
 

@@ -9,27 +9,13 @@ import (
 	"strings"
 
 	"github.com/sandboxd/sandbox"
+	"github.com/sandboxd/sandbox/api"
 )
 
-// FileWriteRequest is the body of PUT /v1/sandboxes/{sandboxId}/files/content.
-type FileWriteRequest struct {
-	ExpectedGeneration sandbox.Generation `json:"expectedGeneration"`
-	Path               string             `json:"path"`
-	ContentBase64      string             `json:"contentBase64"`
-}
-
-// FileContent is the body of a file read, and of a write with an empty contentBase64 (the content is not
-// echoed back).
-type FileContent struct {
-	Path          string `json:"path"`
-	ContentBase64 string `json:"contentBase64"`
-	Size          int64  `json:"size"`
-}
-
-// FileList is the body of GET /v1/sandboxes/{sandboxId}/files/entries.
-type FileList struct {
-	Entries []sandbox.FileEntry `json:"entries"`
-}
+// FileContent is the body of a file read, and of a write with an empty contentBase64.
+//
+// Deprecated: use api.FileContent, its one definition.
+type FileContent = api.FileContent
 
 // readFile: GET /v1/sandboxes/{sandboxId}/files/content?path=&expectedGeneration=.
 func (s *Server) readFile(w http.ResponseWriter, r *http.Request, _ []byte) error {
@@ -74,7 +60,7 @@ func (s *Server) writeFile(w http.ResponseWriter, r *http.Request, body []byte) 
 	if err := s.rt.WriteFile(r.Context(), sandboxID(r), req.ExpectedGeneration, req.Path, data); err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, FileContent{Path: req.Path, ContentBase64: "", Size: int64(len(data))})
+	writeJSON(w, http.StatusOK, api.FileContent{Path: req.Path, ContentBase64: "", Size: int64(len(data))})
 	return nil
 }
 
@@ -84,7 +70,7 @@ func (s *Server) writeFile(w http.ResponseWriter, r *http.Request, body []byte) 
 func writeFileContent(w http.ResponseWriter, path string, data []byte) {
 	p, err := json.Marshal(path)
 	if err != nil {
-		writeJSON(w, http.StatusOK, FileContent{Path: path, ContentBase64: base64.StdEncoding.EncodeToString(data), Size: int64(len(data))})
+		writeJSON(w, http.StatusOK, api.FileContent{Path: path, ContentBase64: base64.StdEncoding.EncodeToString(data), Size: int64(len(data))})
 		return
 	}
 	const head, mid = `{"path":`, `,"contentBase64":"`
@@ -105,26 +91,26 @@ func writeFileContent(w http.ResponseWriter, path string, data []byte) {
 
 // fileWriteFromDoc builds the request of a large write from the document validation decoded (the
 // contract fixes its three members and their types), sparing a second decode of megabytes of base64.
-func fileWriteFromDoc(r *http.Request) (FileWriteRequest, bool) {
+func fileWriteFromDoc(r *http.Request) (api.FileWriteRequest, bool) {
 	doc, ok := validatedDoc(r)
 	if !ok {
-		return FileWriteRequest{}, false
+		return api.FileWriteRequest{}, false
 	}
 	m, ok := doc.(map[string]any)
 	if !ok || len(m) != 3 {
-		return FileWriteRequest{}, false
+		return api.FileWriteRequest{}, false
 	}
 	path, ok1 := m["path"].(string)
 	content, ok2 := m["contentBase64"].(string)
 	num, ok3 := m["expectedGeneration"].(json.Number)
 	if !ok1 || !ok2 || !ok3 {
-		return FileWriteRequest{}, false
+		return api.FileWriteRequest{}, false
 	}
 	gen, err := num.Int64()
 	if err != nil {
-		return FileWriteRequest{}, false
+		return api.FileWriteRequest{}, false
 	}
-	return FileWriteRequest{ExpectedGeneration: sandbox.Generation(gen), Path: path, ContentBase64: content}, true
+	return api.FileWriteRequest{ExpectedGeneration: sandbox.Generation(gen), Path: path, ContentBase64: content}, true
 }
 
 // listFiles: GET /v1/sandboxes/{sandboxId}/files/entries?path=&expectedGeneration=. path defaults to ".".
@@ -147,6 +133,6 @@ func (s *Server) listFiles(w http.ResponseWriter, r *http.Request, _ []byte) err
 	if entries == nil {
 		entries = []sandbox.FileEntry{}
 	}
-	writeJSON(w, http.StatusOK, FileList{Entries: entries})
+	writeJSON(w, http.StatusOK, api.FileList{Entries: entries})
 	return nil
 }

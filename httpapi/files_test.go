@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/sandboxd/sandbox"
+	"github.com/sandboxd/sandbox/api"
 )
 
 // writeFileContent writes byte for byte what writeJSON writes for the same FileContent.
@@ -18,7 +19,7 @@ func TestWriteFileContentIsWriteJSON(t *testing.T) {
 		for _, n := range []int{0, 1, 2, 3, 4, 1000, 1 << 16} {
 			data := bytes.Repeat([]byte{0xff, 0x00, 'a', '+', '/'}, n/5+1)[:n]
 			want := httptest.NewRecorder()
-			writeJSON(want, 200, FileContent{Path: path, ContentBase64: base64.StdEncoding.EncodeToString(data), Size: int64(n)})
+			writeJSON(want, 200, api.FileContent{Path: path, ContentBase64: base64.StdEncoding.EncodeToString(data), Size: int64(n)})
 			got := httptest.NewRecorder()
 			writeFileContent(got, path, data)
 			if !bytes.Equal(got.Body.Bytes(), want.Body.Bytes()) {

@@ -4,22 +4,12 @@ import (
 	"net/http"
 
 	"github.com/sandboxd/sandbox"
+	"github.com/sandboxd/sandbox/api"
 )
-
-// Health is the body of GET /healthz.
-type Health struct {
-	Status string `json:"status"`
-}
-
-// RuntimeInfo is the body of GET /v1/runtime.
-type RuntimeInfo struct {
-	ProtocolVersion string           `json:"protocolVersion"`
-	Provider        sandbox.Manifest `json:"provider"`
-}
 
 // getHealth: GET /healthz. It says the process accepts requests; it asks nothing of the provider.
 func (s *Server) getHealth(w http.ResponseWriter, _ *http.Request, _ []byte) error {
-	writeJSON(w, http.StatusOK, Health{Status: "ok"})
+	writeJSON(w, http.StatusOK, api.Health{Status: "ok"})
 	return nil
 }
 
@@ -29,6 +19,6 @@ func (s *Server) getRuntimeInfo(w http.ResponseWriter, r *http.Request, _ []byte
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, RuntimeInfo{ProtocolVersion: sandbox.ProtocolVersion, Provider: m})
+	writeJSON(w, http.StatusOK, api.RuntimeInfo{ProtocolVersion: sandbox.ProtocolVersion, Provider: m})
 	return nil
 }

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/sandboxd/sandbox"
+	"github.com/sandboxd/sandbox/api"
 	"github.com/sandboxd/sandbox/core"
 )
 
@@ -74,7 +75,7 @@ var shortClient = &http.Client{Timeout: 10 * time.Second}
 // invalidRequest reports whether a response is a 400 invalid_request ErrorResponse whose message says
 // what.
 func invalidRequest(status int, body []byte, what string) bool {
-	var er ErrorResponse
+	var er api.ErrorResponse
 	return status == 400 && json.Unmarshal(body, &er) == nil && er.Error.Code == sandbox.CodeInvalidRequest &&
 		strings.Contains(er.Error.Message, what)
 }

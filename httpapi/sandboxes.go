@@ -4,12 +4,8 @@ import (
 	"net/http"
 
 	"github.com/sandboxd/sandbox"
+	"github.com/sandboxd/sandbox/api"
 )
-
-// SandboxList is the body of GET /v1/sandboxes.
-type SandboxList struct {
-	Sandboxes []*sandbox.Sandbox `json:"sandboxes"`
-}
 
 // createSandbox: POST /v1/sandboxes. A repeated create with the same clientRequestId and spec answers 201
 // with the sandbox as it is now, like the first one: the contract has a single success status for both.
@@ -38,7 +34,7 @@ func (s *Server) listSandboxes(w http.ResponseWriter, r *http.Request, _ []byte)
 	if list == nil {
 		list = []*sandbox.Sandbox{}
 	}
-	writeJSON(w, http.StatusOK, SandboxList{Sandboxes: list})
+	writeJSON(w, http.StatusOK, api.SandboxList{Sandboxes: list})
 	return nil
 }
 

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/sandboxd/sandbox"
+	"github.com/sandboxd/sandbox/api"
 	"github.com/sandboxd/sandbox/core"
 	"github.com/sandboxd/sandbox/store/sqlite"
 	"github.com/sandboxd/sandbox/store/sqlite/sqlitetest"
@@ -93,9 +94,9 @@ func fromLoopback(r *http.Request) *http.Request {
 	return r
 }
 
-func decodeError(t testing.TB, body []byte) ErrorResponse {
+func decodeError(t testing.TB, body []byte) api.ErrorResponse {
 	t.Helper()
-	var er ErrorResponse
+	var er api.ErrorResponse
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&er); err != nil || er.Error.Code == "" || er.Error.Message == "" {
@@ -149,20 +150,20 @@ func TestErrorTable(t *testing.T) {
 }
 
 func TestCommandDefaults(t *testing.T) {
-	cmd, err := CommandRequest{Argv: []string{"true"}}.Command()
+	cmd, err := command(api.CommandRequest{Argv: []string{"true"}})
 	if err != nil || cmd.Timeout != sandbox.DefaultCommandTimeout || cmd.MaxOutputBytes != sandbox.DefaultMaxOutputBytes {
 		t.Fatalf("defaults: %+v %v", cmd, err)
 	}
 	tiny, big, n := 1e-12, 3600.0, 7
-	cmd, err = CommandRequest{Argv: []string{"true"}, TimeoutSeconds: &tiny, MaxOutputBytes: &n}.Command()
+	cmd, err = command(api.CommandRequest{Argv: []string{"true"}, TimeoutSeconds: &tiny, MaxOutputBytes: &n})
 	if err != nil || cmd.Timeout <= 0 || cmd.MaxOutputBytes != 7 {
 		t.Fatalf("tiny timeout: %+v %v", cmd, err)
 	}
-	if cmd, err = (CommandRequest{Argv: []string{"true"}, TimeoutSeconds: &big}).Command(); err != nil || cmd.Timeout != time.Hour {
+	if cmd, err = command(api.CommandRequest{Argv: []string{"true"}, TimeoutSeconds: &big}); err != nil || cmd.Timeout != time.Hour {
 		t.Fatalf("hour: %+v %v", cmd, err)
 	}
 	for _, bad := range []float64{0, -1, 3600.001} {
-		if _, err := (CommandRequest{TimeoutSeconds: &bad}).Command(); !errors.Is(err, sandbox.ErrInvalidRequest) {
+		if _, err := command(api.CommandRequest{TimeoutSeconds: &bad}); !errors.Is(err, sandbox.ErrInvalidRequest) {
 			t.Errorf("timeout %v: %v", bad, err)
 		}
 	}

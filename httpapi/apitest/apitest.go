@@ -221,7 +221,7 @@ func (c *client) fails(method, path string, in any, status int, code sandbox.Err
 
 func (c *client) checkError(method, path string, r response, status int, code sandbox.ErrorCode) string {
 	c.t.Helper()
-	var er httpapi.ErrorResponse
+	var er api.ErrorResponse
 	if err := json.Unmarshal(r.body, &er); err != nil {
 		c.t.Fatalf("%s %s: status %d, body %q is not an ErrorResponse: %v", method, path, r.status, r.body, err)
 	}

@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"github.com/sandboxd/sandbox"
-	"github.com/sandboxd/sandbox/httpapi"
+	"github.com/sandboxd/sandbox/api"
 )
 
 // result is a command result as the wire has it (exitCode may be null).
@@ -119,7 +119,7 @@ func queryEscape(s string) string {
 
 func (st *stack) readFile(id sandbox.ID, path string) []byte {
 	st.t.Helper()
-	var fc httpapi.FileContent
+	var fc api.FileContent
 	st.c.ok("GET", filePath(id, path, 1), nil, 200, &fc)
 	data, err := base64.StdEncoding.DecodeString(fc.ContentBase64)
 	if err != nil || fc.Path != path || fc.Size != int64(len(data)) {
@@ -133,7 +133,7 @@ func (s *suite) testFiles(t *testing.T) {
 	sb := st.create(nil)
 	put := sbPath(sb.ID, "/files/content")
 	content := []byte("line one\n\x00\xff binary too\n")
-	var w httpapi.FileContent
+	var w api.FileContent
 	st.c.ok("PUT", put, fileBody(1, "notes/a.txt", content), 200, &w)
 	if w.Path != "notes/a.txt" || w.ContentBase64 != "" || w.Size != int64(len(content)) {
 		t.Fatalf("write answered %+v", w)
@@ -152,7 +152,7 @@ func (s *suite) testFiles(t *testing.T) {
 		t.Fatalf("cat %+v", r)
 	}
 
-	var list httpapi.FileList
+	var list api.FileList
 	st.c.ok("GET", entriesPath(sb.ID, "notes", 1), nil, 200, &list)
 	want := map[string]sandbox.FileEntry{
 		"notes/a.txt": {Path: "notes/a.txt", Kind: sandbox.KindFile, Size: 2},
@@ -257,7 +257,7 @@ func (s *suite) testLargeFile(t *testing.T) {
 	for i := range data {
 		data[i] = byte(i * 7)
 	}
-	var w httpapi.FileContent
+	var w api.FileContent
 	st.c.ok("PUT", sbPath(sb.ID, "/files/content"), fileBody(1, "big.bin", data), 200, &w)
 	if w.Size != int64(len(data)) {
 		t.Fatalf("wrote %d bytes, want %d", w.Size, len(data))

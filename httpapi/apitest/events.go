@@ -12,12 +12,12 @@ import (
 	"time"
 
 	"github.com/sandboxd/sandbox"
-	"github.com/sandboxd/sandbox/httpapi"
+	"github.com/sandboxd/sandbox/api"
 )
 
 func (st *stack) events(query string) []sandbox.Event {
 	st.t.Helper()
-	var list httpapi.EventList
+	var list api.EventList
 	st.c.ok("GET", "/v1/events"+query, nil, 200, &list)
 	if list.Events == nil {
 		st.t.Fatalf("events%s: null list", query)

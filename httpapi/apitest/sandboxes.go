@@ -8,17 +8,17 @@ import (
 	"testing"
 
 	"github.com/sandboxd/sandbox"
-	"github.com/sandboxd/sandbox/httpapi"
+	"github.com/sandboxd/sandbox/api"
 )
 
 func (s *suite) testHealth(t *testing.T) {
 	st := s.newStack(t, s.newProvider(t), options{})
-	var h httpapi.Health
+	var h api.Health
 	st.c.ok("GET", "/healthz", nil, 200, &h)
 	if h.Status != "ok" {
 		t.Fatalf("healthz status %q", h.Status)
 	}
-	var info httpapi.RuntimeInfo
+	var info api.RuntimeInfo
 	st.c.ok("GET", "/v1/runtime", nil, 200, &info)
 	if info.ProtocolVersion != sandbox.ProtocolVersion || info.Provider.Name == "" || info.Provider.RuntimeClass == "" {
 		t.Fatalf("runtime info %+v", info)
@@ -92,7 +92,7 @@ func (s *suite) testCreate(t *testing.T) {
 	st.c.fails("POST", "/v1/sandboxes", spec, 409, sandbox.CodeIdempotencyConflict)
 	st.waitState(first.ID, sandbox.StateReady)
 
-	var list httpapi.SandboxList
+	var list api.SandboxList
 	st.c.ok("GET", "/v1/sandboxes", nil, 200, &list)
 	if len(list.Sandboxes) != 1 {
 		t.Fatalf("%d sandboxes after an idempotent repeat and a conflict, want 1", len(list.Sandboxes))
@@ -139,12 +139,12 @@ func (s *suite) testCreateValidation(t *testing.T) {
 	r := st.c.raw("POST", "/v1/sandboxes", strings.NewReader(`{"clientRequestId":"a"}`), http.Header{"Content-Type": {"text/plain"}})
 	st.c.checkError("POST", "/v1/sandboxes", r, 400, sandbox.CodeInvalidRequest)
 	// Nothing refused was recorded.
-	var list httpapi.SandboxList
+	var list api.SandboxList
 	st.c.ok("GET", "/v1/sandboxes", nil, 200, &list)
 	if len(list.Sandboxes) != 0 {
 		t.Fatalf("refused creates recorded %d sandboxes", len(list.Sandboxes))
 	}
-	var events httpapi.EventList
+	var events api.EventList
 	st.c.ok("GET", "/v1/events", nil, 200, &events)
 	if len(events.Events) != 0 {
 		t.Fatalf("refused creates emitted %d events", len(events.Events))
@@ -153,7 +153,7 @@ func (s *suite) testCreateValidation(t *testing.T) {
 
 func (s *suite) testGetList(t *testing.T) {
 	st := s.newStack(t, s.newProvider(t), options{})
-	var empty httpapi.SandboxList
+	var empty api.SandboxList
 	st.c.ok("GET", "/v1/sandboxes", nil, 200, &empty)
 	if empty.Sandboxes == nil || len(empty.Sandboxes) != 0 {
 		t.Fatalf("empty list %+v", empty)
@@ -165,7 +165,7 @@ func (s *suite) testGetList(t *testing.T) {
 	if got.ID != a.ID || got.State != sandbox.StateReady || got.Provider == "" {
 		t.Fatalf("get %+v", got)
 	}
-	var list httpapi.SandboxList
+	var list api.SandboxList
 	st.c.ok("GET", "/v1/sandboxes", nil, 200, &list)
 	if len(list.Sandboxes) != 2 || list.Sandboxes[0].ID != a.ID || list.Sandboxes[1].ID != b.ID {
 		t.Fatalf("list %+v, want %s then %s", list.Sandboxes, a.ID, b.ID)
@@ -223,7 +223,7 @@ func (s *suite) testActions(t *testing.T) {
 
 func (s *suite) manifest(t *testing.T, st *stack) sandbox.Manifest {
 	t.Helper()
-	var info httpapi.RuntimeInfo
+	var info api.RuntimeInfo
 	st.c.ok("GET", "/v1/runtime", nil, 200, &info)
 	return info.Provider
 }
