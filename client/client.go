@@ -1,5 +1,6 @@
 // Package client is the Go client of the sandboxd HTTP API: one method per operation of the contract,
-// typed with the domain's own types, plus helpers to wait for a state and to follow the event stream.
+// typed with the domain's own types and the contract's wire types (package api), plus helpers to wait
+// for a state and to follow the event stream.
 //
 // Its invariants: every error the server answers is an *Error whose Unwrap is the domain sentinel of its
 // error.code (never guessed from the status, since 409 has three meanings), so errors.Is(err,
@@ -20,6 +21,7 @@ import (
 	"time"
 
 	"github.com/sandboxd/sandbox"
+	"github.com/sandboxd/sandbox/api"
 )
 
 // DefaultURL is where sandboxd listens unless told otherwise.
@@ -88,19 +90,11 @@ func (e *Error) Error() string { return fmt.Sprintf("%s: %s", e.Code, e.Message)
 // Unwrap makes errors.Is(err, sandbox.ErrNotFound) and the like work.
 func (e *Error) Unwrap() error { return sandbox.ErrorForCode(e.Code) }
 
-// errorResponse is the contract's ErrorResponse.
-type errorResponse struct {
-	Error struct {
-		Code    sandbox.ErrorCode `json:"code"`
-		Message string            `json:"message"`
-	} `json:"error"`
-}
-
 // decodeError turns a non-2xx response into an *Error. A body that is not an ErrorResponse (a proxy's
 // page, say) becomes an internal error carrying the status.
 func decodeError(resp *http.Response) error {
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
-	var er errorResponse
+	var er api.ErrorResponse
 	if err := json.Unmarshal(body, &er); err != nil || er.Error.Code == "" {
 		msg := strings.TrimSpace(string(body))
 		if msg == "" {

@@ -8,6 +8,7 @@ import (
 	"strconv"
 
 	"github.com/sandboxd/sandbox"
+	"github.com/sandboxd/sandbox/api"
 )
 
 // Exec runs cmd in generation gen of a ready sandbox and returns how it ended. A zero cmd.Timeout or
@@ -16,14 +17,14 @@ import (
 // retried. Errors: ErrInvalidRequest, ErrNotFound, ErrGenerationConflict, ErrInvalidState,
 // ErrUnsupportedCapability, ErrProviderUnavailable.
 func (c *Client) Exec(ctx context.Context, id sandbox.ID, gen sandbox.Generation, cmd sandbox.Command) (*sandbox.CommandResult, error) {
-	req := struct {
-		ExpectedGeneration sandbox.Generation `json:"expectedGeneration"`
-		Argv               []string           `json:"argv"`
-		Cwd                string             `json:"cwd,omitempty"`
-		Env                map[string]string  `json:"env,omitempty"`
-		TimeoutSeconds     float64            `json:"timeoutSeconds,omitempty"`
-		MaxOutputBytes     int                `json:"maxOutputBytes,omitempty"`
-	}{gen, cmd.Argv, cmd.Cwd, cmd.Env, cmd.Timeout.Seconds(), cmd.MaxOutputBytes}
+	req := api.CommandRequest{ExpectedGeneration: gen, Argv: cmd.Argv, Cwd: cmd.Cwd, Env: cmd.Env}
+	if cmd.Timeout != 0 {
+		s := cmd.Timeout.Seconds()
+		req.TimeoutSeconds = &s
+	}
+	if cmd.MaxOutputBytes != 0 {
+		req.MaxOutputBytes = &cmd.MaxOutputBytes
+	}
 	var res commandResult
 	if err := c.do(ctx, call{method: "POST", path: sandboxPath(id) + "/commands", body: req}, &res); err != nil {
 		return nil, err
@@ -31,11 +32,9 @@ func (c *Client) Exec(ctx context.Context, id sandbox.ID, gen sandbox.Generation
 	return &res.CommandResult, nil
 }
 
-// fileContent is the contract's FileReadResult.
+// fileContent is an api.FileContent that decodes itself.
 type fileContent struct {
-	Path          string `json:"path"`
-	ContentBase64 string `json:"contentBase64"`
-	Size          int64  `json:"size"`
+	api.FileContent
 }
 
 func genQuery(gen sandbox.Generation, path string) url.Values {
@@ -62,11 +61,7 @@ func (c *Client) ReadFile(ctx context.Context, id sandbox.ID, gen sandbox.Genera
 // returns the number of bytes written. Errors: ErrInvalidRequest, ErrRequestTooLarge, ErrNotFound,
 // ErrGenerationConflict, ErrInvalidState, ErrUnsupportedCapability, ErrProviderUnavailable.
 func (c *Client) WriteFile(ctx context.Context, id sandbox.ID, gen sandbox.Generation, path string, data []byte) (int64, error) {
-	req := struct {
-		ExpectedGeneration sandbox.Generation `json:"expectedGeneration"`
-		Path               string             `json:"path"`
-		ContentBase64      string             `json:"contentBase64"`
-	}{gen, path, base64.StdEncoding.EncodeToString(data)}
+	req := api.FileWriteRequest{ExpectedGeneration: gen, Path: path, ContentBase64: base64.StdEncoding.EncodeToString(data)}
 	var fc fileContent
 	if err := c.do(ctx, call{method: "PUT", path: sandboxPath(id) + "/files/content", body: req}, &fc); err != nil {
 		return 0, err
@@ -80,9 +75,7 @@ func (c *Client) ListFiles(ctx context.Context, id sandbox.ID, gen sandbox.Gener
 	if path == "" {
 		path = "."
 	}
-	var out struct {
-		Entries []sandbox.FileEntry `json:"entries"`
-	}
+	var out api.FileList
 	k := call{method: "GET", path: sandboxPath(id) + "/files/entries", query: genQuery(gen, path), safe: true}
 	if err := c.do(ctx, k, &out); err != nil {
 		return nil, err

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/sandboxd/sandbox"
+	"github.com/sandboxd/sandbox/api"
 )
 
 func eventValues(q sandbox.EventQuery) url.Values {
@@ -29,9 +30,7 @@ func eventValues(q sandbox.EventQuery) url.Values {
 // only of q.SandboxID when it is set; q.Limit is not sent. A caller pages by passing the last cursor it
 // got. Errors: ErrInvalidRequest, ErrEventHistoryUnavailable when q.After is older than the history kept.
 func (c *Client) Events(ctx context.Context, q sandbox.EventQuery) ([]sandbox.Event, error) {
-	var out struct {
-		Events []sandbox.Event `json:"events"`
-	}
+	var out api.EventList
 	if err := c.do(ctx, call{method: "GET", path: "/v1/events", query: eventValues(q), safe: true}, &out); err != nil {
 		return nil, err
 	}

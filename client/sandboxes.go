@@ -7,13 +7,8 @@ import (
 	"net/url"
 
 	"github.com/sandboxd/sandbox"
+	"github.com/sandboxd/sandbox/api"
 )
-
-// RuntimeInfo is the body of GET /v1/runtime.
-type RuntimeInfo struct {
-	ProtocolVersion string           `json:"protocolVersion"`
-	Provider        sandbox.Manifest `json:"provider"`
-}
 
 // Health checks that the daemon accepts requests.
 func (c *Client) Health(ctx context.Context) error {
@@ -22,8 +17,8 @@ func (c *Client) Health(ctx context.Context) error {
 
 // Runtime returns the protocol version and the provider's manifest. Errors: ErrProviderProtocol,
 // ErrProviderUnavailable.
-func (c *Client) Runtime(ctx context.Context) (*RuntimeInfo, error) {
-	var info RuntimeInfo
+func (c *Client) Runtime(ctx context.Context) (*api.RuntimeInfo, error) {
+	var info api.RuntimeInfo
 	if err := c.do(ctx, call{method: "GET", path: "/v1/runtime", safe: true}, &info); err != nil {
 		return nil, err
 	}
@@ -55,9 +50,7 @@ func (c *Client) Create(ctx context.Context, spec sandbox.Spec) (*sandbox.Sandbo
 
 // List returns every sandbox the daemon knows.
 func (c *Client) List(ctx context.Context) ([]*sandbox.Sandbox, error) {
-	var out struct {
-		Sandboxes []*sandbox.Sandbox `json:"sandboxes"`
-	}
+	var out api.SandboxList
 	if err := c.do(ctx, call{method: "GET", path: "/v1/sandboxes", safe: true}, &out); err != nil {
 		return nil, err
 	}
@@ -73,11 +66,7 @@ func (c *Client) Get(ctx context.Context, id sandbox.ID) (*sandbox.Sandbox, erro
 	return &sb, nil
 }
 
-type expected struct {
-	ExpectedGeneration sandbox.Generation `json:"expectedGeneration"`
-}
-
-// action posts one lifecycle action fenced by gen.
+// action posts one lifecycle action; body carries the generation it is fenced by.
 func (c *Client) action(ctx context.Context, id sandbox.ID, a sandbox.Action, body any) (*sandbox.Sandbox, error) {
 	var sb sandbox.Sandbox
 	if err := c.do(ctx, call{method: "POST", path: sandboxPath(id) + "/actions/" + string(a), body: body}, &sb); err != nil {
@@ -89,18 +78,18 @@ func (c *Client) action(ctx context.Context, id sandbox.ID, a sandbox.Action, bo
 // Pause freezes generation gen of a ready sandbox. Errors: ErrNotFound, ErrGenerationConflict,
 // ErrInvalidState, ErrUnsupportedCapability (no pauseResume), ErrProviderUnavailable.
 func (c *Client) Pause(ctx context.Context, id sandbox.ID, gen sandbox.Generation) (*sandbox.Sandbox, error) {
-	return c.action(ctx, id, sandbox.ActionPause, expected{gen})
+	return c.action(ctx, id, sandbox.ActionPause, api.GenerationRequest{ExpectedGeneration: gen})
 }
 
 // Resume thaws generation gen of a paused sandbox. Errors as Pause.
 func (c *Client) Resume(ctx context.Context, id sandbox.ID, gen sandbox.Generation) (*sandbox.Sandbox, error) {
-	return c.action(ctx, id, sandbox.ActionResume, expected{gen})
+	return c.action(ctx, id, sandbox.ActionResume, api.GenerationRequest{ExpectedGeneration: gen})
 }
 
 // Terminate releases generation gen. It works in every state but terminated, which it leaves as is.
 // Errors: ErrNotFound, ErrGenerationConflict.
 func (c *Client) Terminate(ctx context.Context, id sandbox.ID, gen sandbox.Generation) (*sandbox.Sandbox, error) {
-	return c.action(ctx, id, sandbox.ActionTerminate, expected{gen})
+	return c.action(ctx, id, sandbox.ActionTerminate, api.GenerationRequest{ExpectedGeneration: gen})
 }
 
 // Recreate starts generation gen+1 of a terminated sandbox from spec; an empty spec.ClientRequestID is
@@ -110,10 +99,7 @@ func (c *Client) Recreate(ctx context.Context, id sandbox.ID, gen sandbox.Genera
 	if spec.ClientRequestID == "" {
 		spec.ClientRequestID = NewRequestID()
 	}
-	return c.action(ctx, id, sandbox.ActionRecreate, struct {
-		ExpectedGeneration sandbox.Generation `json:"expectedGeneration"`
-		Spec               sandbox.Spec       `json:"spec"`
-	}{gen, spec})
+	return c.action(ctx, id, sandbox.ActionRecreate, api.RecreateRequest{ExpectedGeneration: gen, Spec: spec})
 }
 
 // Reconcile asks the provider for a fresh observation of the current generation and applies it.

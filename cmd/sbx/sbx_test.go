@@ -88,8 +88,8 @@ func setupDaemon(env *testscript.Env) error {
 	return nil
 }
 
-// TestImports checks that sbx depends on the client and the domain only (and internal/jsondoc, the
-// client's JSON parser, which depends on nothing), never on the daemon's internals.
+// TestImports checks that sbx depends on the client, the contract's wire types and the domain only (and
+// internal/jsondoc, the client's JSON parser, which depends on nothing), never on the daemon's internals.
 func TestImports(t *testing.T) {
 	out, err := exec.Command("go", "list", "-deps", ".").Output()
 	if err != nil {
@@ -103,7 +103,7 @@ func TestImports(t *testing.T) {
 		}
 		ours = append(ours, pkg)
 		switch rel := strings.TrimPrefix(pkg, mod); {
-		case rel == "client", rel == "cmd/sbx", rel == "internal/jsondoc":
+		case rel == "client", rel == "api", rel == "cmd/sbx", rel == "internal/jsondoc":
 		default:
 			t.Errorf("sbx depends on %s; it may use only the client package and the domain", pkg)
 		}
