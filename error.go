@@ -3,7 +3,8 @@ package sandbox
 import "errors"
 
 // The error classes. Every error the runtime returns wraps exactly one of them (or none, which makes it
-// an internal error). The HTTP layer maps each class to a status and an error code in one table.
+// an internal error). Each has a wire code (ErrorClasses); its HTTP status is the transport's business
+// (internal/errhttp), not the domain's.
 var (
 	ErrInvalidRequest          = errors.New("invalid request")
 	ErrUnauthenticated         = errors.New("unauthenticated")
@@ -39,14 +40,17 @@ const (
 	CodeInternal                ErrorCode = "internal"
 )
 
-// ErrorClass ties a sentinel to its wire code and HTTP status.
+// ErrorClass ties a sentinel to its wire code.
 type ErrorClass struct {
-	Err    error
-	Code   ErrorCode
+	Err  error
+	Code ErrorCode
+	// Status is the HTTP status internal/errhttp gives Code, which no code of the module reads.
+	//
+	// Deprecated: use errhttp.Status(Code); the column goes once the last tests that read it do.
 	Status int
 }
 
-// ErrorClasses is the one table from error class to wire code and HTTP status.
+// ErrorClasses is the one table from error class to wire code.
 var ErrorClasses = []ErrorClass{
 	{ErrInvalidRequest, CodeInvalidRequest, 400},
 	{ErrUnauthenticated, CodeUnauthenticated, 401},

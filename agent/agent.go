@@ -28,6 +28,7 @@ import (
 
 	"github.com/sandboxd/sandbox"
 	"github.com/sandboxd/sandbox/fsroot"
+	"github.com/sandboxd/sandbox/internal/errhttp"
 	"github.com/sandboxd/sandbox/internal/version"
 	"github.com/sandboxd/sandbox/proc"
 )
@@ -427,8 +428,7 @@ func writeErr(w http.ResponseWriter, err error) {
 		}
 	}
 	c := sandbox.ClassOf(err)
-	status := c.Status
-	writeJSON(w, status, Error{Code: string(c.Code), Message: err.Error()})
+	writeJSON(w, errhttp.Status(c.Code), Error{Code: string(c.Code), Message: err.Error()})
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/sandboxd/sandbox"
 	"github.com/sandboxd/sandbox/api"
+	"github.com/sandboxd/sandbox/internal/errhttp"
 )
 
 // ErrorResponse is the body of every error response.
@@ -15,18 +16,20 @@ import (
 // Deprecated: use api.ErrorResponse, its one definition.
 type ErrorResponse = api.ErrorResponse
 
-// writeError is the one place an error becomes a response: its class (sandbox.ClassOf, the one table)
-// gives the status and code. An unclassified error is a 500 "internal" whose detail is logged, not shown.
+// writeError is the one place an error becomes a response: its class (sandbox.ClassOf) gives the code,
+// and the code its status (errhttp, the one status table). An unclassified error is a 500 "internal"
+// whose detail is logged, not shown.
 func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	class := sandbox.ClassOf(err)
+	status := errhttp.Status(class.Code)
 	msg := err.Error()
 	if class.Err == nil {
 		s.log.Error("internal error", "method", r.Method, "path", r.URL.Path, "err", err)
 		msg = "internal error"
-	} else if class.Status >= 500 {
+	} else if status >= 500 {
 		s.log.Warn("provider error", "method", r.Method, "path", r.URL.Path, "code", class.Code, "err", err)
 	}
-	writeJSON(w, class.Status, api.ErrorResponse{Error: api.ErrorBody{Code: class.Code, Message: msg}})
+	writeJSON(w, status, api.ErrorResponse{Error: api.ErrorBody{Code: class.Code, Message: msg}})
 }
 
 // writeJSON writes v as the JSON body of a response with the given status. The body is encoded into a

@@ -6,9 +6,10 @@
 // authentication when Config.Tokens is set (401; GET /healthz stays open), the media type of a body (400
 // unless application/json), the body limit (413), validation against the embedded OpenAPI document (400),
 // strict decoding into domain types (400), the bounds on what a client stores (400; limits.go), then the
-// runtime. Every error, whatever its origin, is written by one function (writeError) from the one class
-// table, sandbox.ClassOf; an unclassified error is a 500 "internal" whose detail is logged and never shown.
-// A handler panic is a logged 500 too, never a dropped connection.
+// runtime. Every error, whatever its origin, is written by one function (writeError): its class,
+// sandbox.ClassOf, gives the code, and the one status table, internal/errhttp, the status; an
+// unclassified error is a 500 "internal" whose detail is logged and never shown. A handler panic is a
+// logged 500 too, never a dropped connection.
 //
 // Request bodies are limited to Config.MaxBodyBytes, DefaultMaxBodyBytes (32 MiB) unless set. Base64 grows a
 // file by a third, so a file write of up to about 24 MiB less the JSON around it fits (16 MiB comfortably);

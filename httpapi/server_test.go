@@ -19,6 +19,7 @@ import (
 	"github.com/sandboxd/sandbox"
 	"github.com/sandboxd/sandbox/api"
 	"github.com/sandboxd/sandbox/core"
+	"github.com/sandboxd/sandbox/internal/errhttp"
 	"github.com/sandboxd/sandbox/store/sqlite"
 	"github.com/sandboxd/sandbox/store/sqlite/sqlitetest"
 )
@@ -134,8 +135,8 @@ func TestErrorTable(t *testing.T) {
 		w := httptest.NewRecorder()
 		s.writeError(w, httptest.NewRequest("GET", "/", nil), fmt.Errorf("doing a thing: %w", c.Err))
 		er := decodeError(t, w.Body.Bytes())
-		if w.Code != c.Status || er.Error.Code != c.Code || !errors.Is(sandbox.ErrorForCode(er.Error.Code), c.Err) {
-			t.Errorf("%v: %d %s, want %d %s", c.Err, w.Code, er.Error.Code, c.Status, c.Code)
+		if w.Code != errhttp.Status(c.Code) || er.Error.Code != c.Code || !errors.Is(sandbox.ErrorForCode(er.Error.Code), c.Err) {
+			t.Errorf("%v: %d %s, want %d %s", c.Err, w.Code, er.Error.Code, errhttp.Status(c.Code), c.Code)
 		}
 	}
 	w := httptest.NewRecorder()

@@ -31,6 +31,7 @@ import (
 	"github.com/sandboxd/sandbox/api"
 	"github.com/sandboxd/sandbox/core"
 	"github.com/sandboxd/sandbox/httpapi"
+	"github.com/sandboxd/sandbox/internal/errhttp"
 	"github.com/sandboxd/sandbox/store/sqlite"
 )
 
@@ -229,8 +230,8 @@ func (c *client) checkError(method, path string, r response, status int, code sa
 		c.t.Fatalf("%s %s: %d %s (%s), want %d %s", method, path, r.status, er.Error.Code, er.Error.Message, status, code)
 	}
 	// The code maps back to the error class the status came from.
-	if cls := sandbox.ClassOf(sandbox.ErrorForCode(code)); cls.Status != status && code != sandbox.CodeInternal {
-		c.t.Fatalf("code %s has status %d in the class table, got %d", code, cls.Status, status)
+	if st := errhttp.StatusOf(sandbox.ErrorForCode(code)); st != status && code != sandbox.CodeInternal {
+		c.t.Fatalf("code %s has status %d in the status table, got %d", code, st, status)
 	}
 	if er.Error.Message == "" {
 		c.t.Fatalf("%s %s: empty error message", method, path)
