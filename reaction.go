@@ -1,6 +1,9 @@
 package sandbox
 
-import "fmt"
+import (
+	"fmt"
+	"sync"
+)
 
 // Step is one move the runtime records on an observation: a runtime action of the transition table and
 // the reason its state_changed event gives. A step to failed takes its reason from the failure the
@@ -66,72 +69,75 @@ var nothing = Reaction{}
 
 // reactions is the runtime's whole reaction to observations, as one table: every record state against
 // every observed state. The transition table says which moves exist; this one says which the runtime
-// makes of its own accord.
-var reactions = map[State]map[ObservedState]Reaction{
-	StateRequested: {
-		// Never allocated, or the allocation's answer was lost: allocation is idempotent, so do it
-		// (again). One cut short half-way can leave part of a resource, which the provider reports
-		// failed: a resource that truly failed is reported failed by the allocation once more.
-		ObservedAbsent:   repair(RepairAllocate),
-		ObservedStarting: record(allocated),
-		ObservedReady:    record(allocated, ready),
-		ObservedPaused:   nothing,
-		ObservedFailed:   repair(RepairAllocate, fail),
-	},
-	StateStarting: {
-		ObservedAbsent:   record(fail),
-		ObservedStarting: nothing,
-		ObservedReady:    record(ready),
-		ObservedPaused:   nothing,
-		ObservedFailed:   record(fail),
-	},
-	StateReady: {
-		ObservedAbsent:   record(fail),
-		ObservedStarting: nothing,
-		ObservedReady:    nothing,
-		ObservedPaused:   nothing,
-		ObservedFailed:   record(fail),
-	},
-	StatePausing: {
-		ObservedAbsent:   record(fail),
-		ObservedStarting: nothing,
-		ObservedReady:    repair(RepairPause), // the pause never reached the provider
-		ObservedPaused:   record(paused),
-		ObservedFailed:   record(fail),
-	},
-	StatePaused: {
-		ObservedAbsent:   record(fail),
-		ObservedStarting: nothing,
-		ObservedReady:    nothing,
-		ObservedPaused:   nothing,
-		ObservedFailed:   record(fail),
-	},
-	StateResuming: {
-		ObservedAbsent:   record(fail),
-		ObservedStarting: nothing,
-		ObservedReady:    record(resumed),
-		ObservedPaused:   repair(RepairResume), // the resume never reached the provider
-		ObservedFailed:   record(fail),
-	},
-	StateTerminating: {
-		// Whatever the provider still holds is released; what it no longer holds is released already.
-		ObservedAbsent:   record(released),
-		ObservedStarting: repair(RepairRelease),
-		ObservedReady:    repair(RepairRelease),
-		ObservedPaused:   repair(RepairRelease),
-		ObservedFailed:   repair(RepairRelease),
-	},
-	// Terminal for the runtime: only a client's terminate or recreate moves these.
-	StateTerminated: {
-		ObservedAbsent: nothing, ObservedStarting: nothing, ObservedReady: nothing, ObservedPaused: nothing, ObservedFailed: nothing,
-	},
-	StateFailed: {
-		ObservedAbsent: nothing, ObservedStarting: nothing, ObservedReady: nothing, ObservedPaused: nothing, ObservedFailed: nothing,
-	},
-}
+// makes of its own accord. It is made on first use: the domain allocates next to nothing when the
+// daemon's binary starts as a sandbox's agent.
+var reactions = sync.OnceValue(func() map[State]map[ObservedState]Reaction {
+	return map[State]map[ObservedState]Reaction{
+		StateRequested: {
+			// Never allocated, or the allocation's answer was lost: allocation is idempotent, so do it
+			// (again). One cut short half-way can leave part of a resource, which the provider reports
+			// failed: a resource that truly failed is reported failed by the allocation once more.
+			ObservedAbsent:   repair(RepairAllocate),
+			ObservedStarting: record(allocated),
+			ObservedReady:    record(allocated, ready),
+			ObservedPaused:   nothing,
+			ObservedFailed:   repair(RepairAllocate, fail),
+		},
+		StateStarting: {
+			ObservedAbsent:   record(fail),
+			ObservedStarting: nothing,
+			ObservedReady:    record(ready),
+			ObservedPaused:   nothing,
+			ObservedFailed:   record(fail),
+		},
+		StateReady: {
+			ObservedAbsent:   record(fail),
+			ObservedStarting: nothing,
+			ObservedReady:    nothing,
+			ObservedPaused:   nothing,
+			ObservedFailed:   record(fail),
+		},
+		StatePausing: {
+			ObservedAbsent:   record(fail),
+			ObservedStarting: nothing,
+			ObservedReady:    repair(RepairPause), // the pause never reached the provider
+			ObservedPaused:   record(paused),
+			ObservedFailed:   record(fail),
+		},
+		StatePaused: {
+			ObservedAbsent:   record(fail),
+			ObservedStarting: nothing,
+			ObservedReady:    nothing,
+			ObservedPaused:   nothing,
+			ObservedFailed:   record(fail),
+		},
+		StateResuming: {
+			ObservedAbsent:   record(fail),
+			ObservedStarting: nothing,
+			ObservedReady:    record(resumed),
+			ObservedPaused:   repair(RepairResume), // the resume never reached the provider
+			ObservedFailed:   record(fail),
+		},
+		StateTerminating: {
+			// Whatever the provider still holds is released; what it no longer holds is released already.
+			ObservedAbsent:   record(released),
+			ObservedStarting: repair(RepairRelease),
+			ObservedReady:    repair(RepairRelease),
+			ObservedPaused:   repair(RepairRelease),
+			ObservedFailed:   repair(RepairRelease),
+		},
+		// Terminal for the runtime: only a client's terminate or recreate moves these.
+		StateTerminated: {
+			ObservedAbsent: nothing, ObservedStarting: nothing, ObservedReady: nothing, ObservedPaused: nothing, ObservedFailed: nothing,
+		},
+		StateFailed: {
+			ObservedAbsent: nothing, ObservedStarting: nothing, ObservedReady: nothing, ObservedPaused: nothing, ObservedFailed: nothing,
+		},
+	}
+})
 
 // React looks up the reaction table: what the runtime does with an observation seen of a sandbox whose
 // record is in state s.
 func React(s State, seen ObservedState) Reaction {
-	return reactions[s][seen]
+	return reactions()[s][seen]
 }
