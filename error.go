@@ -40,40 +40,36 @@ const (
 	CodeInternal                ErrorCode = "internal"
 )
 
-// ErrorClass ties a sentinel to its wire code.
+// ErrorClass ties a sentinel to its wire code. Its HTTP status is the transport's (internal/errhttp).
 type ErrorClass struct {
 	Err  error
 	Code ErrorCode
-	// Status is the HTTP status internal/errhttp gives Code, which no code of the module reads.
-	//
-	// Deprecated: use errhttp.Status(Code); the column goes once the last tests that read it do.
-	Status int
 }
 
 // ErrorClasses is the one table from error class to wire code.
 var ErrorClasses = []ErrorClass{
-	{ErrInvalidRequest, CodeInvalidRequest, 400},
-	{ErrUnauthenticated, CodeUnauthenticated, 401},
-	{ErrNotFound, CodeNotFound, 404},
-	{ErrMethodNotAllowed, CodeMethodNotAllowed, 405},
-	{ErrGenerationConflict, CodeGenerationConflict, 409},
-	{ErrIdempotencyConflict, CodeIdempotencyConflict, 409},
-	{ErrInvalidState, CodeInvalidState, 409},
-	{ErrEventHistoryUnavailable, CodeEventHistoryUnavailable, 410},
-	{ErrRequestTooLarge, CodeRequestTooLarge, 413},
-	{ErrUnsupportedCapability, CodeUnsupportedCapability, 422},
-	{ErrProviderProtocol, CodeProviderProtocol, 502},
-	{ErrProviderUnavailable, CodeProviderUnavailable, 503},
+	{ErrInvalidRequest, CodeInvalidRequest},
+	{ErrUnauthenticated, CodeUnauthenticated},
+	{ErrNotFound, CodeNotFound},
+	{ErrMethodNotAllowed, CodeMethodNotAllowed},
+	{ErrGenerationConflict, CodeGenerationConflict},
+	{ErrIdempotencyConflict, CodeIdempotencyConflict},
+	{ErrInvalidState, CodeInvalidState},
+	{ErrEventHistoryUnavailable, CodeEventHistoryUnavailable},
+	{ErrRequestTooLarge, CodeRequestTooLarge},
+	{ErrUnsupportedCapability, CodeUnsupportedCapability},
+	{ErrProviderProtocol, CodeProviderProtocol},
+	{ErrProviderUnavailable, CodeProviderUnavailable},
 }
 
-// ClassOf returns the class err belongs to, or a 500 internal class when it belongs to none.
+// ClassOf returns the class err belongs to, or the internal class when it belongs to none.
 func ClassOf(err error) ErrorClass {
 	for _, c := range ErrorClasses {
 		if errors.Is(err, c.Err) {
 			return c
 		}
 	}
-	return ErrorClass{Err: nil, Code: CodeInternal, Status: 500}
+	return ErrorClass{Err: nil, Code: CodeInternal}
 }
 
 // ErrorForCode returns the sentinel for a wire code, or nil for an unknown code or "internal".

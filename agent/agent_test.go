@@ -18,6 +18,7 @@ import (
 
 	"github.com/sandboxd/sandbox"
 	"github.com/sandboxd/sandbox/agent"
+	"github.com/sandboxd/sandbox/internal/errhttp"
 	"github.com/sandboxd/sandbox/internal/testenv"
 	"github.com/sandboxd/sandbox/internal/version"
 )
@@ -425,7 +426,7 @@ func TestListLimits(t *testing.T) {
 	refused := func(p string) {
 		t.Helper()
 		_, err := a.c.List(ctx(t), p)
-		if !errors.Is(err, sandbox.ErrInvalidRequest) || sandbox.ClassOf(err).Status != http.StatusBadRequest {
+		if !errors.Is(err, sandbox.ErrInvalidRequest) || errhttp.StatusOf(err) != http.StatusBadRequest {
 			t.Errorf("list %.40s...: %v, want %v", p, err, sandbox.ErrInvalidRequest)
 		}
 	}

@@ -11,11 +11,6 @@ import (
 	"github.com/sandboxd/sandbox/internal/errhttp"
 )
 
-// ErrorResponse is the body of every error response.
-//
-// Deprecated: use api.ErrorResponse, its one definition.
-type ErrorResponse = api.ErrorResponse
-
 // writeError is the one place an error becomes a response: its class (sandbox.ClassOf) gives the code,
 // and the code its status (errhttp, the one status table). An unclassified error is a 500 "internal"
 // whose detail is logged, not shown.

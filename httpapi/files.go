@@ -12,11 +12,6 @@ import (
 	"github.com/sandboxd/sandbox/api"
 )
 
-// FileContent is the body of a file read, and of a write with an empty contentBase64.
-//
-// Deprecated: use api.FileContent, its one definition.
-type FileContent = api.FileContent
-
 // readFile: GET /v1/sandboxes/{sandboxId}/files/content?path=&expectedGeneration=.
 func (s *Server) readFile(w http.ResponseWriter, r *http.Request, _ []byte) error {
 	gen, err := expectedGeneration(r)

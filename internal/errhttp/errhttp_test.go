@@ -20,10 +20,6 @@ func TestEveryClassHasAStatus(t *testing.T) {
 		if got := errhttp.StatusOf(fmt.Errorf("context: %w", c.Err)); got != st {
 			t.Errorf("%v: StatusOf %d, Status %d", c.Err, got, st)
 		}
-		// The domain's deprecated column, while it lasts, says the same.
-		if st != c.Status {
-			t.Errorf("%s: status %d here, %d in sandbox.ErrorClasses", c.Code, st, c.Status)
-		}
 	}
 	for _, code := range []sandbox.ErrorCode{sandbox.CodeInternal, "no_such_code", ""} {
 		if st := errhttp.Status(code); st != 500 {

@@ -15,8 +15,9 @@ import (
 	"time"
 
 	"github.com/sandboxd/sandbox"
+	"github.com/sandboxd/sandbox/api"
 	"github.com/sandboxd/sandbox/core"
-	"github.com/sandboxd/sandbox/httpapi"
+	"github.com/sandboxd/sandbox/internal/errhttp"
 	teststack "github.com/sandboxd/sandbox/internal/testenv/stack"
 	"github.com/sandboxd/sandbox/provider/fault"
 	"github.com/sandboxd/sandbox/provider/host"
@@ -69,13 +70,13 @@ func (s *stack) do(method, path string, body any) (int, []byte) {
 func (s *stack) fails(method, path string, body any, want error) {
 	s.t.Helper()
 	st, raw := s.do(method, path, body)
-	var er httpapi.ErrorResponse
+	var er api.ErrorResponse
 	if err := json.Unmarshal(raw, &er); err != nil {
 		s.t.Fatalf("%s %s: %d %s is not an ErrorResponse", method, path, st, raw)
 	}
 	class := sandbox.ClassOf(want)
-	if st != class.Status || !errors.Is(sandbox.ErrorForCode(er.Error.Code), want) {
-		s.t.Fatalf("%s %s: %d %s, want %d %s", method, path, st, raw, class.Status, class.Code)
+	if st != errhttp.Status(class.Code) || !errors.Is(sandbox.ErrorForCode(er.Error.Code), want) {
+		s.t.Fatalf("%s %s: %d %s, want %d %s", method, path, st, raw, errhttp.Status(class.Code), class.Code)
 	}
 }
 

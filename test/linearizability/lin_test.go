@@ -19,8 +19,8 @@ import (
 	"github.com/anishathalye/porcupine"
 
 	"github.com/sandboxd/sandbox"
+	"github.com/sandboxd/sandbox/api"
 	"github.com/sandboxd/sandbox/core"
-	"github.com/sandboxd/sandbox/httpapi"
 	teststack "github.com/sandboxd/sandbox/internal/testenv/stack"
 	"github.com/sandboxd/sandbox/provider/host"
 )
@@ -122,7 +122,7 @@ func (c *client) do(in Input, key string) Output {
 	}
 	out := Output{Status: resp.StatusCode}
 	if resp.StatusCode != 200 {
-		var er httpapi.ErrorResponse
+		var er api.ErrorResponse
 		if json.Unmarshal(raw, &er) != nil {
 			return Output{Status: resp.StatusCode, Code: "undecodable"}
 		}
@@ -131,7 +131,7 @@ func (c *client) do(in Input, key string) Output {
 	}
 	switch in.Kind {
 	case Read:
-		var fc httpapi.FileContent
+		var fc api.FileContent
 		data, derr := []byte(nil), json.Unmarshal(raw, &fc)
 		if derr == nil {
 			data, derr = base64.StdEncoding.DecodeString(fc.ContentBase64)
