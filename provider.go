@@ -158,7 +158,51 @@ const (
 	MaxCommandTimeout     = time.Hour
 	DefaultMaxOutputBytes = 1 << 20
 	MaxMaxOutputBytes     = 10 << 20
+	MaxCwdBytes           = 4096    // PATH_MAX
+	MaxArgvEnvBytes       = 1 << 20 // argv and env as execve counts them: half the usual ARG_MAX
 )
+
+// Normalize returns c with its defaults filled in (a zero or negative Timeout or MaxOutputBytes is the
+// default), or the reason it is out of bounds. It is the one place a command gets its defaults and
+// bounds: the core applies it before a provider sees the command.
+//
+// Errors: ErrInvalidRequest for no argv, a timeout or output cap past its maximum, or a cwd, argv or
+// env past its bound in bytes.
+func (c Command) Normalize() (Command, error) {
+	if len(c.Argv) == 0 {
+		return Command{}, fmt.Errorf("command needs argv: %w", ErrInvalidRequest)
+	}
+	if n := len(c.Cwd); n > MaxCwdBytes {
+		return Command{}, tooLong("cwd", n, MaxCwdBytes)
+	}
+	n := 0
+	for _, a := range c.Argv {
+		n += len(a) + 1 // and its NUL
+	}
+	for k, v := range c.Env {
+		n += len(k) + len(v) + 2 // "k=v" and its NUL
+	}
+	if n > MaxArgvEnvBytes {
+		return Command{}, tooLong("argv and env", n, MaxArgvEnvBytes)
+	}
+	if c.Timeout <= 0 {
+		c.Timeout = DefaultCommandTimeout
+	}
+	if c.Timeout > MaxCommandTimeout {
+		return Command{}, fmt.Errorf("timeout %v past %v: %w", c.Timeout, MaxCommandTimeout, ErrInvalidRequest)
+	}
+	if c.MaxOutputBytes <= 0 {
+		c.MaxOutputBytes = DefaultMaxOutputBytes
+	}
+	if c.MaxOutputBytes > MaxMaxOutputBytes {
+		return Command{}, fmt.Errorf("maxOutputBytes %d past %d: %w", c.MaxOutputBytes, MaxMaxOutputBytes, ErrInvalidRequest)
+	}
+	return c, nil
+}
+
+func tooLong(what string, n, most int) error {
+	return fmt.Errorf("%s is %d bytes, over the limit of %d: %w", what, n, most, ErrInvalidRequest)
+}
 
 // CommandResult is how a command ended. ExitCode is nil when it timed out or was cancelled.
 type CommandResult struct {
@@ -172,7 +216,9 @@ type CommandResult struct {
 	FinishedAt time.Time `json:"finishedAt"`
 }
 
-// Validate checks a result a provider returned for cmd. It returns ErrProviderProtocol when it is malformed.
+// Validate checks a result a provider returned for cmd, as Normalize returned it. It is the one check of
+// a command's result: the core applies it to what every provider returns, and the agent's client to what
+// arrives on its socket. It returns ErrProviderProtocol when the result is malformed.
 func (r CommandResult) Validate(cmd Command) error {
 	bad := func(format string, args ...any) error {
 		return fmt.Errorf("command result: "+format+": %w", append(args, ErrProviderProtocol)...)
@@ -256,6 +302,8 @@ type SpecValidator interface {
 }
 
 // Executor is a provider that runs commands. A program that cannot start is a result with exit code 127.
+// The core hands it commands as Command.Normalize returns them; other callers (the conformance suite)
+// may leave Timeout or MaxOutputBytes zero, which means the default, as Normalize fills it in.
 type Executor interface {
 	Exec(ctx context.Context, ref Ref, cmd Command) (CommandResult, error)
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"strings"
 	"testing"
 	"time"
 	"unicode/utf8"
@@ -116,12 +117,53 @@ func TestCommandResultValidate(t *testing.T) {
 		"exit code on timeout": {ExitCode: &zero, TimedOut: true, StartedAt: now, FinishedAt: now},
 		"no exit code":         {StartedAt: now, FinishedAt: now},
 		"exit code range":      {ExitCode: &big, StartedAt: now, FinishedAt: now},
+		"exit code on cancel":  {ExitCode: &zero, Cancelled: true, StartedAt: now, FinishedAt: now},
 		"output past cap":      {ExitCode: &zero, Stdout: "12345", StartedAt: now, FinishedAt: now},
+		"stderr past cap":      {ExitCode: &zero, Stderr: "12345", StartedAt: now, FinishedAt: now},
 		"no start time":        {ExitCode: &zero},
 		"ends before start":    {ExitCode: &zero, StartedAt: now, FinishedAt: now.Add(-time.Second)},
 	} {
 		if err := r.Validate(cmd); !errors.Is(err, sandbox.ErrProviderProtocol) {
 			t.Errorf("%s: got %v, want ErrProviderProtocol", name, err)
+		}
+	}
+}
+
+func TestCommandNormalize(t *testing.T) {
+	argv := []string{"true"}
+	for _, c := range []struct {
+		name    string
+		in      sandbox.Command
+		timeout time.Duration
+		max     int
+		err     error
+	}{
+		{"defaults", sandbox.Command{Argv: argv}, sandbox.DefaultCommandTimeout, sandbox.DefaultMaxOutputBytes, nil},
+		{"negative means default", sandbox.Command{Argv: argv, Timeout: -1, MaxOutputBytes: -1}, sandbox.DefaultCommandTimeout, sandbox.DefaultMaxOutputBytes, nil},
+		{"kept", sandbox.Command{Argv: argv, Timeout: time.Nanosecond, MaxOutputBytes: 1}, time.Nanosecond, 1, nil},
+		{"at the maxima", sandbox.Command{Argv: argv, Timeout: sandbox.MaxCommandTimeout, MaxOutputBytes: sandbox.MaxMaxOutputBytes}, sandbox.MaxCommandTimeout, sandbox.MaxMaxOutputBytes, nil},
+		{"cwd at its bound", sandbox.Command{Argv: argv, Cwd: strings.Repeat("d", sandbox.MaxCwdBytes)}, sandbox.DefaultCommandTimeout, sandbox.DefaultMaxOutputBytes, nil},
+		{"argv at its bound", sandbox.Command{Argv: []string{strings.Repeat("a", sandbox.MaxArgvEnvBytes-1)}}, sandbox.DefaultCommandTimeout, sandbox.DefaultMaxOutputBytes, nil},
+		{"no argv", sandbox.Command{}, 0, 0, sandbox.ErrInvalidRequest},
+		{"timeout past the maximum", sandbox.Command{Argv: argv, Timeout: sandbox.MaxCommandTimeout + 1}, 0, 0, sandbox.ErrInvalidRequest},
+		{"cap past the maximum", sandbox.Command{Argv: argv, MaxOutputBytes: sandbox.MaxMaxOutputBytes + 1}, 0, 0, sandbox.ErrInvalidRequest},
+		{"cwd past its bound", sandbox.Command{Argv: argv, Cwd: strings.Repeat("d", sandbox.MaxCwdBytes+1)}, 0, 0, sandbox.ErrInvalidRequest},
+		{"argv past its bound", sandbox.Command{Argv: []string{strings.Repeat("a", sandbox.MaxArgvEnvBytes)}}, 0, 0, sandbox.ErrInvalidRequest},
+		{"env past its bound", sandbox.Command{Argv: argv, Env: map[string]string{"A": strings.Repeat("v", sandbox.MaxArgvEnvBytes)}}, 0, 0, sandbox.ErrInvalidRequest},
+	} {
+		got, err := c.in.Normalize()
+		if !errors.Is(err, c.err) {
+			t.Errorf("%s: got %v, want %v", c.name, err, c.err)
+			continue
+		}
+		if err != nil {
+			continue
+		}
+		if got.Timeout != c.timeout || got.MaxOutputBytes != c.max {
+			t.Errorf("%s: timeout %v, cap %d; want %v, %d", c.name, got.Timeout, got.MaxOutputBytes, c.timeout, c.max)
+		}
+		if again, err := got.Normalize(); err != nil || again.Timeout != got.Timeout || again.MaxOutputBytes != got.MaxOutputBytes {
+			t.Errorf("%s: normalising twice gives %+v, %v", c.name, again, err)
 		}
 	}
 }

@@ -42,26 +42,17 @@ func (r *Runtime) providerTrouble(ref sandbox.Ref, err error) {
 	})
 }
 
-// Exec runs a command in a ready sandbox and records its completion as an event. Command defaults are
-// filled in here. The caller's context cancels the command (the result says cancelled).
+// Exec runs a command in a ready sandbox and records its completion as an event. The command is
+// normalised here (sandbox.Command.Normalize) before the provider sees it, and the provider's result
+// checked against it (sandbox.CommandResult.Validate). The caller's context cancels the command (the
+// result says cancelled).
 //
 // Errors: ErrNotFound, ErrInvalidRequest, ErrUnsupportedCapability, ErrGenerationConflict,
 // ErrInvalidState, ErrProviderUnavailable, ErrProviderProtocol.
 func (r *Runtime) Exec(ctx context.Context, id sandbox.ID, gen sandbox.Generation, cmd sandbox.Command) (sandbox.CommandResult, error) {
-	if len(cmd.Argv) == 0 {
-		return sandbox.CommandResult{}, fmt.Errorf("command needs argv: %w", sandbox.ErrInvalidRequest)
-	}
-	if cmd.Timeout <= 0 {
-		cmd.Timeout = sandbox.DefaultCommandTimeout
-	}
-	if cmd.Timeout > sandbox.MaxCommandTimeout {
-		return sandbox.CommandResult{}, fmt.Errorf("timeout %v past %v: %w", cmd.Timeout, sandbox.MaxCommandTimeout, sandbox.ErrInvalidRequest)
-	}
-	if cmd.MaxOutputBytes <= 0 {
-		cmd.MaxOutputBytes = sandbox.DefaultMaxOutputBytes
-	}
-	if cmd.MaxOutputBytes > sandbox.MaxMaxOutputBytes {
-		return sandbox.CommandResult{}, fmt.Errorf("maxOutputBytes %d past %d: %w", cmd.MaxOutputBytes, sandbox.MaxMaxOutputBytes, sandbox.ErrInvalidRequest)
+	cmd, err := cmd.Normalize()
+	if err != nil {
+		return sandbox.CommandResult{}, err
 	}
 	ref, err := r.dataPlane(ctx, id, gen, "exec", sandbox.CapCommandExecution)
 	if err != nil {

@@ -10,26 +10,19 @@ import (
 	"github.com/sandboxd/sandbox/api"
 )
 
-// command maps the wire request to the domain command, with the contract's defaults. Errors:
-// ErrInvalidRequest for a value out of the contract's range or past the bounds of limits.go.
+// command maps the wire request to the domain command. A left-out timeoutSeconds or maxOutputBytes is
+// zero, which the runtime fills with the default (sandbox.Command.Normalize, with the other bounds of a
+// command). Errors: ErrInvalidRequest for a value given out of the contract's range: the schema refuses
+// it first; checked again because a given zero must not become the default, nor a huge number of
+// seconds overflow a time.Duration.
 func command(req api.CommandRequest) (sandbox.Command, error) {
-	if err := checkCommand(req.Argv, req.Env, req.Cwd); err != nil {
-		return sandbox.Command{}, err
-	}
-	cmd := sandbox.Command{
-		Argv:           req.Argv,
-		Cwd:            req.Cwd,
-		Env:            req.Env,
-		Timeout:        sandbox.DefaultCommandTimeout,
-		MaxOutputBytes: sandbox.DefaultMaxOutputBytes,
-	}
+	cmd := sandbox.Command{Argv: req.Argv, Cwd: req.Cwd, Env: req.Env}
 	if t := req.TimeoutSeconds; t != nil {
-		// The contract bounds it to (0, 3600]; check again so that no caller of this method can get past it.
 		if math.IsNaN(*t) || *t <= 0 || *t > sandbox.MaxCommandTimeout.Seconds() {
 			return sandbox.Command{}, fmt.Errorf("timeoutSeconds %v out of (0, %v]: %w",
 				*t, sandbox.MaxCommandTimeout.Seconds(), sandbox.ErrInvalidRequest)
 		}
-		// A positive timeout below a nanosecond still means "time out at once", never "no timeout".
+		// A positive timeout below a nanosecond still means "time out at once", never "the default".
 		cmd.Timeout = max(time.Duration(*t*float64(time.Second)), time.Nanosecond)
 	}
 	if m := req.MaxOutputBytes; m != nil {

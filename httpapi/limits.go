@@ -9,13 +9,14 @@ import (
 // The bounds on the strings a client has the runtime store or hand to a provider. The contract sets none,
 // and the body limit alone would let one create put 32 MiB in the store, in its sandbox.created event and
 // in every subscriber's copy of that event. They are checked once a body has passed the contract's schema
-// and before the runtime sees it, so a refused request records nothing and emits no event.
+// and before the runtime sees it, so a refused request records nothing and emits no event. A command's
+// bounds are the domain's: the runtime checks them (sandbox.Command.Normalize) before it records anything.
 const (
-	MaxClientRequestIDBytes = 256      // spec.clientRequestId
-	MaxReferenceBytes       = 2048     // spec.image and spec.template, each
-	MaxExtensionsBytes      = 64 << 10 // spec.extensions: its members' names and values, as sent
-	MaxPathBytes            = 4096     // a file's path and a command's cwd (PATH_MAX)
-	MaxArgvEnvBytes         = 1 << 20  // a command's argv and env, as execve counts them: half the usual ARG_MAX
+	MaxClientRequestIDBytes = 256                     // spec.clientRequestId
+	MaxReferenceBytes       = 2048                    // spec.image and spec.template, each
+	MaxExtensionsBytes      = 64 << 10                // spec.extensions: its members' names and values, as sent
+	MaxPathBytes            = sandbox.MaxCwdBytes     // a file's path, as a command's cwd (PATH_MAX)
+	MaxArgvEnvBytes         = sandbox.MaxArgvEnvBytes // a command's argv and env, checked by the runtime
 )
 
 // checkSpec checks spec against the bounds. Errors: ErrInvalidRequest.
@@ -35,24 +36,6 @@ func checkSpec(spec sandbox.Spec) error {
 	}
 	if n > MaxExtensionsBytes {
 		return tooLong("extensions", n, MaxExtensionsBytes)
-	}
-	return nil
-}
-
-// checkCommand checks a command's argv, env and cwd against the bounds. Errors: ErrInvalidRequest.
-func checkCommand(argv []string, env map[string]string, cwd string) error {
-	if n := len(cwd); n > MaxPathBytes {
-		return tooLong("cwd", n, MaxPathBytes)
-	}
-	n := 0
-	for _, a := range argv {
-		n += len(a) + 1 // and its NUL
-	}
-	for k, v := range env {
-		n += len(k) + len(v) + 2 // "k=v" and its NUL
-	}
-	if n > MaxArgvEnvBytes {
-		return tooLong("argv and env", n, MaxArgvEnvBytes)
 	}
 	return nil
 }

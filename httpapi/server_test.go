@@ -151,7 +151,11 @@ func TestErrorTable(t *testing.T) {
 }
 
 func TestCommandDefaults(t *testing.T) {
+	// Left out, they are zero, which the runtime's normaliser fills with the defaults.
 	cmd, err := command(api.CommandRequest{Argv: []string{"true"}})
+	if err == nil {
+		cmd, err = cmd.Normalize()
+	}
 	if err != nil || cmd.Timeout != sandbox.DefaultCommandTimeout || cmd.MaxOutputBytes != sandbox.DefaultMaxOutputBytes {
 		t.Fatalf("defaults: %+v %v", cmd, err)
 	}
