@@ -76,7 +76,22 @@ type ExecOutput struct {
 	Stdout, Stderr string
 }
 
-// Exec runs req and validates the result against it. The answer is bounded by req.MaxOutputBytes.
+// result is o as the domain's result, its times in UTC.
+func (o ExecOutput) result() sandbox.CommandResult {
+	return sandbox.CommandResult{
+		ExitCode:   o.ExitCode,
+		Stdout:     o.Stdout,
+		Stderr:     o.Stderr,
+		TimedOut:   o.TimedOut,
+		Cancelled:  o.Cancelled,
+		Truncated:  o.Truncated,
+		StartedAt:  o.StartedAt.UTC(),
+		FinishedAt: o.FinishedAt.UTC(),
+	}
+}
+
+// Exec runs req and checks the answer against it (sandbox.CommandResult.Validate): the client refuses a
+// malformed answer on its socket. The answer is bounded by req.MaxOutputBytes.
 func (c *Client) Exec(ctx context.Context, req ExecRequest) (ExecOutput, error) {
 	body, err := json.Marshal(req)
 	if err != nil {
@@ -90,7 +105,7 @@ func (c *Client) Exec(ctx context.Context, req ExecRequest) (ExecOutput, error) 
 			return err
 		}
 		out = o
-		return out.validate(req, len(out.Stdout), len(out.Stderr))
+		return out.result().Validate(req.command())
 	})
 	if err != nil {
 		return ExecOutput{}, err
@@ -138,26 +153,6 @@ func readExec(a *answer, m int) (ExecOutput, error) {
 	}
 	n := head.StdoutBytes
 	return ExecOutput{ExecStatus: head.ExecStatus, Stdout: out[:n], Stderr: out[n:]}, nil
-}
-
-// validate checks a command's end, and the lengths of its stdout and stderr, against req.
-func (r ExecStatus) validate(req ExecRequest, stdout, stderr int) error {
-	bad := func(format string, args ...any) error {
-		return fmt.Errorf("agent exec result: "+format+": %w", append(args, sandbox.ErrProviderProtocol)...)
-	}
-	switch {
-	case (r.TimedOut || r.Cancelled) && r.ExitCode != nil:
-		return bad("exit code on a command that did not end by itself")
-	case !r.TimedOut && !r.Cancelled && r.ExitCode == nil:
-		return bad("no exit code")
-	case r.ExitCode != nil && (*r.ExitCode < 0 || *r.ExitCode > 255):
-		return bad("exit code %d out of range", *r.ExitCode)
-	case stdout > req.MaxOutputBytes || stderr > req.MaxOutputBytes:
-		return bad("output past the cap of %d", req.MaxOutputBytes)
-	case r.StartedAt.IsZero() || r.FinishedAt.Before(r.StartedAt):
-		return bad("times %v to %v", r.StartedAt, r.FinishedAt)
-	}
-	return nil
 }
 
 // Cancel stops the run named id, if it is still running.

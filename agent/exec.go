@@ -59,12 +59,7 @@ func (a *Agent) run(ctx context.Context, req ExecRequest) ExecOutput {
 	if err != nil {
 		return cannotStart(req, started, fmt.Sprintf("cwd %q: %v", req.Cwd, err))
 	}
-	res, err := a.runner.Run(ctx, dir, sandbox.Command{
-		Argv:           req.Argv,
-		Env:            req.Env,
-		Timeout:        time.Duration(req.TimeoutMs) * time.Millisecond,
-		MaxOutputBytes: req.MaxOutputBytes,
-	})
+	res, err := a.runner.Run(ctx, dir, req.command())
 	if err != nil {
 		// A command proc refuses (a NUL byte in argv or env, say) cannot start either.
 		return cannotStart(req, started, err.Error())

@@ -91,7 +91,7 @@ func FuzzClientAnswers(f *testing.F) {
 			if !classified(err) {
 				t.Fatalf("exec: unclassified error %v for %d %q", err, st, b)
 			}
-		} else if verr := res.validate(req, len(res.Stdout), len(res.Stderr)); verr != nil {
+		} else if verr := res.result().Validate(req.command()); verr != nil {
 			t.Fatalf("exec accepted an invalid result %+v: %v", res, verr)
 		}
 		if entries, err := c.List(ctx, "."); err != nil {

@@ -2,6 +2,8 @@ package agent
 
 import (
 	"time"
+
+	"github.com/sandboxd/sandbox"
 )
 
 // The agent's HTTP routes. Every request carries an absolute deadline in HeaderDeadline (Unix
@@ -32,6 +34,17 @@ type ExecRequest struct {
 	Env            map[string]string `json:"env,omitempty"`
 	TimeoutMs      int64             `json:"timeoutMs"`
 	MaxOutputBytes int               `json:"maxOutputBytes"`
+}
+
+// command is the domain command req carries.
+func (req ExecRequest) command() sandbox.Command {
+	return sandbox.Command{
+		Argv:           req.Argv,
+		Cwd:            req.Cwd,
+		Env:            req.Env,
+		Timeout:        time.Duration(req.TimeoutMs) * time.Millisecond,
+		MaxOutputBytes: req.MaxOutputBytes,
+	}
 }
 
 // ExecStatus is how a command ended, its output aside. ExitCode is nil when it timed out or was

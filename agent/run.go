@@ -11,19 +11,19 @@ import (
 	"github.com/sandboxd/sandbox"
 )
 
-// Run runs cmd through the agent and returns its result, validated against cmd. The call may take slack
+// Run runs cmd through the agent and returns its result, checked by Exec. The call may take slack
 // longer than the command's own timeout. When ctx ends first, the command is cancelled by its run id and
 // its cancelled result collected, waiting at most cancelWait before dropping the connection (the agent
 // then kills the command as it does for any caller that goes away).
 //
 // Errors: ErrProviderUnavailable (agent unreachable, silent, or no answer after a cancel),
-// ErrProviderProtocol (a malformed answer), ErrInvalidRequest and ErrInvalidState as the agent says.
+// ErrProviderProtocol (a malformed answer), ErrInvalidRequest (cmd out of its bounds, or as the agent
+// says) and ErrInvalidState as the agent says.
 func (c *Client) Run(ctx context.Context, cmd sandbox.Command, slack, cancelWait time.Duration) (sandbox.CommandResult, error) {
-	if cmd.Timeout <= 0 {
-		cmd.Timeout = sandbox.DefaultCommandTimeout
-	}
-	if cmd.MaxOutputBytes <= 0 {
-		cmd.MaxOutputBytes = sandbox.DefaultMaxOutputBytes
+	// The core hands over normalised commands; other callers of a provider may leave the defaults out.
+	cmd, err := cmd.Normalize()
+	if err != nil {
+		return sandbox.CommandResult{}, err
 	}
 	req := ExecRequest{
 		ID:             runID(),
@@ -64,21 +64,7 @@ func (c *Client) Run(ctx context.Context, cmd sandbox.Command, slack, cancelWait
 	if a.err != nil {
 		return sandbox.CommandResult{}, a.err
 	}
-	r := a.res
-	out := sandbox.CommandResult{
-		ExitCode:   r.ExitCode,
-		Stdout:     r.Stdout,
-		Stderr:     r.Stderr,
-		TimedOut:   r.TimedOut,
-		Cancelled:  r.Cancelled,
-		Truncated:  r.Truncated,
-		StartedAt:  r.StartedAt.UTC(),
-		FinishedAt: r.FinishedAt.UTC(),
-	}
-	if err := out.Validate(cmd); err != nil {
-		return sandbox.CommandResult{}, err
-	}
-	return out, nil
+	return a.res.result(), nil
 }
 
 // runID names one command run, so that it can be cancelled.
