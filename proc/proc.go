@@ -79,21 +79,20 @@ var (
 	errClosed = errors.New("runner closed")
 )
 
-// Run runs cmd with dir as its working directory and waits for it. It returns ErrInvalidRequest for a
-// malformed command and ErrInvalidState when the runner is stopped or closed. Everything else, a
+// Run runs cmd with dir as its working directory and waits for it. A zero Timeout or MaxOutputBytes is
+// the default (sandbox.Command.Normalize). It returns ErrInvalidRequest for a malformed command or one
+// past the bounds of Normalize, and ErrInvalidState when the runner is stopped or closed. Everything else, a
 // program that cannot start included, is a result: exit code 127 with the reason on stderr, 128+n for a
 // command killed by signal n, no exit code and TimedOut or Cancelled when Run killed it.
 func (r *Runner) Run(ctx context.Context, dir string, cmd sandbox.Command) (sandbox.CommandResult, error) {
 	if err := validate(cmd); err != nil {
 		return sandbox.CommandResult{}, err
 	}
+	cmd, err := cmd.Normalize()
+	if err != nil {
+		return sandbox.CommandResult{}, err
+	}
 	timeout, max := cmd.Timeout, cmd.MaxOutputBytes
-	if timeout == 0 {
-		timeout = sandbox.DefaultCommandTimeout
-	}
-	if max == 0 {
-		max = sandbox.DefaultMaxOutputBytes
-	}
 	env := mergeEnv(r.Env, cmd.Env)
 	started := time.Now()
 	res := sandbox.CommandResult{StartedAt: started}
@@ -307,6 +306,8 @@ func killGroup(pgid int, wait time.Duration, reap func()) {
 	}
 }
 
+// validate refuses a command no process can be started from. Behind the agent's socket it is the runner's
+// own guard, whatever the daemon checked before.
 func validate(cmd sandbox.Command) error {
 	bad := func(format string, args ...any) error {
 		return fmt.Errorf("command: "+format+": %w", append(args, sandbox.ErrInvalidRequest)...)
