@@ -236,7 +236,7 @@ func (a *Agent) Handler() http.Handler {
 }
 
 func (a *Agent) health(w http.ResponseWriter, r *http.Request) {
-	writeJSON(w, http.StatusOK, Health{OK: true, Version: version.Version, PID: os.Getpid()})
+	writeJSON(w, http.StatusOK, Health{OK: true, Protocol: ProtocolVersion, Version: version.Version, PID: os.Getpid()})
 }
 
 func (a *Agent) exec(w http.ResponseWriter, r *http.Request) {

@@ -106,8 +106,8 @@ func exitOf(t *testing.T, r agent.ExecOutput) int {
 func TestHealthSaysTheVersion(t *testing.T) {
 	a := start(t)
 	h, err := a.c.Health(ctx(t))
-	if err != nil || h.Version != version.Version || h.PID != a.pid {
-		t.Fatalf("health %+v, %v; want version %q and pid %d", h, err, version.Version, a.pid)
+	if err != nil || h.Version != version.Version || h.PID != a.pid || h.Protocol != agent.ProtocolVersion {
+		t.Fatalf("health %+v, %v; want version %q, protocol %d and pid %d", h, err, version.Version, agent.ProtocolVersion, a.pid)
 	}
 }
 

@@ -340,3 +340,27 @@ func TestClientCutsATrickle(t *testing.T) {
 		})
 	}
 }
+
+// TestClientRefusesAnotherProtocol: an agent that speaks another protocol version is refused at its
+// health answer with an error naming both versions and its build; one that names none speaks 1 (the
+// agent of a sandbox an older daemon started), and is served.
+func TestClientRefusesAnotherProtocol(t *testing.T) {
+	answer := func(body string) func(w io.Writer, r *http.Request) error {
+		return func(w io.Writer, r *http.Request) error {
+			_, err := fmt.Fprintf(w, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
+			return err
+		}
+	}
+	for _, body := range []string{healthBody, `{"ok":true,"protocol":1,"version":"x","pid":7}`} {
+		c, _ := hostile(t, answer(body))
+		if _, err := c.Health(bounded(t)); err != nil {
+			t.Errorf("%s: %v", body, err)
+		}
+	}
+	c, _ := hostile(t, answer(`{"ok":true,"protocol":2,"version":"9.9","pid":7}`))
+	_, err := c.Health(bounded(t))
+	if !errors.Is(err, agent.ErrProtocolMismatch) || !errors.Is(err, sandbox.ErrProviderProtocol) ||
+		!strings.Contains(err.Error(), "protocol 2, this daemon 1") || !strings.Contains(err.Error(), `"9.9"`) {
+		t.Fatalf("an agent of protocol 2: %v", err)
+	}
+}

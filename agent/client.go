@@ -2,6 +2,7 @@ package agent
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -66,6 +67,10 @@ func (c *Client) Health(ctx context.Context) (Health, error) {
 	}
 	if !h.OK {
 		return Health{}, fmt.Errorf("agent health: not ok: %w", sandbox.ErrProviderProtocol)
+	}
+	if v := cmp.Or(h.Protocol, 1); v != ProtocolVersion {
+		return Health{}, fmt.Errorf("agent health: the agent (build %q) speaks protocol %d, this daemon %d: %w: %w",
+			h.Version, v, ProtocolVersion, ErrProtocolMismatch, sandbox.ErrProviderProtocol)
 	}
 	return h, nil
 }

@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"errors"
 	"time"
 
 	"github.com/sandboxd/sandbox"
@@ -19,11 +20,23 @@ const (
 	HeaderDeadline = "Sandbox-Deadline"
 )
 
+// ProtocolVersion is the version of this wire protocol: the routes, headers and bodies of this file.
+// An agent says which it speaks in its health answer, and the client refuses another
+// (ErrProtocolMismatch). An answer that names none is of protocol 1, the one before the field, which an
+// oci sandbox started by an older daemon still speaks after an upgrade. Raise it with a change an agent
+// of the version before cannot follow.
+const ProtocolVersion = 1
+
+// ErrProtocolMismatch: the agent speaks another version of the protocol than this daemon (an agent
+// image, or a sandbox's agent, of another build). Client.Health wraps it with ErrProviderProtocol.
+var ErrProtocolMismatch = errors.New("the agent speaks another protocol version than this daemon")
+
 // Health is the answer to PathHealth.
 type Health struct {
-	OK      bool   `json:"ok"`
-	Version string `json:"version"` // the agent's build (internal/version)
-	PID     int    `json:"pid"`
+	OK       bool   `json:"ok"`
+	Protocol int    `json:"protocol,omitempty"` // ProtocolVersion; none: 1
+	Version  string `json:"version"`            // the agent's build (internal/version)
+	PID      int    `json:"pid"`
 }
 
 // ExecRequest asks the agent to run one command. ID names the run for PathCancel.

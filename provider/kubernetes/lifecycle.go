@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/sandboxd/sandbox"
+	"github.com/sandboxd/sandbox/agent"
 )
 
 // Allocate creates ref's Pod, or adopts the existing one of that name, and reports it starting: readiness
@@ -116,6 +117,7 @@ const (
 	reasonPreempted   = "preempted"
 	reasonOOM         = "oom_killed"
 	reasonAgentExited = "agent_exited"
+	reasonProtocol    = "agent_protocol" // the agent image speaks another protocol version (agent.ErrProtocolMismatch)
 	reasonPodFailed   = "pod_failed"
 	reasonImage       = "image_unavailable"
 	reasonContainer   = "container_error"
@@ -204,6 +206,9 @@ func (p *Provider) classify(ctx context.Context, b *box, pod *corev1.Pod) sandbo
 		hctx, cancel := context.WithTimeout(ctx, min(p.cfg.CallTimeout, 5*time.Second))
 		_, err := b.client.Health(hctx)
 		cancel()
+		if errors.Is(err, agent.ErrProtocolMismatch) {
+			return failed(reasonProtocol, err.Error())
+		}
 		if err != nil {
 			return p.observation(b, pod, sandbox.ObservedStarting, "", "the agent does not answer yet: "+err.Error())
 		}

@@ -11,12 +11,14 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/sandboxd/sandbox"
+	"github.com/sandboxd/sandbox/agent"
 )
 
 // Observation reasons.
 const (
-	reasonExited  = "container_exited"
-	reasonMissing = "container_missing"
+	reasonExited   = "container_exited"
+	reasonMissing  = "container_missing"
+	reasonProtocol = "agent_protocol" // the agent speaks another protocol version (agent.ErrProtocolMismatch)
 )
 
 // Allocate makes the container of ref, or takes one from the warm pool when ref's disk is of the default
@@ -293,6 +295,9 @@ func (p *Provider) waitReady(ctx context.Context, b *box) (sandbox.Observation, 
 		hcancel()
 		if err == nil {
 			return p.observation(b, sandbox.ObservedReady, "", ""), nil
+		}
+		if errors.Is(err, agent.ErrProtocolMismatch) {
+			return p.observation(b, sandbox.ObservedFailed, reasonProtocol, err.Error()), nil // no retry mends it
 		}
 		select {
 		case <-ctx.Done():
