@@ -217,64 +217,58 @@ func (p *Provider) cgroupPath(name string) string { return "/sandboxd-" + p.cgTa
 // (and give its range back). With hold, the holder of the range's user namespace is made meanwhile
 // (≈2 ms, mostly a fork and exec, beside the disk's ≈4 ms) and returned for start; on runc only.
 func (p *Provider) layOut(ctx context.Context, l layout, m meta, hold bool) (_ meta, ns *pendingNS, err error) {
-	m, err = p.layOutDir(ctx, l, m, func(first uint32) {
-		if hold && p.runc.class == classRunc {
-			ns = p.holdUserNSAsync(first)
+	defer func() {
+		if err != nil && ns != nil {
+			ns.release()
+			ns = nil
 		}
-	})
-	if err != nil && ns != nil {
-		ns.release()
-		ns = nil
-	}
-	return m, ns, err
-}
-
-// layOutDir is layOut's directory: started(first) is called once the range is taken and recorded.
-func (p *Provider) layOutDir(ctx context.Context, l layout, m meta, started func(first uint32)) (meta, error) {
+	}()
 	first, err := p.ids.take()
 	if err != nil {
-		return m, err
+		return m, nil, err
 	}
 	// The directory is searchable, not readable, by others: the sandbox's init, an unprivileged host uid,
 	// may have to reach into it from inside its user namespace. What it holds is the provider's alone.
 	if err := os.Mkdir(l.dir, 0o711); err != nil {
 		p.ids.give(first)
-		return m, err
+		return m, nil, err
 	}
 	m.IDBase = first
 	if err := writeJSONFile(l.meta(), m); err != nil {
 		p.ids.give(first)
-		return m, err
+		return m, nil, err
 	}
 	if err := os.Mkdir(l.runDir(), 0o700); err != nil {
-		return m, err
+		return m, nil, err
 	}
-	started(first)
+	if hold && p.runc.class == classRunc {
+		ns = p.holdUserNSAsync(first) // beside the disk's making
+	}
 	if m.Disk {
 		if err := p.disks.makeDisk(ctx, l.diskImg(), l.diskDir(), m.Resources.DiskMiB); err != nil {
-			return m, fmt.Errorf("disk: %w", err)
+			return m, ns, fmt.Errorf("disk: %w", err)
 		}
 	} else if err := os.Mkdir(l.upperBase(false), 0o711); err != nil {
-		return m, err
+		return m, ns, err
 	}
 	if p.runc.class == classGVisor {
 		// Where the gofer, the sandbox's root on the host, binds the agent's socket.
 		if err := os.Mkdir(l.sockDir(), 0o700); err != nil {
-			return m, err
+			return m, ns, err
 		}
 		if err := os.Lchown(l.sockDir(), int(first), int(first)); err != nil {
-			return m, err
+			return m, ns, err
 		}
 	}
 	// /workspace belongs to the sandbox's root.
 	upper := filepath.Join(l.upperBase(m.Disk), "upper")
 	if err := os.Mkdir(upper, 0o755); err != nil {
-		return m, err
+		return m, ns, err
 	}
 	if err := os.Lchown(upper, int(first), int(first)); err != nil {
-		return m, err
+		return m, ns, err
 	}
-	return m, nil
+	return m, ns, nil
 }
 
 // waitReady polls the agent's health until it answers, ctx ends or ReadyTimeout passes.

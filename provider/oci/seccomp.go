@@ -221,35 +221,30 @@ func seccompConditions(args []specs.LinuxSeccompArg) (gobpf.ArgumentConditions, 
 		if a.Index > 5 {
 			return nil, fmt.Errorf("argument %d", a.Index)
 		}
-		c := gobpf.Condition{Argument: uint32(a.Index), Value: a.Value}
-		switch a.Op {
-		case specs.OpEqualTo:
-			c.Operation = gobpf.Equal
-		case specs.OpNotEqual:
-			c.Operation = gobpf.NotEqual
-		case specs.OpLessThan:
-			c.Operation = gobpf.LessThan
-		case specs.OpLessEqual:
-			c.Operation = gobpf.LessOrEqual
-		case specs.OpGreaterThan:
-			c.Operation = gobpf.GreaterThan
-		case specs.OpGreaterEqual:
-			c.Operation = gobpf.GreaterOrEqual
-		case specs.OpMaskedEqual:
-			// (arg & value) == valueTwo: with valueTwo 0, none of value's bits is set.
-			if a.ValueTwo != 0 {
-				return nil, fmt.Errorf("masked comparison with %#x: not compiled", a.ValueTwo)
-			}
-			c.Operation = gobpf.BitsNotSet
-		default:
+		op, ok := seccompOps[a.Op]
+		switch {
+		case !ok:
 			return nil, fmt.Errorf("comparison %s: not compiled", a.Op)
+		case a.ValueTwo != 0:
+			// A masked comparison is (arg & value) == valueTwo: only valueTwo 0 (none of value's bits
+			// set) has a compiled form; the others take no second value.
+			return nil, fmt.Errorf("comparison %s with the second value %#x: not compiled", a.Op, a.ValueTwo)
 		}
-		if a.Op != specs.OpMaskedEqual && a.ValueTwo != 0 {
-			return nil, fmt.Errorf("comparison %s with a second value", a.Op)
-		}
-		out = append(out, c)
+		out = append(out, gobpf.Condition{Argument: uint32(a.Index), Operation: op, Value: a.Value})
 	}
 	return out, nil
+}
+
+// seccompOps are the comparisons compiled, and what each becomes; OpMaskedEqual only with a second
+// value of 0 (seccompConditions).
+var seccompOps = map[specs.LinuxSeccompOperator]gobpf.Operation{
+	specs.OpEqualTo:      gobpf.Equal,
+	specs.OpNotEqual:     gobpf.NotEqual,
+	specs.OpLessThan:     gobpf.LessThan,
+	specs.OpLessEqual:    gobpf.LessOrEqual,
+	specs.OpGreaterThan:  gobpf.GreaterThan,
+	specs.OpGreaterEqual: gobpf.GreaterOrEqual,
+	specs.OpMaskedEqual:  gobpf.BitsNotSet,
 }
 
 // seccompFile is the program as a sealed memfd, positioned at its start, for the agent to read as a
