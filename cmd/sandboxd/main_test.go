@@ -75,7 +75,7 @@ func TestFlagsAndEnvironment(t *testing.T) {
 	if m.EventRetention != 42 || m.Listen != "127.0.0.1:10" {
 		t.Fatalf("retention %d (env), listen %s (flag wins): %+v", m.EventRetention, m.Listen, m)
 	}
-	for _, bad := range [][]string{{"--event-retention", "0"}, {"--nope"}, {"extra"}, {"--oci-warm-pool", "-1"}} {
+	for _, bad := range [][]string{{"--event-retention", "0"}, {"--nope"}, {"extra"}, {"--oci-warm-pool", "-1"}, {"--oci-spares", "-1"}} {
 		if err := NewMain(io.Discard).ParseFlags(bad); err == nil {
 			t.Errorf("%v accepted", bad)
 		}

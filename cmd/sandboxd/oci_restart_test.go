@@ -52,7 +52,16 @@ func survivesSIGKILL(t *testing.T, pooled bool, flags ...string) {
 	if pooled {
 		// The pool warms one entry after another, each once the one before answers: with the last
 		// entry's directory there, the three sandboxes below find three idle entries.
-		entries := func() int { ents, _ := os.ReadDir(filepath.Join(dataDir, "oci", "pool")); return len(ents) }
+		// (Spares wait in the same directory, named spare-.)
+		entries := func() (n int) {
+			ents, _ := os.ReadDir(filepath.Join(dataDir, "oci", "pool"))
+			for _, e := range ents {
+				if strings.HasPrefix(e.Name(), "pool-") {
+					n++
+				}
+			}
+			return n
+		}
 		for deadline := time.Now().Add(30 * time.Second); entries() < DefaultOCIWarmPool; time.Sleep(20 * time.Millisecond) {
 			if time.Now().After(deadline) {
 				t.Fatalf("the default pool holds %d entries, want %d", entries(), DefaultOCIWarmPool)

@@ -21,8 +21,8 @@ var GVisorHostPids = gvisorHostPids
 // IdleEntries is how many warm pool entries wait, for the tests.
 func IdleEntries(p *Provider) int { return p.idleEntries() }
 
-// Abandon stops the warm pool's filler and forgets its idle entries without removing them: what a
-// provider that dies leaves behind.
+// Abandon stops the fillers of the warm pool and the spares and forgets their idle entries and spares
+// without removing them: what a provider that dies leaves behind (a dead daemon's holders end with it).
 func Abandon(p *Provider) {
 	p.pool.stop()
 	<-p.pool.done
@@ -32,6 +32,25 @@ func Abandon(p *Provider) {
 	}
 	p.pool.idle = nil
 	p.pool.mu.Unlock()
+	p.spares.mu.Lock()
+	for _, s := range p.spares.idle {
+		if s.ns != nil {
+			s.ns.release()
+		}
+	}
+	p.spares.idle = nil
+	p.spares.mu.Unlock()
+}
+
+// SpareIDBases are the first host uids of the idle spares' ranges.
+func SpareIDBases(p *Provider) []uint32 {
+	p.spares.mu.Lock()
+	defer p.spares.mu.Unlock()
+	var ids []uint32
+	for _, s := range p.spares.idle {
+		ids = append(ids, s.m.IDBase)
+	}
+	return ids
 }
 
 // DropAgentConnections closes the kept-alive connections to every sandbox's agent, as a restart would:

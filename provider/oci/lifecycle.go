@@ -53,10 +53,13 @@ func (p *Provider) Allocate(ctx context.Context, ref sandbox.Ref, spec sandbox.S
 	if res.DiskMiB == p.cfg.DefaultDiskMiB && p.claim(ctx, b, res) {
 		defer p.refill()
 	} else if err := p.create(ctx, b, res); err != nil {
+		p.refillSpares()
 		if cerr := p.releaseLocked(context.WithoutCancel(ctx), b); cerr != nil {
 			p.log.Error("cleaning up a failed allocation", "sandbox", ref, "err", cerr)
 		}
 		return sandbox.Observation{}, fmt.Errorf("allocate %s: %v: %w", ref, err, sandbox.ErrProviderUnavailable)
+	} else {
+		defer p.refillSpares() // create may have taken one
 	}
 	b.saw("running")
 	b.gone.Store(false)
@@ -203,10 +206,22 @@ func (p *Provider) writeBundle(l layout, m meta, userns string) error {
 }
 
 // prepare lays out the sandbox directory without starting anything, and returns its metadata (and,
-// with hold, its user namespace's holder being made: layOut).
+// with hold, its user namespace's holder being made, and the directory taken from a spare when one
+// fits: lay).
 func (p *Provider) prepare(ctx context.Context, b *box, res sandbox.Resources, hold bool) (meta, *pendingNS, error) {
-	return p.layOut(ctx, b.l, meta{Ref: b.ref, Resources: res, Disk: res.DiskMiB > 0,
-		CgroupPath: p.cgroupPath(b.ref.Name())}, hold)
+	m := meta{Ref: b.ref, Resources: res, Disk: res.DiskMiB > 0, CgroupPath: p.cgroupPath(b.ref.Name())}
+	if hold {
+		return p.lay(ctx, b.l, m)
+	}
+	return p.layOut(ctx, b.l, m, false)
+}
+
+// lay is layOut with hold, from an idle spare when m's disk is of the default size (takeSpare).
+func (p *Provider) lay(ctx context.Context, l layout, m meta) (meta, *pendingNS, error) {
+	if m, ns, ok := p.takeSpare(l, m); ok {
+		return m, ns, nil
+	}
+	return p.layOut(ctx, l, m, true)
 }
 
 // cgroupPath is the cgroup of the container name.

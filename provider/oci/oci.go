@@ -74,6 +74,12 @@ type Config struct {
 	// allocation of a sandbox with the default disk size takes one instead of starting a container
 	// (see pool.go). Zero: none; every allocation starts its own.
 	WarmPool int
+
+	// Spares is how many sandbox directories the provider keeps laid out ahead, each with a uid range,
+	// the holder of its user namespace and a disk of the default size, so that a sandbox with that disk
+	// which starts a container of its own (the warm pool empty, or off) need not make them (see
+	// spare.go). Zero: none.
+	Spares int
 }
 
 // Provider runs sandboxes as runc containers. It is safe for concurrent use.
@@ -95,7 +101,8 @@ type Provider struct {
 	// one `runc list` tells a restarted provider what a `runc state` per sandbox would.
 	found map[string]containerState
 
-	pool pool
+	pool   pool
+	spares spares
 
 	// DataPlane runs commands and file calls through each sandbox's agent (Exec, ReadFile, WriteFile,
 	// ListFiles); its clients come from usable, so a paused sandbox is ErrInvalidState.
@@ -247,8 +254,8 @@ func New(cfg Config) (*Provider, error) {
 	if cfg.IDRanges == 0 || uint64(cfg.IDBase)+uint64(cfg.IDRanges)*IDRangeSize > 1<<32-1 {
 		return nil, fmt.Errorf("oci: %d uid ranges from %d do not fit below 2^32", cfg.IDRanges, cfg.IDBase)
 	}
-	if cfg.WarmPool < 0 {
-		return nil, fmt.Errorf("oci: WarmPool %d is negative", cfg.WarmPool)
+	if cfg.WarmPool < 0 || cfg.Spares < 0 {
+		return nil, fmt.Errorf("oci: WarmPool %d or Spares %d is negative", cfg.WarmPool, cfg.Spares)
 	}
 	p := &Provider{
 		cfg:    cfg,

@@ -55,23 +55,29 @@ type poolEntry struct {
 	client *agent.Client
 }
 
-// startPool discards what an earlier provider left in the pool directory and starts the filler. With
-// no pool configured it only discards.
+// startPool discards what an earlier provider left in the pool directory and starts the fillers of the
+// pool and of the spares (spare.go). With neither configured it only discards.
 func (p *Provider) startPool() {
 	ctx, cancel := context.WithCancel(context.Background())
 	p.pool.kick = make(chan struct{}, 1)
 	p.pool.stop = cancel
 	p.pool.done = make(chan struct{})
+	p.spares.kick = make(chan struct{}, 1)
 	go func() {
 		defer close(p.pool.done)
 		p.discardLeftovers(ctx)
+		var spares sync.WaitGroup
+		if p.cfg.Spares > 0 {
+			spares.Go(func() { p.fillSpares(ctx) })
+		}
 		if p.cfg.WarmPool > 0 {
 			p.fill(ctx)
 		}
+		spares.Wait()
 	}()
 }
 
-// Close stops the pool's filler and removes the entries no sandbox took. Sandboxes are not touched
+// Close stops the fillers and removes the pool entries and spares no sandbox took. Sandboxes are not touched
 // (gVisor's keep the network namespace runsc pinned for them; only the pin goes).
 func (p *Provider) Close() error {
 	p.pool.stop()
@@ -84,7 +90,7 @@ func (p *Provider) Close() error {
 	idle := p.pool.idle
 	p.pool.idle = nil
 	p.pool.mu.Unlock()
-	var errs []error
+	errs := []error{p.closeSpares()}
 	for _, e := range idle {
 		e.client.Close()
 		if err := p.remove(context.Background(), e.l, e.name); err != nil {
@@ -94,8 +100,8 @@ func (p *Provider) Close() error {
 	return errors.Join(errs...)
 }
 
-// discardLeftovers removes every directory in the pool directory: entries of an earlier provider, or
-// one whose take was cut short.
+// discardLeftovers removes every directory in the pool directory: entries and spares of an earlier
+// provider, or one whose take was cut short.
 func (p *Provider) discardLeftovers(ctx context.Context) {
 	ents, err := os.ReadDir(p.pool.dir)
 	if err != nil {
@@ -107,6 +113,12 @@ func (p *Provider) discardLeftovers(ctx context.Context) {
 			return
 		}
 		l := layout{dir: filepath.Join(p.pool.dir, e.Name())}
+		if isSpareDir(e.Name()) {
+			if err := p.removeSpareDir(ctx, l); err != nil {
+				p.log.Warn("discarding a spare left by an earlier run", "spare", e.Name(), "err", err)
+			}
+			continue
+		}
 		if err := p.remove(ctx, l, e.Name()); err != nil {
 			p.log.Warn("discarding a pool entry left by an earlier run", "entry", e.Name(), "err", err)
 			continue
@@ -126,6 +138,7 @@ func (p *Provider) fill(ctx context.Context) {
 		p.pool.mu.Unlock()
 		if short {
 			e, err := p.warm(ctx)
+			p.refillSpares() // the entry may have taken one
 			if err == nil {
 				p.pool.mu.Lock()
 				p.pool.idle = append(p.pool.idle, e)
@@ -160,7 +173,7 @@ func (p *Provider) warm(ctx context.Context) (poolEntry, error) {
 	name := "pool-" + hex.EncodeToString(rnd[:])
 	e := poolEntry{name: name, l: layout{dir: filepath.Join(p.pool.dir, name)}}
 	res := sandbox.Resources{DiskMiB: p.cfg.DefaultDiskMiB}
-	m, ns, err := p.layOut(ctx, e.l, meta{Container: name, CgroupPath: p.cgroupPath(name), Resources: res, Disk: true}, true)
+	m, ns, err := p.lay(ctx, e.l, meta{Container: name, CgroupPath: p.cgroupPath(name), Resources: res, Disk: true})
 	if err == nil {
 		err = p.start(ctx, e.l, m, name, ns)
 	}
