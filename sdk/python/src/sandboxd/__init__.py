@@ -1,0 +1,100 @@
+"""sandboxd: a Python client of the sandboxd runtime.
+
+::
+
+    from sandboxd import Sandbox
+
+    with Sandbox.create() as sandbox:          # $SANDBOXD_URL, $SANDBOXD_TOKEN
+        print(sandbox.run(["echo", "hello"]).text)
+
+:class:`Client` and :class:`Sandbox` are synchronous; :class:`AsyncClient` and :class:`AsyncSandbox` are
+the same API as coroutines. Errors are in :mod:`sandboxd.errors`, data types in :mod:`sandboxd.types`.
+Only the standard library is used.
+"""
+
+from __future__ import annotations
+
+__version__ = "0.1.0"
+
+from .aio import AsyncClient, AsyncEventStream, AsyncFiles, AsyncSandbox
+from .client import Client, EventStream
+from .errors import (
+    CommandFailed,
+    ConnectionFailed,
+    EventHistoryUnavailable,
+    GenerationConflict,
+    IdempotencyConflict,
+    InternalError,
+    InvalidState,
+    MethodNotAllowed,
+    NotFound,
+    ProviderProtocolError,
+    ProviderUnavailable,
+    RequestTooLarge,
+    SandboxdError,
+    SandboxFailed,
+    Unauthenticated,
+    UnexpectedResponse,
+    UnexpectedState,
+    UnsupportedCapability,
+    ValidationError,
+    WaitTimeout,
+)
+from .sandbox import Files, Sandbox
+from .types import (
+    CommandResult,
+    Endpoint,
+    Failure,
+    FileEntry,
+    FileReadResult,
+    ProviderManifest,
+    Resources,
+    RuntimeCapabilities,
+    RuntimeInfo,
+    SandboxEvent,
+    SandboxResource,
+    SandboxSpec,
+)
+
+__all__ = [
+    "AsyncClient",
+    "AsyncEventStream",
+    "AsyncFiles",
+    "AsyncSandbox",
+    "Client",
+    "CommandFailed",
+    "CommandResult",
+    "ConnectionFailed",
+    "Endpoint",
+    "EventHistoryUnavailable",
+    "EventStream",
+    "Failure",
+    "FileEntry",
+    "FileReadResult",
+    "Files",
+    "GenerationConflict",
+    "IdempotencyConflict",
+    "InternalError",
+    "InvalidState",
+    "MethodNotAllowed",
+    "NotFound",
+    "ProviderManifest",
+    "ProviderProtocolError",
+    "ProviderUnavailable",
+    "RequestTooLarge",
+    "Resources",
+    "RuntimeCapabilities",
+    "RuntimeInfo",
+    "Sandbox",
+    "SandboxEvent",
+    "SandboxFailed",
+    "SandboxResource",
+    "SandboxSpec",
+    "SandboxdError",
+    "Unauthenticated",
+    "UnexpectedResponse",
+    "UnexpectedState",
+    "UnsupportedCapability",
+    "ValidationError",
+    "WaitTimeout",
+]

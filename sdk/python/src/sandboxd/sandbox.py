@@ -1,0 +1,405 @@
+"""The synchronous sandbox: :class:`Sandbox` and its :class:`Files`."""
+
+from __future__ import annotations
+
+import os
+import posixpath
+import time
+from pathlib import Path
+from typing import Any, Iterable, List, Mapping, Optional, Sequence, Union
+
+from . import _ops
+from ._common import (
+    DEFAULT_WAIT,
+    Argv,
+    Tracker,
+    as_bytes,
+    checked,
+    command_argv,
+    finish,
+    is_own_recreate,
+    make_spec,
+    outcome,
+    recreate_spec,
+    settled,
+    stdin_plan,
+    timed_out,
+    written,
+)
+from ._transport import Request
+from .client import Client, EventStream
+from .errors import (
+    EventHistoryUnavailable,
+    GenerationConflict,
+    InvalidState,
+    NotFound,
+    UnexpectedResponse,
+    ValidationError,
+)
+from .types import (
+    CommandResult,
+    Failure,
+    FileEntry,
+    FileReadResult,
+    Resources,
+    SandboxResource,
+    SandboxSpec,
+)
+
+__all__ = ["Files", "Sandbox"]
+
+Data = Union[bytes, bytearray, memoryview, str]
+
+
+class Sandbox:
+    """One sandbox, at the generation it was last seen at.
+
+    Every call is fenced by that generation (``expectedGeneration``): if the sandbox has been recreated
+    behind this object's back, the call raises :class:`~sandboxd.errors.GenerationConflict` instead of
+    touching the new generation; :meth:`refresh` adopts the current one. The object updates its view
+    (``resource``, ``generation``, ``state``) from every answer about the sandbox.
+
+    As a context manager it terminates the sandbox at exit.
+    """
+
+    def __init__(self, client: Client, resource: SandboxResource, *, own_client: bool = False) -> None:
+        self.client = client
+        self.resource = resource
+        self.files = Files(self)
+        self._own_client = own_client
+        self._cursor: Optional[int] = None  # the newest of its events seen
+
+    # --- creating ---
+
+    @classmethod
+    def create(
+        cls,
+        client: Optional[Client] = None,
+        *,
+        image: Optional[str] = None,
+        template: Optional[str] = None,
+        resources: Optional[Resources] = None,
+        required_capabilities: Optional[Iterable[str]] = None,
+        extensions: Optional[Mapping[str, Any]] = None,
+        client_request_id: Optional[str] = None,
+        wait: bool = True,
+        timeout: float = DEFAULT_WAIT,
+    ) -> Sandbox:
+        """Creates a sandbox and, unless ``wait`` is False, waits up to ``timeout`` seconds for it to be
+        ready, following the event stream.
+
+        Without a client it makes one from ``$SANDBOXD_URL`` and ``$SANDBOXD_TOKEN`` and closes it with
+        the sandbox. The create carries a ``clientRequestId`` (``client_request_id``, else a fresh one),
+        so a create repeated after a lost answer returns the sandbox the first one made, never a second.
+
+        Errors: ValidationError, UnsupportedCapability (a required capability, an image or template the
+        provider lacks), IdempotencyConflict (``client_request_id`` used with another spec),
+        ProviderUnavailable; SandboxFailed when the sandbox fails before it is ready, with its
+        ``failure``; WaitTimeout.
+        """
+        own = client is None
+        c = client or Client()
+        try:
+            spec = make_spec(
+                image=image,
+                template=template,
+                resources=resources,
+                required_capabilities=required_capabilities,
+                extensions=extensions,
+                client_request_id=client_request_id,
+            )
+            after = c._known_cursor() if wait else None
+            sb = cls(c, SandboxResource.from_json(c._call(_ops.create_sandbox(spec))), own_client=own)
+            if wait:
+                sb._wait("ready", timeout, after)
+            return sb
+        except BaseException:
+            if own:
+                c.close()
+            raise
+
+    @classmethod
+    def connect(cls, client: Client, sandbox_id: str) -> Sandbox:
+        """The existing sandbox of that id, at its current generation. Errors: NotFound."""
+        return cls(client, client._get(sandbox_id))
+
+    # --- what it is ---
+
+    @property
+    def id(self) -> str:
+        return self.resource.id
+
+    @property
+    def generation(self) -> int:
+        """The generation every call is fenced by."""
+        return self.resource.generation
+
+    @property
+    def state(self) -> str:
+        """The state when last seen (see :meth:`refresh`)."""
+        return self.resource.state
+
+    @property
+    def spec(self) -> SandboxSpec:
+        return self.resource.spec
+
+    @property
+    def failure(self) -> Optional[Failure]:
+        """Why it failed, when its state is ``failed``."""
+        return self.resource.failure
+
+    def __repr__(self) -> str:
+        return f"<Sandbox {self.id} generation {self.generation} {self.state}>"
+
+    def _apply(self, doc: Any) -> Sandbox:
+        self.resource = SandboxResource.from_json(doc)
+        return self
+
+    # --- lifecycle ---
+
+    def refresh(self) -> Sandbox:
+        """Reads the sandbox anew and adopts its current generation. Errors: NotFound."""
+        self.resource = self.client._get(self.id)
+        return self
+
+    def reconcile(self) -> Sandbox:
+        """Has the daemon observe the provider's resource afresh and record what it finds (it needs no
+        generation and changes no desired state). Errors: NotFound, ProviderUnavailable."""
+        return self._apply(self.client._call(_ops.reconcile_sandbox(self.id)))
+
+    def pause(self, *, wait: bool = True, timeout: float = DEFAULT_WAIT) -> Sandbox:
+        """Freezes the sandbox (its running commands stop until :meth:`resume`); with ``wait``, until it
+        is ``paused``. Pausing a paused sandbox changes nothing. Errors: GenerationConflict,
+        InvalidState, UnsupportedCapability (no pauseResume), ProviderUnavailable; with wait,
+        UnexpectedState/SandboxFailed and WaitTimeout."""
+        return self._act(_ops.pause_sandbox(self.id, self.generation), "paused", wait, timeout)
+
+    def resume(self, *, wait: bool = True, timeout: float = DEFAULT_WAIT) -> Sandbox:
+        """Thaws a paused sandbox; with ``wait``, until it is ``ready``. Errors as :meth:`pause`."""
+        return self._act(_ops.resume_sandbox(self.id, self.generation), "ready", wait, timeout)
+
+    def terminate(self, *, wait: bool = True, timeout: float = DEFAULT_WAIT) -> Sandbox:
+        """Releases the sandbox's generation; with ``wait``, until it is ``terminated``. It works in every
+        state, and terminating a terminated sandbox changes nothing. Errors: GenerationConflict;
+        with wait, WaitTimeout."""
+        return self._act(_ops.terminate_sandbox(self.id, self.generation), "terminated", wait, timeout)
+
+    def recreate(
+        self, spec: Optional[SandboxSpec] = None, *, wait: bool = True, timeout: float = DEFAULT_WAIT
+    ) -> Sandbox:
+        """Starts the next generation of a terminated sandbox, from ``spec`` or the current spec, under
+        the same id; with ``wait``, until it is ``ready``. The spec gets a fresh clientRequestId unless it
+        brings one not yet used. Errors: InvalidState (not terminated), GenerationConflict,
+        IdempotencyConflict, UnsupportedCapability; with wait, SandboxFailed and WaitTimeout."""
+        expected = self.generation
+        s = recreate_spec(self.spec, spec)
+        after = self._after() if wait else None
+        try:
+            self._apply(self.client._call(_ops.recreate_sandbox(self.id, expected, s)))
+        except GenerationConflict as e:
+            current = self.client._get(self.id)
+            if not is_own_recreate(e, current, expected, s):
+                raise
+            self.resource = current  # our recreate, whose answer was lost: its repeat met its result
+        if wait:
+            self._wait("ready", timeout, after)
+        return self
+
+    def wait_for(self, state: str, *, timeout: float = DEFAULT_WAIT) -> Sandbox:
+        """Waits until the sandbox's generation is in ``state``, following the event stream. Errors:
+        UnexpectedState when it settles in another state it will not leave by itself, SandboxFailed
+        when that state is ``failed``, WaitTimeout, GenerationConflict when it is recreated meanwhile."""
+        after = self._after()
+        self.refresh()
+        return self._wait(state, timeout, after)
+
+    def _act(self, req: Request, wanted: str, wait: bool, timeout: float) -> Sandbox:
+        after = self._after() if wait else None
+        self._apply(self.client._call(req))
+        if wait:
+            self._wait(wanted, timeout, after)
+        return self
+
+    def _after(self) -> int:
+        c = self.client._known_cursor()
+        return max(c, self._cursor) if self._cursor is not None else c
+
+    def _wait(self, wanted: str, timeout: float, after: Optional[int]) -> Sandbox:
+        """Waits for wanted from the state last seen, which is current as of cursor after (every event
+        of this sandbox since is newer). First the events already logged, then the stream."""
+        start = time.monotonic()
+        deadline = start + timeout
+        while True:
+            if settled(self.resource, wanted):
+                outcome(self.resource, wanted)
+                return self
+            if after is None:
+                after = self.client._find_floor()
+                self.refresh()
+                continue
+            try:
+                tr = Tracker(self.resource, after)
+                while True:
+                    page = self.client._list_events(tr.cursor, self.id)
+                    for e in page:
+                        tr.apply(e)
+                    if len(page) < 1000 or tr.done(wanted):
+                        break
+                if not tr.done(wanted):
+                    with EventStream(self.client, tr.cursor, self.id, 45.0, 10) as stream:
+                        while not tr.done(wanted):
+                            ev = stream.next(timeout=deadline - time.monotonic())
+                            if ev is None:
+                                self.refresh()
+                                if settled(self.resource, wanted):
+                                    break
+                                raise timed_out(self.resource, wanted, timeout)
+                            tr.apply(ev)
+                self._cursor = tr.cursor
+                self.client._note(tr.cursor)
+            except EventHistoryUnavailable:
+                after = None  # the daemon pruned past the cursor meanwhile: find one it holds
+                continue
+            self.refresh()
+            return finish(self.resource, tr, wanted, self)
+
+    # --- commands ---
+
+    def run(
+        self,
+        argv: Argv,
+        *,
+        timeout: Optional[float] = None,
+        cwd: Optional[str] = None,
+        env: Optional[Mapping[str, str]] = None,
+        stdin: Optional[Data] = None,
+        max_output_bytes: Optional[int] = None,
+        check: bool = False,
+    ) -> CommandResult:
+        """Runs a command and returns how it ended.
+
+        ``argv`` is executed directly, never through a shell; a string instead is a shell command line,
+        run by ``sh -c``. ``timeout`` is in seconds (the daemon's default is 60); a command past it is
+        killed with its process group and its result says ``timed_out``. ``cwd`` is relative to the
+        sandbox's working directory; ``env`` is added to its environment. ``stdin`` (bytes or text) is
+        written to a file the command reads as its standard input (this needs ``sh`` in the sandbox).
+        With ``check``, a command that does not exit 0 raises CommandFailed.
+
+        A command is never repeated once sent. Errors: ValidationError, NotFound (a missing cwd),
+        GenerationConflict, InvalidState (not ready), UnsupportedCapability, ProviderUnavailable,
+        CommandFailed.
+        """
+        args = command_argv(argv)
+        if stdin is not None:
+            where, args = stdin_plan(args, cwd)
+            self.files.write(where, stdin)
+        req = _ops.execute_command(
+            self.id,
+            self.generation,
+            args,
+            cwd=cwd,
+            env=env,
+            timeout=timeout,
+            max_output_bytes=max_output_bytes,
+            http_timeout=self.client.timeout,
+        )
+        return checked(CommandResult.from_json(self.client._call(req)), args, check)
+
+    def events(self, after: Optional[int] = None) -> EventStream:
+        """Follows this sandbox's events (see :meth:`Client.events`)."""
+        return self.client.events(after, self.id)
+
+    # --- context manager ---
+
+    def __enter__(self) -> Sandbox:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        try:
+            if self.state != "terminated":
+                self.terminate(wait=False)
+        except (NotFound, InvalidState):
+            pass
+        except GenerationConflict:
+            pass  # recreated behind this object's back: that generation is not ours to end
+        finally:
+            if self._own_client:
+                self.client.close()
+
+
+class Files:
+    """The files of a sandbox (``sandbox.files``). Relative paths are relative to the sandbox's working
+    directory; absolute ones are inside the sandbox's filesystem, never outside it. Every call is fenced
+    by the sandbox's generation."""
+
+    def __init__(self, sandbox: Sandbox) -> None:
+        self._sb = sandbox
+
+    def read(self, path: str) -> bytes:
+        """The content of a file (at most 24 MiB). Errors: NotFound, ValidationError (a directory),
+        GenerationConflict, InvalidState."""
+        sb = self._sb
+        doc = sb.client._call(_ops.read_file(sb.id, sb.generation, path))
+        return FileReadResult.from_json(doc).content()
+
+    def read_text(self, path: str, encoding: str = "utf-8") -> str:
+        """The content of a file as text."""
+        return self.read(path).decode(encoding)
+
+    def write(self, path: str, data: Data, *, encoding: str = "utf-8") -> FileEntry:
+        """Replaces a file atomically with data (bytes, or text in ``encoding``), creating its parent
+        directories, and returns its entry. Errors: ValidationError, RequestTooLarge (over 24 MiB),
+        GenerationConflict, InvalidState."""
+        sb = self._sb
+        raw = as_bytes(data, encoding)
+        doc = sb.client._call(_ops.write_file(sb.id, sb.generation, path, raw, sb.client.timeout))
+        res = FileReadResult.from_json(doc)
+        return written(res.path, res.size)
+
+    def list(self, path: str = ".") -> List[FileEntry]:
+        """The entries of one directory. Errors: NotFound, ValidationError (a file)."""
+        sb = self._sb
+        doc = sb.client._call(_ops.list_files(sb.id, sb.generation, path))
+        items = doc.get("entries") if isinstance(doc, dict) else None
+        if not isinstance(items, list):
+            raise UnexpectedResponse("listFiles: want {'entries': [...]}")
+        return [FileEntry.from_json(v) for v in items]
+
+    def exists(self, path: str) -> bool:
+        """Whether a file or directory exists at path (one listing of its parent)."""
+        parent, name = posixpath.split(path.rstrip("/") or "/")
+        try:
+            return any(e.name == name for e in self.list(parent or "."))
+        except NotFound:
+            return False
+
+    def upload(self, local: Union[str, "os.PathLike[str]"], remote: str) -> List[FileEntry]:
+        """Copies a local file, or a directory tree, to remote in the sandbox; returns what it wrote."""
+        src = Path(local)
+        if src.is_dir():
+            out = []
+            for f in sorted(p for p in src.rglob("*") if p.is_file()):
+                out.append(self.write(posixpath.join(remote, f.relative_to(src).as_posix()), f.read_bytes()))
+            return out
+        return [self.write(remote, src.read_bytes())]
+
+    def download(self, remote: str, local: Union[str, "os.PathLike[str]"]) -> List[Path]:
+        """Copies a file, or a directory tree, from the sandbox to local; returns the files it wrote."""
+        dst = Path(local)
+        try:
+            entries: Optional[Sequence[FileEntry]] = self.list(remote)
+        except ValidationError:  # a file: listing one is invalid_request
+            entries = None
+        if entries is None:
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            dst.write_bytes(self.read(remote))
+            return [dst]
+        out: List[Path] = []
+        dst.mkdir(parents=True, exist_ok=True)
+        for e in entries:
+            if e.is_dir:
+                out += self.download(e.path, dst / e.name)
+            else:
+                (dst / e.name).write_bytes(self.read(e.path))
+                out.append(dst / e.name)
+        return out
