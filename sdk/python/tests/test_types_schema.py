@@ -1,0 +1,146 @@
+"""The dataclasses of sandboxd.types against the schemas of the contract: the same properties under
+their wire names, the same required ones; and decoding takes every property into its field."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Dict, List
+
+import pytest
+
+import sandboxd.types as t
+from conformance import DOC, validator
+
+CLASSES = [
+    t.RuntimeCapabilities,
+    t.ProviderManifest,
+    t.RuntimeInfo,
+    t.Resources,
+    t.SandboxSpec,
+    t.Endpoint,
+    t.Failure,
+    t.SandboxResource,
+    t.CommandResult,
+    t.FileReadResult,
+    t.FileEntry,
+    t.SandboxEvent,
+]
+
+
+def schema_at(pointer: str) -> Dict[str, Any]:
+    node: Any = DOC
+    for part in pointer[2:].split("/"):
+        node = node[part]
+    while "$ref" in node:
+        node = schema_at(node["$ref"])
+    return dict(node)
+
+
+def exclusive(schema: Dict[str, Any]) -> List[str]:
+    """The properties of which a schema allows at most one (``not: {required: [a, b]}``)."""
+    return list(schema.get("not", {}).get("required", []))
+
+
+def sample(schema: Dict[str, Any], full: bool) -> Any:
+    """A document of schema: with every property when full, else only the required ones."""
+    while "$ref" in schema:
+        schema = schema_at(schema["$ref"])
+    if "const" in schema:
+        return schema["const"]
+    if "enum" in schema:
+        return schema["enum"][0]
+    typ = schema.get("type")
+    if isinstance(typ, list):
+        typ = typ[0]
+    if typ == "object" or "properties" in schema:
+        props = schema.get("properties", {})
+        keep = props if full else {k: v for k, v in props.items() if k in schema.get("required", [])}
+        out = {k: sample(v, full) for k, v in keep.items()}
+        for k in exclusive(schema)[1:]:
+            out.pop(k, None)  # properties the schema allows only one of: the first stays
+        return out
+    if typ == "array":
+        return [sample(schema["items"], full)]
+    if typ == "boolean":
+        return True
+    if typ == "integer":
+        return 7
+    if typ == "number":
+        return 1.5
+    if schema.get("format") == "date-time":
+        return "2026-01-02T03:04:05.123456789Z"
+    if schema.get("contentEncoding") == "base64":
+        return "aGk="
+    if schema.get("format") == "uri":
+        return "http://x.example/"
+    return "s"
+
+
+def test_every_decoded_schema_has_a_class() -> None:
+    decoded = {"RuntimeInfo", "SandboxResource", "CommandResult", "FileReadResult", "FileEntry", "SandboxEvent"}
+    have = {c.schema.rsplit("/", 1)[-1] for c in CLASSES}
+    assert decoded <= have
+
+
+@pytest.mark.parametrize("cls", CLASSES, ids=lambda c: c.__name__)
+def test_class_matches_schema(cls: Any) -> None:
+    schema = schema_at(cls.schema)
+    fields = dataclasses.fields(cls)
+    wire = {f.metadata["json"]: f for f in fields}
+    assert set(wire) == set(schema["properties"]), "properties differ"
+    required = {
+        name
+        for name, f in wire.items()
+        if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING  # type: ignore[misc]
+    }
+    if cls is t.CommandResult:
+        # exitCode is required and may be null: a required field of an Optional type.
+        assert "exitCode" in required
+    assert required == set(schema.get("required", [])), "required properties differ"
+
+
+@pytest.mark.parametrize("cls", CLASSES, ids=lambda c: c.__name__)
+def test_decoding_takes_every_property(cls: Any) -> None:
+    schema = schema_at(cls.schema)
+    full = sample(schema, True)
+    variants = [full]
+    for k in exclusive(schema)[1:]:  # one variant for each of the properties only one of which may be
+        v = dict(full)
+        v.pop(exclusive(schema)[0])
+        v[k] = sample(schema["properties"][k], True)
+        variants.append(v)
+    decoded = set()
+    for doc in variants:
+        assert not list(validator(cls.schema).iter_errors(doc))
+        obj = cls.from_json(doc)
+        decoded |= {f.name for f in dataclasses.fields(cls) if getattr(obj, f.name) is not None}
+    for f in dataclasses.fields(cls):
+        assert f.name in decoded, f"{f.name} not decoded from {f.metadata['json']}"
+    minimal = sample(schema, False)
+    cls.from_json(minimal)
+    for name in schema.get("required", []):
+        broken = {k: v for k, v in minimal.items() if k != name}
+        with pytest.raises(t.UnexpectedResponse):
+            cls.from_json(broken)
+
+
+def test_spec_round_trips() -> None:
+    full = sample(schema_at(t.SandboxSpec.schema), True)
+    full["extensions"] = {"acme.example": {"a": 1}}
+    spec = t.SandboxSpec.from_json(full)
+    assert spec.to_json() == full
+    assert not list(validator(t.SandboxSpec.schema).iter_errors(spec.to_json()))
+
+
+def test_parse_time() -> None:
+    ts = t.parse_time("2026-12-01T13:18:48.37961924Z")
+    assert ts.microsecond == 379619 and ts.utcoffset() is not None and not ts.utcoffset()
+    assert t.parse_time("2026-12-01T13:18:48+02:00").utcoffset().total_seconds() == 7200  # type: ignore[union-attr]
+    with pytest.raises(t.UnexpectedResponse):
+        t.parse_time("yesterday")
+
+
+def test_capability_names() -> None:
+    caps = t.RuntimeCapabilities.from_json(sample(schema_at(t.RuntimeCapabilities.schema), True))
+    names: List[str] = caps.names()
+    assert names == schema_at("#/components/schemas/CapabilityName")["enum"]
