@@ -84,6 +84,16 @@ def proxy(daemon: Daemon) -> Iterator[FaultProxy]:
         p.close()
 
 
+def cursor_now(client: sandboxd.Client) -> int:
+    """The newest cursor of the daemon's log, paging on from the oldest one kept."""
+    after = client._find_floor()
+    while True:
+        page = client.list_events(after)
+        if len(page) < 1000:
+            return page[-1].cursor if page else after
+        after = page[-1].cursor
+
+
 # --- one scenario, both clients ---
 
 

@@ -9,19 +9,9 @@ from typing import Any, List
 import pytest
 
 import sandboxd
-from conftest import PROVIDER, Factory
+from conftest import PROVIDER, Factory, cursor_now
 from daemon import Daemon
 from proxy import FaultProxy
-
-
-def cursor_now(client: sandboxd.Client) -> int:
-    """The newest cursor of the daemon's log, paging from a cursor the client knows is kept."""
-    after = client._find_floor()
-    while True:
-        page = client.list_events(after)
-        if len(page) < 1000:
-            return page[-1].cursor if page else after
-        after = page[-1].cursor
 
 
 def test_runtime(api: Any) -> None:
