@@ -1,20 +1,16 @@
-"""The asynchronous transport: HTTP/1.1 over asyncio streams, written out by hand.
-
-It speaks the part of HTTP/1.1 the daemon's answers use: a status line and headers, then a body framed
-by Content-Length, by chunked transfer coding, or by the end of the connection; interim 1xx answers are
-skipped. Connections are kept alive in a small pool when the answer allows it. A connection belongs to
-the event loop that opened it, so an AsyncClient is used from one loop.
-"""
+"""The asynchronous transport: HTTP/1.1 (_http11) over asyncio streams. Connections are kept alive in a
+small pool when the answer allows it. A connection belongs to the event loop that opened it, so an
+AsyncClient is used from one loop."""
 
 from __future__ import annotations
 
 import asyncio
 import ssl
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, List, Optional, Tuple
 
+from ._http11 import CONTINUE_WAIT, MAX_HEAD, Head, chunk_size, encode_head, parse_head, wants_continue
 from ._transport import (
     DEFAULT_TIMEOUT,
-    EXPECT_CONTINUE,
     Backoff,
     Base,
     Lost,
@@ -22,15 +18,12 @@ from ._transport import (
     Unsent,
     check_stream,
     decode,
-    header_tokens,
-    headers,
     should_retry,
     transport_error,
 )
-from .errors import SandboxdError, UnexpectedResponse
+from .errors import SandboxdError
 
 _POOL_SIZE = 8
-_MAX_HEAD = 64 << 10
 
 
 class _Conn:
@@ -45,21 +38,6 @@ class _Conn:
 
     def close(self) -> None:
         self.writer.close()
-
-
-class _Head:
-    __slots__ = ("version", "status", "headers")
-
-    def __init__(self, version: str, status: int, headers: Dict[str, str]) -> None:
-        self.version = version
-        self.status = status
-        self.headers = headers
-
-    def keep_alive(self) -> bool:
-        conn = header_tokens(self.headers.get("connection"))
-        if self.version == "HTTP/1.0":
-            return "keep-alive" in conn
-        return "close" not in conn
 
 
 async def _timed(aw: Any, timeout: float) -> Any:
@@ -88,7 +66,7 @@ class AsyncTransport:
                     self.base.port,
                     ssl=self._ssl,
                     server_hostname=self.base.host if self._ssl else None,
-                    limit=_MAX_HEAD,
+                    limit=MAX_HEAD,
                 ),
                 timeout,
             )
@@ -122,33 +100,23 @@ class AsyncTransport:
 
     # --- the wire ---
 
-    def _encode(self, req: Request, expect: bool) -> bytes:
-        lines = [f"{req.method} {req.target(self.base.path)} HTTP/1.1", "Host: " + self.base.host_header]
-        for k, v in headers(self.base, self.token, req):
-            lines.append(f"{k}: {v}")
-        if req.body is not None or req.method in ("POST", "PUT"):
-            lines.append(f"Content-Length: {len(req.body or b'')}")
-        if expect:
-            lines.append("Expect: 100-continue")
-        return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
-
-    async def _send(self, c: _Conn, req: Request, timeout: float) -> _Head:
+    async def _send(self, c: _Conn, req: Request, timeout: float) -> Head:
         body = req.body or b""
-        expect = len(body) >= EXPECT_CONTINUE
-        head_bytes = self._encode(req, expect)
+        expect = wants_continue(req)
+        head_bytes = encode_head(self.base, self.token, req, expect)
         if expect:
             # The daemon may refuse from the head alone (see EXPECT_CONTINUE): wait a second for its
             # 100 Continue or its final answer before sending the body.
             c.writer.write(head_bytes)
             await _timed(c.writer.drain(), timeout)
             try:
-                raw: bytes = await asyncio.wait_for(c.reader.readuntil(b"\r\n\r\n"), 1.0)
+                raw: bytes = await asyncio.wait_for(c.reader.readuntil(b"\r\n\r\n"), CONTINUE_WAIT)
             except asyncio.TimeoutError:
                 raw = b""
             except (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError) as e:
                 raise Lost() from e
             if raw:
-                head = _parse_head(raw)
+                head = parse_head(raw)
                 if not (100 <= head.status < 200):
                     return head  # the body is not sent
             c.writer.write(body)
@@ -157,29 +125,22 @@ class AsyncTransport:
         await _timed(c.writer.drain(), timeout + len(body) / (1 << 20))
         while True:
             raw = await _timed(c.reader.readuntil(b"\r\n\r\n"), timeout)
-            head = _parse_head(raw)
+            head = parse_head(raw)
             if not (100 <= head.status < 200):
                 return head
 
-    async def _body(self, c: _Conn, head: _Head, timeout: float) -> Tuple[bytes, bool]:
+    async def _body(self, c: _Conn, head: Head, timeout: float) -> Tuple[bytes, bool]:
         """The whole body, and whether the connection may carry another request."""
-        h = head.headers
-        if "chunked" in header_tokens(h.get("transfer-encoding")):
-            parts = []
+        if head.chunked():
+            parts: List[bytes] = []
             while True:
                 part = await _read_chunk(c.reader, timeout)
                 if not part:
-                    break
+                    return b"".join(parts), head.keep_alive()
                 parts.append(part)
-            return b"".join(parts), head.keep_alive()
-        if "content-length" in h:
-            try:
-                n = int(h["content-length"])
-            except ValueError:
-                raise UnexpectedResponse(f"bad Content-Length {h['content-length']!r}") from None
+        n = head.length()
+        if n is not None:
             return await _timed(c.reader.readexactly(n), timeout), head.keep_alive()
-        if head.status in (204, 304):
-            return b"", head.keep_alive()
         return await _timed(c.reader.read(), timeout), False
 
     async def _once(self, req: Request) -> Any:
@@ -195,7 +156,7 @@ class AsyncTransport:
             self._give(c)
         else:
             c.close()
-        return decode(req, head.status, head.headers.get("content-type", ""), body)
+        return decode(req, head.status, head.content_type, body)
 
     async def call(self, req: Request) -> Any:
         """Sends req, repeating it as far as its retry class allows, and returns its decoded JSON answer.
@@ -220,8 +181,8 @@ class AsyncTransport:
             head = await self._send(c, req, self.timeout)
             if head.status != 200:
                 body, _ = await self._body(c, head, self.timeout)
-                check_stream(req, head.status, head.headers.get("content-type", ""), lambda: body)
-            check_stream(req, head.status, head.headers.get("content-type", ""), lambda: b"")
+                check_stream(req, head.status, head.content_type, lambda: body)
+            check_stream(req, head.status, head.content_type, lambda: b"")
         except BaseException:
             c.close()
             raise
@@ -231,11 +192,10 @@ class AsyncTransport:
 class AsyncStream:
     """An open event stream's body. Its connection is closed with it."""
 
-    def __init__(self, c: _Conn, head: _Head, read_timeout: float) -> None:
+    def __init__(self, c: _Conn, head: Head, read_timeout: float) -> None:
         self._c = c
-        self._chunked = "chunked" in header_tokens(head.headers.get("transfer-encoding"))
-        cl = head.headers.get("content-length")
-        self._left: Optional[int] = int(cl) if cl and cl.isdigit() else None
+        self._chunked = head.chunked()
+        self._left = head.length()
         self._timeout = read_timeout
         self._done = False
 
@@ -262,33 +222,12 @@ class AsyncStream:
 
 async def _read_chunk(r: asyncio.StreamReader, timeout: float) -> bytes:
     """One chunk of a chunked body; b"" for the last (its trailers read)."""
-    line: bytes = await _timed(r.readuntil(b"\r\n"), timeout)
-    try:
-        size = int(line.split(b";", 1)[0].strip(), 16)
-    except ValueError:
-        raise Lost() from UnexpectedResponse(f"bad chunk size line {line[:40]!r}")
+    size = chunk_size(await _timed(r.readuntil(b"\r\n"), timeout))
     if size == 0:
         while (await _timed(r.readuntil(b"\r\n"), timeout)) != b"\r\n":
             pass  # a trailer
         return b""
     data: bytes = await _timed(r.readexactly(size + 2), timeout)
     if data[-2:] != b"\r\n":
-        raise Lost() from UnexpectedResponse("chunk not followed by CRLF")
+        raise Lost() from ConnectionError("a chunk not followed by CRLF")
     return data[:-2]
-
-
-def _parse_head(raw: bytes) -> _Head:
-    lines = raw.decode("latin-1").split("\r\n")
-    parts = lines[0].split(" ", 2)
-    if len(parts) < 2 or not parts[0].startswith("HTTP/1.") or not parts[1].isdigit():
-        raise Lost() from UnexpectedResponse(f"bad status line {lines[0][:80]!r}")
-    hdrs: Dict[str, str] = {}
-    for line in lines[1:]:
-        if not line:
-            continue
-        k, sep, v = line.partition(":")
-        if not sep:
-            raise Lost() from UnexpectedResponse(f"bad header line {line[:80]!r}")
-        k, v = k.strip().lower(), v.strip()
-        hdrs[k] = hdrs[k] + ", " + v if k in hdrs else v
-    return _Head(parts[0], int(parts[1]), hdrs)

@@ -1,18 +1,18 @@
-"""The synchronous transport: http.client connections kept alive in a small pool, shared by threads."""
+"""The synchronous transport: HTTP/1.1 (_http11) over blocking sockets, kept alive in a small pool that
+threads share."""
 
 from __future__ import annotations
 
-import http.client
 import select
 import socket
 import ssl
 import threading
 import time
-from typing import Any, List, Optional
+from typing import Any, List, Optional, Tuple
 
+from ._http11 import CONTINUE_WAIT, MAX_HEAD, Head, chunk_size, encode_head, parse_head, wants_continue
 from ._transport import (
     DEFAULT_TIMEOUT,
-    EXPECT_CONTINUE,
     Backoff,
     Base,
     Lost,
@@ -20,7 +20,6 @@ from ._transport import (
     Unsent,
     check_stream,
     decode,
-    headers,
     should_retry,
     transport_error,
 )
@@ -29,25 +28,111 @@ from .errors import SandboxdError
 _POOL_SIZE = 8
 
 
-def _continue(sock: socket.socket) -> bool:
-    """After the head of a request with ``Expect: 100-continue``: whether to send its body. True on
-    ``100 Continue`` (read off the socket) or when the daemon says nothing for a second; False when its
-    final answer came first, which http.client then reads."""
-    if not select.select([sock], [], [], 1.0)[0]:
-        return True
-    head = b""
-    while b"\r\n\r\n" not in head:
-        peek = sock.recv(len(head) + 4096, socket.MSG_PEEK)
-        if len(peek) <= len(head):
-            return False  # closed: let getresponse report it
-        head = peek
-        if not head.startswith(b"HTTP/1.1 100") and len(head) >= 12:
+class _Conn:
+    """A socket and what has been read from it and not yet used."""
+
+    __slots__ = ("sock", "buf", "tls")
+
+    def __init__(self, sock: socket.socket, tls: bool) -> None:
+        self.sock = sock
+        self.buf = bytearray()
+        self.tls = tls
+
+    def _fill(self) -> None:
+        try:
+            d = self.sock.recv(65536)
+        except OSError as e:
+            raise Lost() from e
+        if not d:
+            raise Lost() from ConnectionError("the connection closed")
+        self.buf += d
+
+    def read_until(self, sep: bytes) -> bytes:
+        start = 0
+        while True:
+            i = self.buf.find(sep, start)
+            if i >= 0:
+                end = i + len(sep)
+                out = bytes(self.buf[:end])
+                del self.buf[:end]
+                return out
+            if len(self.buf) > MAX_HEAD:
+                raise Lost() from ConnectionError("an answer's line or head is too long")
+            start = max(0, len(self.buf) - len(sep) + 1)
+            self._fill()
+
+    def read_exactly(self, n: int) -> bytes:
+        while len(self.buf) < n:
+            self._fill()
+        out = bytes(self.buf[:n])
+        del self.buf[:n]
+        return out
+
+    def read_some(self) -> bytes:
+        """What has arrived, at least one byte; b"" at the end of the connection."""
+        if not self.buf:
+            try:
+                return self.sock.recv(65536)
+            except OSError as e:
+                raise Lost() from e
+        out = bytes(self.buf)
+        self.buf.clear()
+        return out
+
+    def read_head(self) -> Head:
+        while True:
+            head = parse_head(self.read_until(b"\r\n\r\n"))
+            if not (100 <= head.status < 200):
+                return head
+
+    def read_chunk(self) -> bytes:
+        """One chunk of a chunked body; b"" for the last (its trailers read)."""
+        size = chunk_size(self.read_until(b"\r\n"))
+        if size == 0:
+            while self.read_until(b"\r\n") != b"\r\n":
+                pass  # a trailer
+            return b""
+        data = self.read_exactly(size + 2)
+        if data[-2:] != b"\r\n":
+            raise Lost() from ConnectionError("a chunk not followed by CRLF")
+        return data[:-2]
+
+    def read_body(self, head: Head) -> Tuple[bytes, bool]:
+        """The whole body, and whether the connection may carry another request."""
+        if head.chunked():
+            parts: List[bytes] = []
+            while True:
+                part = self.read_chunk()
+                if not part:
+                    return b"".join(parts), head.keep_alive()
+                parts.append(part)
+        n = head.length()
+        if n is not None:
+            return self.read_exactly(n), head.keep_alive()
+        parts = [bytes(self.buf)]
+        self.buf.clear()
+        while True:
+            try:
+                d = self.sock.recv(65536)
+            except OSError as e:
+                raise Lost() from e
+            if not d:
+                return b"".join(parts), False
+            parts.append(d)
+
+    def idle_and_open(self) -> bool:
+        """Whether a pooled connection can carry a request: one the daemon has closed (its idle
+        timeout) is readable, and is dropped rather than sent on. (A TLS socket may be readable for
+        TLS's own records, so it is not checked.)"""
+        if self.buf:
             return False
-    end = head.index(b"\r\n\r\n") + 4
-    got = 0
-    while got < end:
-        got += len(sock.recv(end - got))
-    return True
+        return self.tls or not select.select([self.sock], [], [], 0)[0]
+
+    def close(self) -> None:
+        try:
+            self.sock.close()
+        except OSError:
+            pass
 
 
 class SyncTransport:
@@ -56,47 +141,37 @@ class SyncTransport:
         self.token = token
         self.timeout = timeout if timeout is not None else DEFAULT_TIMEOUT
         self.backoff = backoff
-        self._idle: List[http.client.HTTPConnection] = []
+        self._idle: List[_Conn] = []
         self._lock = threading.Lock()
         self._ssl: Optional[ssl.SSLContext] = ssl.create_default_context() if base.scheme == "https" else None
 
-    # --- connections ---
-
-    def _new(self, timeout: float) -> http.client.HTTPConnection:
-        conn: http.client.HTTPConnection
-        if self._ssl is not None:
-            conn = http.client.HTTPSConnection(self.base.host, self.base.port, timeout=timeout, context=self._ssl)
-        else:
-            conn = http.client.HTTPConnection(self.base.host, self.base.port, timeout=timeout)
+    def _new(self, timeout: float) -> _Conn:
         try:
-            conn.connect()
+            sock = socket.create_connection((self.base.host, self.base.port), timeout)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            if self._ssl is not None:
+                sock = self._ssl.wrap_socket(sock, server_hostname=self.base.host)
         except OSError as e:
-            conn.close()
             raise Unsent() from e
-        conn.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        return conn
+        return _Conn(sock, self._ssl is not None)
 
-    def _take(self, timeout: float) -> http.client.HTTPConnection:
+    def _take(self, timeout: float) -> _Conn:
         while True:
             with self._lock:
-                conn = self._idle.pop() if self._idle else None
-            if conn is None:
+                c = self._idle.pop() if self._idle else None
+            if c is None:
                 return self._new(timeout)
-            sock = conn.sock
-            # An idle connection the daemon has closed (its idle timeout) is readable: drop it rather
-            # than send on it, so that no request is lost on a connection that was already gone.
-            # (A TLS socket may be readable for TLS's own records, so it is not checked.)
-            if sock is not None and (self._ssl is not None or not select.select([sock], [], [], 0)[0]):
-                sock.settimeout(timeout)
-                return conn
-            conn.close()
+            if c.idle_and_open():
+                c.sock.settimeout(timeout)
+                return c
+            c.close()
 
-    def _give(self, conn: http.client.HTTPConnection) -> None:
+    def _give(self, c: _Conn) -> None:
         with self._lock:
             if len(self._idle) < _POOL_SIZE:
-                self._idle.append(conn)
+                self._idle.append(c)
                 return
-        conn.close()
+        c.close()
 
     def close(self) -> None:
         with self._lock:
@@ -104,44 +179,36 @@ class SyncTransport:
         for c in idle:
             c.close()
 
-    # --- requests ---
-
-    def _send(self, conn: http.client.HTTPConnection, req: Request) -> http.client.HTTPResponse:
-        conn.putrequest(req.method, req.target(self.base.path), skip_accept_encoding=True)
-        for k, v in headers(self.base, self.token, req):
-            conn.putheader(k, v)
-        body = req.body
-        if body is not None or req.method in ("POST", "PUT"):
-            conn.putheader("Content-Length", str(len(body or b"")))
-        if body is not None and len(body) >= EXPECT_CONTINUE and self._ssl is None and conn.sock is not None:
-            conn.putheader("Expect", "100-continue")
-            conn.endheaders()
-            if _continue(conn.sock):
-                conn.send(body)
-            # else the daemon answered before the body (a 413, a 401): it is not sent at all
-        else:
-            conn.endheaders(body)
-        return conn.getresponse()
+    def _send(self, c: _Conn, req: Request) -> Head:
+        """Sends req on c and reads the head of its answer."""
+        body = req.body or b""
+        try:
+            if wants_continue(req):
+                c.sock.sendall(encode_head(self.base, self.token, req, True))
+                if select.select([c.sock], [], [], CONTINUE_WAIT)[0]:
+                    head = parse_head(c.read_until(b"\r\n\r\n"))
+                    if not (100 <= head.status < 200):
+                        return head  # refused from the head: the body is not sent
+                c.sock.sendall(body)
+            else:
+                c.sock.sendall(encode_head(self.base, self.token, req, False) + body)
+        except OSError as e:
+            raise Lost() from e
+        return c.read_head()
 
     def _once(self, req: Request) -> Any:
-        timeout = req.timeout or self.timeout
-        conn = self._take(timeout)
+        c = self._take(req.timeout or self.timeout)
         try:
-            try:
-                resp = self._send(conn, req)
-                body = resp.read()
-            except (OSError, http.client.HTTPException) as e:
-                raise Lost() from e
-            ctype = resp.getheader("Content-Type") or ""
-            status = resp.status
+            head = self._send(c, req)
+            body, reusable = c.read_body(head)
         except BaseException:
-            conn.close()
+            c.close()
             raise
-        if resp.will_close:
-            conn.close()
+        if reusable:
+            self._give(c)
         else:
-            self._give(conn)
-        return decode(req, status, ctype, body)
+            c.close()
+        return decode(req, head.status, head.content_type, body)
 
     def call(self, req: Request) -> Any:
         """Sends req, repeating it as far as its retry class allows, and returns its decoded JSON answer.
@@ -161,43 +228,47 @@ class SyncTransport:
     def open_stream(self, req: Request, read_timeout: float) -> SyncStream:
         """Opens an event stream: one attempt (the caller reconnects). Raises Unsent or Lost for a
         transport failure, and the error the daemon answered."""
-        conn = self._take(self.timeout)
-        # http.client lets go of the socket of an answer that ends with its connection; keep it, to set
-        # the read timeout on.
-        sock = conn.sock
+        c = self._take(self.timeout)
         try:
-            try:
-                resp = self._send(conn, req)
-            except (OSError, http.client.HTTPException) as e:
-                raise Lost() from e
-            check_stream(req, resp.status, resp.getheader("Content-Type") or "", resp.read)
-            sock.settimeout(read_timeout)
+            head = self._send(c, req)
+            if head.status != 200:
+                body, _ = c.read_body(head)
+                check_stream(req, head.status, head.content_type, lambda: body)
+            check_stream(req, head.status, head.content_type, lambda: b"")
+            c.sock.settimeout(read_timeout)
         except BaseException:
-            conn.close()
+            c.close()
             raise
-        return SyncStream(conn, resp, sock)
+        return SyncStream(c, head)
 
 
 class SyncStream:
-    """An open event stream's body. It is never given back to the pool."""
+    """An open event stream's body. Its connection is closed with it."""
 
-    def __init__(self, conn: http.client.HTTPConnection, resp: http.client.HTTPResponse, sock: socket.socket) -> None:
-        self._conn = conn
-        self._resp = resp
-        self._sock = sock
+    def __init__(self, c: _Conn, head: Head) -> None:
+        self._c = c
+        self._chunked = head.chunked()
+        self._left = head.length()
+        self._done = False
 
     def set_timeout(self, seconds: float) -> None:
-        self._sock.settimeout(max(seconds, 0.001))
+        self._c.sock.settimeout(max(seconds, 0.001))
 
     def read(self) -> bytes:
         """The next bytes of the body; b"" at its end. Raises Lost when the connection breaks or no byte
         arrives within the read timeout."""
-        try:
-            return self._resp.read1(65536)
-        except (OSError, http.client.HTTPException, ValueError) as e:
-            raise Lost() from e
+        if self._done:
+            return b""
+        if self._chunked:
+            data = self._c.read_chunk()
+        elif self._left is not None:
+            data = self._c.read_some()[: self._left] if self._left else b""
+            self._left -= len(data)
+        else:
+            data = self._c.read_some()
+        if not data:
+            self._done = True
+        return data
 
     def close(self) -> None:
-        self._resp.close()
-        self._conn.close()
-        self._sock.close()
+        self._c.close()

@@ -46,12 +46,6 @@ class Retry(enum.IntEnum):
 
 RETRY_STATUSES = frozenset({500, 502, 503})
 
-EXPECT_CONTINUE = 1 << 20
-"""A body this large is sent with ``Expect: 100-continue``: if the daemon refuses the request from its
-head (too large, no token), it says so before the body is sent, rather than resetting the connection
-under a client still sending it, which loses the answer."""
-
-
 @dataclass(frozen=True)
 class Request:
     """One API call, before it is sent."""
