@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, List
+from typing import Any, List, Type
 
 import pytest
 
@@ -88,7 +88,7 @@ def test_files(api: Any, tmp_path: Path) -> None:
         sb.files.write("data/note.txt", "grüße\n")
         assert sb.files.read_text("data/note.txt") == "grüße\n"
         sb.files.write("data/deeper/x", b"x")
-        listing = sorted(sb.files.list("data"), key=lambda e: e.path)
+        listing: List[sandboxd.FileEntry] = sorted(sb.files.list("data"), key=lambda e: str(e.path))
         assert [(e.name, e.kind) for e in listing] == [
             ("blob.bin", "file"),
             ("deeper", "directory"),
@@ -254,7 +254,7 @@ def test_errors_from_real_answers(api: Any, make_client: Factory, daemon: Daemon
     )
     cases: List[Any] = []
 
-    def expect(cls: type, code: str, status: int, fn: Any) -> None:
+    def expect(cls: Type[sandboxd.SandboxdError], code: str, status: int, fn: Any) -> None:
         with pytest.raises(cls) as e:
             fn()
         assert type(e.value) is cls, f"{code}: got {type(e.value).__name__}"

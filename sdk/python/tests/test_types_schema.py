@@ -9,9 +9,10 @@ from typing import Any, Dict, List
 import pytest
 
 import sandboxd.types as t
+from sandboxd.errors import UnexpectedResponse
 from conformance import DOC, validator
 
-CLASSES = [
+CLASSES: List[Any] = [
     t.RuntimeCapabilities,
     t.ProviderManifest,
     t.RuntimeInfo,
@@ -82,7 +83,7 @@ def test_every_decoded_schema_has_a_class() -> None:
     assert decoded <= have
 
 
-@pytest.mark.parametrize("cls", CLASSES, ids=lambda c: c.__name__)
+@pytest.mark.parametrize("cls", CLASSES, ids=lambda c: str(c.__name__))
 def test_class_matches_schema(cls: Any) -> None:
     schema = schema_at(cls.schema)
     fields = dataclasses.fields(cls)
@@ -91,7 +92,7 @@ def test_class_matches_schema(cls: Any) -> None:
     required = {
         name
         for name, f in wire.items()
-        if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING  # type: ignore[misc]
+        if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
     }
     if cls is t.CommandResult:
         # exitCode is required and may be null: a required field of an Optional type.
@@ -99,7 +100,7 @@ def test_class_matches_schema(cls: Any) -> None:
     assert required == set(schema.get("required", [])), "required properties differ"
 
 
-@pytest.mark.parametrize("cls", CLASSES, ids=lambda c: c.__name__)
+@pytest.mark.parametrize("cls", CLASSES, ids=lambda c: str(c.__name__))
 def test_decoding_takes_every_property(cls: Any) -> None:
     schema = schema_at(cls.schema)
     full = sample(schema, True)
@@ -120,7 +121,7 @@ def test_decoding_takes_every_property(cls: Any) -> None:
     cls.from_json(minimal)
     for name in schema.get("required", []):
         broken = {k: v for k, v in minimal.items() if k != name}
-        with pytest.raises(t.UnexpectedResponse):
+        with pytest.raises(UnexpectedResponse):
             cls.from_json(broken)
 
 
@@ -136,7 +137,7 @@ def test_parse_time() -> None:
     ts = t.parse_time("2026-12-01T13:18:48.37961924Z")
     assert ts.microsecond == 379619 and ts.utcoffset() is not None and not ts.utcoffset()
     assert t.parse_time("2026-12-01T13:18:48+02:00").utcoffset().total_seconds() == 7200  # type: ignore[union-attr]
-    with pytest.raises(t.UnexpectedResponse):
+    with pytest.raises(UnexpectedResponse):
         t.parse_time("yesterday")
 
 
