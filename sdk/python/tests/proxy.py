@@ -75,6 +75,10 @@ class FaultProxy:
 
     def close(self) -> None:
         self._closed = True
+        try:
+            self._lsock.shutdown(socket.SHUT_RDWR)  # wakes the accept, and stops listening at once
+        except OSError:
+            pass
         self._lsock.close()
         with self._lock:
             socks, self._open = self._open, []

@@ -348,3 +348,17 @@ def test_the_client_takes_its_settings_from_the_environment(
     with pytest.raises(sandboxd.ConnectionFailed) as e:
         c.runtime()
     assert e.value.status is None and isinstance(e.value, ConnectionError)
+
+
+def test_an_error_in_the_block_is_not_hidden_by_the_exit(
+    make_client: Factory, proxy: FaultProxy, client: sandboxd.Client
+) -> None:
+    via = make_client(proxy.url, max_retries=0)
+    with pytest.raises(ZeroDivisionError):
+        with via.create_sandbox() as sb:
+            sid = sb.id
+            proxy.close()  # the terminate at exit cannot reach the daemon
+            1 / 0
+    left = client.get_sandbox(sid)
+    assert left.state == "ready"
+    left.terminate()

@@ -69,7 +69,6 @@ from .errors import (
     ConnectionFailed,
     EventHistoryUnavailable,
     GenerationConflict,
-    InvalidState,
     NotFound,
     SandboxdError,
     UnexpectedResponse,
@@ -429,9 +428,9 @@ class Creating(Awaitable["AsyncSandbox"]):
         self._sb = await self._make
         return self._sb
 
-    async def __aexit__(self, *exc: object) -> None:
+    async def __aexit__(self, exc_type: object, *exc: object) -> None:
         if self._sb is not None:
-            await self._sb.__aexit__(*exc)
+            await self._sb.__aexit__(exc_type, *exc)
 
 
 class AsyncSandbox:
@@ -595,7 +594,7 @@ class AsyncSandbox:
                     if len(page) < 1000 or tr.done(wanted):
                         break
                 if not tr.done(wanted):
-                    async with AsyncEventStream(self.client, tr.cursor, self.id, 45.0, 10) as stream:
+                    async with AsyncEventStream(self.client, tr.cursor, self.id, DEFAULT_READ_TIMEOUT, 10) as stream:
                         while not tr.done(wanted):
                             ev = await stream.next(timeout=deadline - time.monotonic())
                             if ev is None:
@@ -647,12 +646,15 @@ class AsyncSandbox:
     async def __aenter__(self) -> AsyncSandbox:
         return self
 
-    async def __aexit__(self, *exc: object) -> None:
+    async def __aexit__(self, exc_type: object, *exc: object) -> None:
         try:
             if self.state != "terminated":
                 await self.terminate(wait=False)
-        except (NotFound, InvalidState, GenerationConflict):
+        except (NotFound, GenerationConflict):
             pass
+        except SandboxdError:
+            if exc_type is None:
+                raise
         finally:
             if self._own_client:
                 await self.client.close()

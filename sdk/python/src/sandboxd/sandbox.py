@@ -10,6 +10,7 @@ from typing import Any, Iterable, List, Mapping, Optional, Sequence, Union
 
 from . import _ops
 from ._common import (
+    DEFAULT_READ_TIMEOUT,
     DEFAULT_WAIT,
     Argv,
     Tracker,
@@ -31,8 +32,8 @@ from .client import Client, EventStream
 from .errors import (
     EventHistoryUnavailable,
     GenerationConflict,
-    InvalidState,
     NotFound,
+    SandboxdError,
     UnexpectedResponse,
     ValidationError,
 )
@@ -246,7 +247,7 @@ class Sandbox:
                     if len(page) < 1000 or tr.done(wanted):
                         break
                 if not tr.done(wanted):
-                    with EventStream(self.client, tr.cursor, self.id, 45.0, 10) as stream:
+                    with EventStream(self.client, tr.cursor, self.id, DEFAULT_READ_TIMEOUT, 10) as stream:
                         while not tr.done(wanted):
                             ev = stream.next(timeout=deadline - time.monotonic())
                             if ev is None:
@@ -314,14 +315,16 @@ class Sandbox:
     def __enter__(self) -> Sandbox:
         return self
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, exc_type: object, *exc: object) -> None:
         try:
             if self.state != "terminated":
                 self.terminate(wait=False)
-        except (NotFound, InvalidState):
-            pass
-        except GenerationConflict:
-            pass  # recreated behind this object's back: that generation is not ours to end
+        except (NotFound, GenerationConflict):
+            pass  # gone, or recreated behind this object's back: that generation is not ours to end
+        except SandboxdError:
+            if exc_type is None:
+                raise
+            # The block's own error is the one to see.
         finally:
             if self._own_client:
                 self.client.close()
