@@ -58,3 +58,11 @@ def test_generation_conflict_carries_the_current_generation() -> None:
     assert (e.expected_generation, e.current_generation) == (2, 3)
     e = error_from_response(409, body("generation_conflict", "stale"))
     assert isinstance(e, sandboxd.GenerationConflict) and e.current_generation is None
+
+
+def test_the_error_body_is_the_contracts() -> None:
+    # error_from_response reads error.code and error.message, and keeps the other members as details.
+    from conformance import DOC
+
+    err = DOC["components"]["schemas"]["ErrorResponse"]["properties"]["error"]
+    assert sorted(err["required"]) == sorted(err["properties"]) == ["code", "message"]
