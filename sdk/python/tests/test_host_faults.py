@@ -67,13 +67,13 @@ def test_terminate_waits_through_the_event_stream(
             time.sleep(0.01)
         shutil.rmtree(blocker / "in-the-way")
 
-    helper = threading.Thread(target=unblock)
-    helper.start()
+    unblocker = threading.Thread(target=unblock)
+    unblocker.start()
     try:
         gets_before = len(proxy.seen("GET", f"/v1/sandboxes/{sb.id}"))
         sb.terminate(timeout=30)
     finally:
-        helper.join()
+        unblocker.join()
     assert sb.state == "terminated"
     streams = proxy.seen("GET", "/v1/events/stream")
     assert len(streams) == 1 and streams[0].query["sandboxId"] == sb.id

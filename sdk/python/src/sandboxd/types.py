@@ -79,7 +79,7 @@ def _wire(name: str, **kw: Any) -> Any:
     return field(metadata={"json": name}, **kw)
 
 
-# --- decoding helpers: each raises UnexpectedResponse naming what is wrong ---
+# --- decoding: each function raises UnexpectedResponse naming what is wrong ---
 
 
 def _obj(v: Any, what: str) -> Mapping[str, Any]:
