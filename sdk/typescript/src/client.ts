@@ -1,0 +1,225 @@
+// The client of one sandboxd: configuration, the daemon-wide calls, and the seam for calls the SDK does
+// not wrap yet.
+
+import { EventHistoryUnavailable } from "./errors.js";
+import { EventStream, type EventsOptions } from "./events.js";
+import { Sandbox, type CreateOptions } from "./sandbox.js";
+import { Transport, type RequestOptions, type RetryOptions } from "./transport.js";
+import type { CreateSpec, RuntimeInfo, SandboxEvent, SandboxResource } from "./types.js";
+
+/** Where sandboxd listens unless told otherwise. */
+export const DEFAULT_URL = "http://127.0.0.1:4311";
+
+/** How a {@link Client} reaches its daemon. */
+export interface ClientOptions {
+  /** The daemon's URL. Default: `$SANDBOXD_URL` where an environment exists, else {@link DEFAULT_URL}. */
+  url?: string | undefined;
+  /** The bearer token. Default: `$SANDBOXD_TOKEN` where an environment exists, else none. */
+  token?: string | undefined;
+  /** The `fetch` to send requests with. Default: the global one. */
+  fetch?: typeof globalThis.fetch | undefined;
+  /** How safe requests are retried. Default 4 tries, 100 ms to 2 s apart. */
+  retry?: Partial<RetryOptions> | undefined;
+  /**
+   * How long one try of a request may take, its answer read included (a command gets its own
+   * `timeoutSeconds` on top); 0 for no bound. Default 60 s.
+   */
+  requestTimeoutMs?: number | undefined;
+  /** Headers sent with every request. */
+  headers?: Record<string, string> | undefined;
+}
+
+/** What every call takes. */
+export interface CallOptions {
+  /** Aborts the call. */
+  signal?: AbortSignal | undefined;
+}
+
+/** Which events {@link Client.listEvents} returns. */
+export interface ListEventsOptions extends CallOptions {
+  /** Events with a cursor above this one. Default 0. */
+  after?: number | undefined;
+  /** Only this sandbox's events. */
+  sandbox?: string | { readonly id: string } | undefined;
+}
+
+// A sandbox id no sandbox has (ids are "sbx_" and base32): a filter that matches nothing, for asking
+// whether a cursor is still kept.
+const noSandbox = "sbx_-";
+
+/**
+ * A client of one sandboxd. It holds no connection of its own (requests go through `fetch`), so it is
+ * cheap to make and safe to share.
+ *
+ * ```ts
+ * const client = new Client({ url: "http://127.0.0.1:4311", token: "..." });
+ * const info = await client.runtime();
+ * ```
+ */
+export class Client {
+  /** The daemon's URL, without a trailing slash. */
+  readonly url: string;
+  /** @internal */
+  readonly transport: Transport;
+  #knownCursor: number | undefined;
+
+  /**
+   * Makes a client. Nothing is sent until the first call.
+   * @throws TypeError when the URL is not an http(s) URL, or the runtime has no `fetch` and none is given.
+   */
+  constructor(options: ClientOptions = {}) {
+    const url = (options.url ?? env("SANDBOXD_URL") ?? DEFAULT_URL).replace(/\/+$/, "");
+    if (!/^https?:\/\/[^/]/.test(url)) {
+      throw new TypeError(`sandboxd URL ${JSON.stringify(url)}: want http://host:port`);
+    }
+    if (!options.fetch && typeof globalThis.fetch !== "function") {
+      throw new TypeError("no fetch in this runtime: pass options.fetch");
+    }
+    this.url = url;
+    this.transport = new Transport({
+      url,
+      token: options.token ?? env("SANDBOXD_TOKEN"),
+      // The global is looked up on each call, so that one installed later is used, and called unbound,
+      // as browsers want.
+      fetch: options.fetch ?? ((input, init) => globalThis.fetch(input, init)),
+      retry: {
+        attempts: options.retry?.attempts ?? 4,
+        minDelayMs: options.retry?.minDelayMs ?? 100,
+        maxDelayMs: options.retry?.maxDelayMs ?? 2000,
+      },
+      requestTimeoutMs: options.requestTimeoutMs ?? 60_000,
+      headers: options.headers ?? {},
+    });
+  }
+
+  /** Resolves when the daemon accepts requests. */
+  async health(options: CallOptions = {}): Promise<void> {
+    await this.transport.call({ method: "GET", path: "/healthz", signal: options.signal });
+  }
+
+  /**
+   * The protocol version and the provider's manifest: its name, runtime class and capabilities.
+   * @throws {@link ProviderProtocolError}, {@link ProviderUnavailable}
+   */
+  runtime(options: CallOptions = {}): Promise<RuntimeInfo> {
+    return this.transport.call<RuntimeInfo>({ method: "GET", path: "/v1/runtime", signal: options.signal });
+  }
+
+  /** Creates a sandbox and waits until it is ready: {@link Sandbox.create}. */
+  createSandbox(spec: CreateSpec = {}, options: CreateOptions = {}): Promise<Sandbox> {
+    return Sandbox.create(this, spec, options);
+  }
+
+  /**
+   * The sandbox with this id, as it is now.
+   * @throws {@link NotFound}
+   */
+  getSandbox(id: string, options: CallOptions = {}): Promise<Sandbox> {
+    return Sandbox.connect(this, id, options);
+  }
+
+  /** Every sandbox the daemon knows. */
+  async listSandboxes(options: CallOptions = {}): Promise<Sandbox[]> {
+    const out = await this.transport.call<{ sandboxes: SandboxResource[] }>({
+      method: "GET",
+      path: "/v1/sandboxes",
+      signal: options.signal,
+    });
+    return out.sandboxes.map((r) => new Sandbox(this, r));
+  }
+
+  /**
+   * One page (at most 1000) of the events after `after`, oldest first. Page on by passing the last
+   * cursor you got; an empty page means there is nothing newer yet.
+   * @throws {@link EventHistoryUnavailable} when `after` is older than the history the daemon keeps.
+   */
+  async listEvents(options: ListEventsOptions = {}): Promise<SandboxEvent[]> {
+    const sandboxId = typeof options.sandbox === "string" ? options.sandbox : options.sandbox?.id;
+    const out = await this.transport.call<{ events: SandboxEvent[] }>({
+      method: "GET",
+      path: "/v1/events",
+      query: { after: options.after ?? 0, sandboxId },
+      signal: options.signal,
+    });
+    const last = out.events[out.events.length - 1];
+    if (last) this.noteCursor(last.cursor);
+    return out.events;
+  }
+
+  /**
+   * Follows the event log as an async iterator (see {@link EventStream}): the events the daemon keeps
+   * after `after`, then new ones as they happen. It reconnects by itself with `Last-Event-ID`.
+   */
+  events(options: EventsOptions = {}): EventStream {
+    return new EventStream(this.transport, this, options);
+  }
+
+  /**
+   * Sends a request the SDK has no method for (an endpoint newer than this version, say), with the
+   * client's URL, token, deadlines, retries and error classes, and returns the decoded JSON answer.
+   * `retry` defaults to `"safe"` for GET and `"never"` otherwise: say `"safe"` only for a call the
+   * contract lets you repeat.
+   *
+   * ```ts
+   * const info = await client.request<RuntimeInfo>({ method: "GET", path: "/v1/runtime" });
+   * ```
+   */
+  request<T = unknown>(options: RequestOptions): Promise<T> {
+    return this.transport.call<T>(options);
+  }
+
+  /** Remembers a cursor this client has seen. @internal */
+  noteCursor(cursor: number): void {
+    if (this.#knownCursor === undefined || cursor > this.#knownCursor) this.#knownCursor = cursor;
+  }
+
+  /**
+   * A cursor that no event to come is at or below, and that the daemon still keeps, to follow a
+   * sandbox's events from without missing any: the newest this client has seen, or, when it has seen
+   * none (or `fresh` is set, after a 410), the oldest the daemon keeps, found by asking whether a
+   * cursor is kept (a filtered page that matches no sandbox is empty, or 410).
+   * @internal
+   */
+  async startCursor(signal?: AbortSignal, fresh = false): Promise<number> {
+    if (this.#knownCursor !== undefined && !fresh) return this.#knownCursor;
+    const kept = async (after: number): Promise<boolean> => {
+      try {
+        await this.transport.call({ method: "GET", path: "/v1/events", query: { after, sandboxId: noSandbox }, signal });
+        return true;
+      } catch (e) {
+        if (e instanceof EventHistoryUnavailable) return false;
+        throw e;
+      }
+    };
+    let found = 0;
+    if (!(await kept(0))) {
+      // Double until a kept cursor, then halve the gap: the boundary is the oldest kept event less one.
+      let lo = 0;
+      let hi = 1;
+      while (!(await kept(hi))) [lo, hi] = [hi, hi * 2];
+      while (hi - lo > 1) {
+        const mid = Math.floor((lo + hi) / 2);
+        if (await kept(mid)) hi = mid;
+        else lo = mid;
+      }
+      found = hi;
+    }
+    if (fresh) this.#knownCursor = found;
+    else this.noteCursor(found);
+    return found;
+  }
+}
+
+/** Reads an environment variable where the runtime has an environment (Node, Bun, Deno with --allow-env). */
+function env(name: string): string | undefined {
+  try {
+    const g = globalThis as {
+      process?: { env?: Record<string, string | undefined> };
+      Deno?: { env?: { get(name: string): string | undefined } };
+    };
+    const v = g.process?.env?.[name] ?? g.Deno?.env?.get(name);
+    return v === "" ? undefined : v;
+  } catch {
+    return undefined; // Deno without the permission, say
+  }
+}

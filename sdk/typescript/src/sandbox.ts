@@ -1,0 +1,439 @@
+// A sandbox as an object: it knows its generation and sends it with every call, and waits for states
+// through the event stream.
+
+import type { CallOptions, Client } from "./client.js";
+import { CommandResult, withStdin, type RunOptions } from "./commands.js";
+import {
+  GenerationConflict,
+  InvalidState,
+  NotFound,
+  SandboxFailed,
+  SandboxdError,
+  WaitTimeout,
+} from "./errors.js";
+import { SandboxFiles } from "./files.js";
+import type { CommandResultBody, CreateSpec, SandboxResource, SandboxSpec, SandboxState } from "./types.js";
+
+/** How {@link Sandbox.create} creates. */
+export interface CreateOptions extends CallOptions {
+  /** Wait until the sandbox is ready. Default true. */
+  wait?: boolean | undefined;
+  /** How long the create and the wait for `ready` may take together. Default 60 s. */
+  timeoutMs?: number | undefined;
+}
+
+/** How a lifecycle action runs. */
+export interface ActionOptions extends CallOptions {
+  /** Wait until the sandbox is in the action's resulting state. Default true. */
+  wait?: boolean | undefined;
+  /** How long the action and the wait may take together. Default 60 s. */
+  timeoutMs?: number | undefined;
+}
+
+/** How {@link Sandbox.waitForState} waits. */
+export interface WaitOptions extends CallOptions {
+  /** How long to wait. Default 60 s. */
+  timeoutMs?: number | undefined;
+}
+
+const transitional: ReadonlySet<SandboxState> = new Set<SandboxState>([
+  "requested",
+  "starting",
+  "pausing",
+  "resuming",
+  "terminating",
+]);
+
+// Symbol.asyncDispose where the runtime has it; elsewhere the registered symbol that polyfills use.
+const asyncDispose: typeof Symbol.asyncDispose =
+  Symbol.asyncDispose ?? (Symbol.for("Symbol.asyncDispose") as typeof Symbol.asyncDispose);
+
+/** A random clientRequestId: `req-` and 24 hex digits. */
+export function newRequestId(): string {
+  const b = new Uint8Array(12);
+  globalThis.crypto.getRandomValues(b);
+  return "req-" + Array.from(b, (x) => x.toString(16).padStart(2, "0")).join("");
+}
+
+/**
+ * One sandbox. It remembers the generation it last saw and sends it as `expectedGeneration` with every
+ * call, so a call never reaches a generation it did not mean: once the sandbox has been recreated
+ * elsewhere, calls fail with {@link GenerationConflict} (whose `currentGeneration` says the new one)
+ * until {@link Sandbox.refresh} catches up.
+ *
+ * ```ts
+ * await using sb = await Sandbox.create(client);
+ * const r = await sb.run(["echo", "hi"]);
+ * ```
+ */
+export class Sandbox {
+  /** The client it talks through. */
+  readonly client: Client;
+  /** Its id, stable across generations. */
+  readonly id: string;
+  /** Its files. */
+  readonly files: SandboxFiles;
+  #resource: SandboxResource;
+
+  /** @internal */
+  constructor(client: Client, resource: SandboxResource) {
+    this.client = client;
+    this.id = resource.id;
+    this.#resource = resource;
+    this.files = new SandboxFiles(this);
+  }
+
+  /**
+   * Creates a sandbox and, unless `wait` is false, waits until it is ready, by the event stream from a
+   * cursor taken before the create (so a fast sandbox is not missed), filtered to this sandbox.
+   *
+   * The create carries a `clientRequestId` (the spec's, or a new one for this call) and is retried with
+   * the same one after a lost answer, so it never makes two sandboxes.
+   *
+   * @throws {@link SandboxFailed} when the sandbox fails while starting, with the daemon's reason;
+   * {@link WaitTimeout} past `timeoutMs` (its `sandbox` says which one, still there); and the daemon's
+   * refusals: {@link ValidationError}, {@link UnsupportedCapability}, {@link IdempotencyConflict},
+   * {@link ProviderUnavailable}.
+   */
+  static async create(client: Client, spec: CreateSpec = {}, options: CreateOptions = {}): Promise<Sandbox> {
+    const full: SandboxSpec = { ...spec, clientRequestId: spec.clientRequestId ?? newRequestId() };
+    return within(options, async (signal) => {
+      const after = await client.startCursor(signal);
+      const res = await client.transport.call<SandboxResource>({
+        method: "POST",
+        path: "/v1/sandboxes",
+        body: full,
+        retry: "safe",
+        signal,
+      });
+      const sb = new Sandbox(client, res);
+      if (options.wait !== false) await sb.#wait("ready", after, signal, options.timeoutMs, true);
+      return sb;
+    });
+  }
+
+  /**
+   * The sandbox with this id, as it is now.
+   * @throws {@link NotFound}
+   */
+  static async connect(client: Client, id: string, options: CallOptions = {}): Promise<Sandbox> {
+    return new Sandbox(client, await getResource(client, id, options.signal));
+  }
+
+  /** The generation this object fences its calls with. */
+  get generation(): number {
+    return this.#resource.generation;
+  }
+
+  /** The state as last seen. */
+  get state(): SandboxState {
+    return this.#resource.state;
+  }
+
+  /** The spec of the current generation. */
+  get spec(): SandboxSpec {
+    return this.#resource.spec;
+  }
+
+  /** Why it failed, when it is `failed`. */
+  get failure(): { code: string; message: string } | undefined {
+    return this.#resource.failure;
+  }
+
+  /** The resource as last seen. */
+  get resource(): Readonly<SandboxResource> {
+    return this.#resource;
+  }
+
+  /**
+   * Reads the sandbox again and adopts what it finds, a newer generation included.
+   * @throws {@link NotFound}
+   */
+  async refresh(options: CallOptions = {}): Promise<this> {
+    this.#adopt(await getResource(this.client, this.id, options.signal));
+    return this;
+  }
+
+  /**
+   * Asks the daemon to observe the sandbox's provider resource afresh and apply what it sees.
+   * @throws {@link NotFound}, {@link ProviderUnavailable}, {@link ProviderProtocolError}
+   */
+  async reconcile(options: CallOptions = {}): Promise<this> {
+    this.#adopt(
+      await this.client.transport.call<SandboxResource>({
+        method: "POST",
+        path: `${this.#path}/actions/reconcile`,
+        retry: "safe",
+        signal: options.signal,
+      }),
+    );
+    return this;
+  }
+
+  /**
+   * Pauses the sandbox (its processes are frozen) and waits until it is `paused`.
+   * @throws {@link UnsupportedCapability} without `pauseResume`, {@link InvalidState}, {@link GenerationConflict}
+   */
+  pause(options: ActionOptions = {}): Promise<this> {
+    return this.#action("pause", "paused", options);
+  }
+
+  /**
+   * Resumes a paused sandbox and waits until it is `ready`.
+   * @throws {@link UnsupportedCapability}, {@link InvalidState}, {@link GenerationConflict}
+   */
+  resume(options: ActionOptions = {}): Promise<this> {
+    return this.#action("resume", "ready", options);
+  }
+
+  /**
+   * Terminates the sandbox (from any state; terminating a terminated one changes nothing) and waits
+   * until it is `terminated`.
+   * @throws {@link GenerationConflict}
+   */
+  terminate(options: ActionOptions = {}): Promise<this> {
+    return this.#action("terminate", "terminated", options);
+  }
+
+  /**
+   * Makes the next generation of a terminated sandbox, from `spec` (default: the current spec under a
+   * new `clientRequestId`), and waits until it is ready. This object then fences with the new
+   * generation. A retried recreate whose first try took effect is recognised by its clientRequestId.
+   * @throws {@link InvalidState} when the sandbox is not terminated, {@link GenerationConflict},
+   * {@link IdempotencyConflict}, {@link SandboxFailed}, {@link WaitTimeout}
+   */
+  async recreate(spec?: CreateSpec, options: ActionOptions = {}): Promise<this> {
+    const { clientRequestId: _old, ...current } = this.#resource.spec;
+    const next: SandboxSpec = { ...(spec ?? current), clientRequestId: spec?.clientRequestId ?? newRequestId() };
+    const expected = this.generation;
+    return within(options, async (signal) => {
+      const after = await this.client.startCursor(signal);
+      const res = await this.client.transport.call<SandboxResource>({
+        method: "POST",
+        path: `${this.#path}/actions/recreate`,
+        body: { expectedGeneration: expected, spec: next },
+        retry: "safe",
+        signal,
+        // A retry after a lost answer finds the generation moved on: by this very recreate when the new
+        // generation carries its clientRequestId.
+        recover: async (err) => {
+          if (!(err instanceof GenerationConflict)) return undefined;
+          const cur = await getResource(this.client, this.id, signal);
+          return cur.generation === expected + 1 && cur.spec.clientRequestId === next.clientRequestId ? cur : undefined;
+        },
+      });
+      this.#adopt(res);
+      if (options.wait !== false) await this.#wait("ready", after, signal, options.timeoutMs, true);
+      return this;
+    });
+  }
+
+  /**
+   * Waits until the sandbox is in `state`, by the event stream filtered to this sandbox (not by
+   * polling), and returns it.
+   * @throws {@link SandboxFailed} when it fails meanwhile; {@link InvalidState} when it settles in another
+   * state it will not leave by itself; {@link GenerationConflict} when it is recreated meanwhile;
+   * {@link WaitTimeout} past `timeoutMs`.
+   */
+  async waitForState(state: SandboxState, options: WaitOptions = {}): Promise<this> {
+    return within(options, async (signal) => {
+      await this.#wait(state, await this.client.startCursor(signal), signal, options.timeoutMs);
+      return this;
+    });
+  }
+
+  /**
+   * Runs a command: `argv` is executed directly, never through a shell (use `["sh", "-c", "..."]` for
+   * one). Never retried, since a command may not be safe to run twice.
+   * @throws {@link InvalidState} when the sandbox is not ready, {@link GenerationConflict},
+   * {@link ValidationError} for a bad request.
+   */
+  async run(argv: readonly string[], options: RunOptions = {}): Promise<CommandResult> {
+    let cmd: readonly string[] = argv;
+    let cwd = options.cwd;
+    if (options.stdin !== undefined) {
+      const path = `.sandboxd-stdin-${newRequestId().slice(4)}`;
+      await this.files.write(path, options.stdin, { signal: options.signal });
+      cmd = withStdin(argv, path, cwd);
+      cwd = undefined;
+    }
+    const timeoutSeconds = options.timeoutSeconds;
+    const body = await this.client.transport.call<CommandResultBody>({
+      method: "POST",
+      path: `${this.#path}/commands`,
+      body: {
+        expectedGeneration: this.generation,
+        argv: cmd,
+        cwd,
+        env: options.env,
+        timeoutSeconds,
+        maxOutputBytes: options.maxOutputBytes,
+      },
+      signal: options.signal,
+      timeoutMs: this.client.transport.config.requestTimeoutMs > 0
+        ? (timeoutSeconds ?? 60) * 1000 + this.client.transport.config.requestTimeoutMs
+        : 0,
+    });
+    return new CommandResult(argv, body);
+  }
+
+  /** Terminates the sandbox without waiting, unless it is terminated or gone already; `await using` calls it. */
+  async [asyncDispose](): Promise<void> {
+    if (this.#resource.state === "terminated") return;
+    try {
+      await this.terminate({ wait: false });
+    } catch (e) {
+      if (!(e instanceof NotFound)) throw e;
+    }
+  }
+
+  get #path(): string {
+    return `/v1/sandboxes/${encodeURIComponent(this.id)}`;
+  }
+
+  #adopt(res: SandboxResource): void {
+    if (res.id === this.id && res.generation >= this.#resource.generation) this.#resource = res;
+  }
+
+  async #action(action: "pause" | "resume" | "terminate", target: SandboxState, options: ActionOptions): Promise<this> {
+    return within(options, async (signal) => {
+      const after = options.wait === false ? 0 : await this.client.startCursor(signal);
+      // Safe to retry: the action answers 200 with the sandbox when it is done or under way already.
+      this.#adopt(
+        await this.client.transport.call<SandboxResource>({
+          method: "POST",
+          path: `${this.#path}/actions/${action}`,
+          body: { expectedGeneration: this.generation },
+          retry: "safe",
+          signal,
+        }),
+      );
+      if (options.wait !== false) await this.#wait(target, after, signal, options.timeoutMs);
+      return this;
+    });
+  }
+
+  /**
+   * Waits until the current generation is in target, following this sandbox's events after `after`
+   * (a cursor at or below every event to come). On each connection it first reads the sandbox, so that
+   * a change between `after` and the connection is not missed. After a create (`created`), when the
+   * stream begins with the generation's `sandbox.created`, it holds the generation's whole history from
+   * its start and its state changes are taken as they come; otherwise a change that may end the wait
+   * is checked by reading the sandbox.
+   */
+  async #wait(
+    target: SandboxState,
+    after: number,
+    signal: AbortSignal,
+    timeoutMs: number | undefined,
+    created = false,
+  ): Promise<void> {
+    const generation = this.generation;
+    // settled: true when the wait is over, false to go on; throws when target cannot come by itself.
+    const settled = (res: SandboxResource): boolean => {
+      if (res.generation !== generation) {
+        throw new GenerationConflict(
+          `sandbox ${this.id} was recreated as generation ${res.generation} while waiting for ${target}`,
+          { code: "generation_conflict", currentGeneration: res.generation },
+        );
+      }
+      if (res.state === target) return true;
+      if (res.state === "failed") throw new SandboxFailed(res);
+      if (transitional.has(res.state)) return false;
+      throw new InvalidState(`sandbox ${this.id} is ${res.state}, not ${target}`, { code: "invalid_state" });
+    };
+    let done = false;
+    const check = async (): Promise<boolean> => {
+      const res = await getResource(this.client, this.id, signal);
+      this.#adopt(res);
+      return (done = settled(res));
+    };
+    try {
+      if (settled(this.#resource)) return;
+      while (!done) {
+        let whole = false;
+        let seen = false;
+        const stream = this.client.events({ after, sandbox: this.id, signal, onOpen: check });
+        try {
+          for await (const ev of stream) {
+            if (ev.generation !== generation) {
+              if (ev.generation > generation && (await check())) return;
+              continue;
+            }
+            if (!seen) whole = created && ev.type === "sandbox.created";
+            seen = true;
+            if (ev.type !== "sandbox.state_changed") continue;
+            const to = (ev.data as { to?: SandboxState }).to;
+            if (to === undefined) continue;
+            if (whole && to !== "failed") {
+              this.#resource = { ...this.#resource, state: to, updatedAt: ev.timestamp };
+              if (settled(this.#resource)) return;
+            } else if ((to === target || !transitional.has(to)) && (await check())) {
+              return;
+            }
+          }
+          // The stream ends when the check on a new connection found the state, or at the signal.
+          if (done) return;
+          break;
+        } catch (e) {
+          if (!(e instanceof SandboxdError && e.code === "event_history_unavailable")) throw e;
+          // The cursor fell out of the daemon's history: start again from the oldest it keeps; the
+          // check on the new connection covers what was dropped.
+          after = await this.client.startCursor(signal, true);
+        } finally {
+          await stream.close();
+        }
+      }
+      if (done) return;
+    } catch (e) {
+      if (!signal.aborted) throw e;
+    }
+    throw timeoutOr(signal, this.#resource, target, timeoutMs);
+  }
+}
+
+async function getResource(client: Client, id: string, signal?: AbortSignal): Promise<SandboxResource> {
+  return client.transport.call<SandboxResource>({
+    method: "GET",
+    path: `/v1/sandboxes/${encodeURIComponent(id)}`,
+    signal,
+  });
+}
+
+const defaultTimeoutMs = 60_000;
+
+/** Why the work of `within` was aborted: marks the timeout apart from the caller's own abort. */
+class Deadline extends Error {}
+
+/** Runs work with a signal that aborts at the caller's signal or after timeoutMs, whichever comes first. */
+async function within<T>(options: { signal?: AbortSignal | undefined; timeoutMs?: number | undefined }, work: (signal: AbortSignal) => Promise<T>): Promise<T> {
+  const ms = options.timeoutMs ?? defaultTimeoutMs;
+  const ctl = new AbortController();
+  const parent = options.signal;
+  const onAbort = () => ctl.abort(parent?.reason);
+  if (parent?.aborted) ctl.abort(parent.reason);
+  else parent?.addEventListener("abort", onAbort, { once: true });
+  const timer = ms > 0 ? setTimeout(() => ctl.abort(new Deadline(`no result within ${ms} ms`)), ms) : undefined;
+  try {
+    return await work(ctl.signal);
+  } catch (e) {
+    if (ctl.signal.reason instanceof Deadline && (e === ctl.signal.reason || e instanceof Deadline)) {
+      throw new WaitTimeout(`timed out after ${ms} ms`, { cause: e });
+    }
+    throw e;
+  } finally {
+    if (timer !== undefined) clearTimeout(timer);
+    parent?.removeEventListener("abort", onAbort);
+  }
+}
+
+/** The error a wait ends with when its signal aborted: a WaitTimeout naming the sandbox, or the caller's abort. */
+function timeoutOr(signal: AbortSignal, sandbox: SandboxResource, target: SandboxState, ms: number | undefined): unknown {
+  if (signal.reason instanceof Deadline) {
+    return new WaitTimeout(
+      `sandbox ${sandbox.id} is ${sandbox.state}, not ${target}, after ${ms ?? defaultTimeoutMs} ms`,
+      { sandbox, cause: signal.reason },
+    );
+  }
+  return signal.reason;
+}

@@ -1,0 +1,45 @@
+/**
+ * The contract's types under their own names, taken from the types generated from `api/openapi.yaml`
+ * (`src/generated/openapi.ts`), so that they cannot drift from the contract.
+ *
+ * @module
+ */
+
+import type { components, operations, paths } from "./generated/openapi.js";
+
+type Schemas = components["schemas"];
+
+/** The protocol version and the provider's manifest (`GET /v1/runtime`). */
+export type RuntimeInfo = Schemas["RuntimeInfo"];
+/** What runs the sandboxes: its name, version, runtime class and capabilities. */
+export type ProviderManifest = Schemas["ProviderManifest"];
+/** Which features the provider supports. */
+export type RuntimeCapabilities = Schemas["RuntimeCapabilities"];
+/** The name of one capability, as `requiredCapabilities` lists them. */
+export type CapabilityName = Schemas["CapabilityName"];
+/** A sandbox's lifecycle state. */
+export type SandboxState = Schemas["SandboxState"];
+/** What a sandbox is made from. `clientRequestId` names the create intent. */
+export type SandboxSpec = Schemas["SandboxSpec"];
+/** A sandbox as the daemon reports it. */
+export type SandboxResource = Schemas["SandboxResource"];
+/** The body of `POST /v1/sandboxes/{id}/commands`. */
+export type CommandRequest = Schemas["CommandRequest"];
+/** The wire form of a command's result; the SDK hands out {@link CommandResult} instead. */
+export type CommandResultBody = Schemas["CommandResult"];
+/** A file's path and size, and its content in base64 when it was read. */
+export type FileReadResult = Schemas["FileReadResult"];
+/** One entry of a directory listing. */
+export type FileEntry = Schemas["FileEntry"];
+/** One event of the log. */
+export type SandboxEvent = Schemas["SandboxEvent"];
+/** The type of an event. */
+export type SandboxEventType = SandboxEvent["type"];
+/** The body of every error response. */
+export type ErrorResponse = Schemas["ErrorResponse"];
+
+/** The contract's paths, operations and components, for typing calls made with {@link Client.request}. */
+export type { components, operations, paths };
+
+/** A spec for {@link Sandbox.create}: like {@link SandboxSpec}, but the SDK makes up `clientRequestId` when it is left out. */
+export type CreateSpec = Omit<SandboxSpec, "clientRequestId"> & { clientRequestId?: string };
