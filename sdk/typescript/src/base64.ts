@@ -8,16 +8,34 @@ interface Base64Ctor {
   fromBase64?: (s: string) => Uint8Array;
 }
 
+const alphabet = new TextEncoder().encode("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/");
+const pad = 61; // "="
+
 /** Encodes bytes as standard base64. */
 export function encodeBase64(bytes: Uint8Array): string {
   const native = (bytes as Base64Array).toBase64;
   if (typeof native === "function") return native.call(bytes);
-  let bin = "";
-  const step = 0x8000;
-  for (let i = 0; i < bytes.length; i += step) {
-    bin += String.fromCharCode(...bytes.subarray(i, i + step));
+  // By table into bytes, decoded once: several times faster than btoa over a binary string.
+  const n = bytes.length;
+  const out = new Uint8Array(Math.ceil(n / 3) * 4);
+  let o = 0;
+  let i = 0;
+  for (; i + 2 < n; i += 3) {
+    const v = (bytes[i]! << 16) | (bytes[i + 1]! << 8) | bytes[i + 2]!;
+    out[o++] = alphabet[v >> 18]!;
+    out[o++] = alphabet[(v >> 12) & 63]!;
+    out[o++] = alphabet[(v >> 6) & 63]!;
+    out[o++] = alphabet[v & 63]!;
   }
-  return btoa(bin);
+  if (i < n) {
+    const two = i + 1 < n;
+    const v = (bytes[i]! << 16) | ((two ? bytes[i + 1]! : 0) << 8);
+    out[o++] = alphabet[v >> 18]!;
+    out[o++] = alphabet[(v >> 12) & 63]!;
+    out[o++] = two ? alphabet[(v >> 6) & 63]! : pad;
+    out[o++] = pad;
+  }
+  return new TextDecoder().decode(out);
 }
 
 /** Decodes standard base64. */

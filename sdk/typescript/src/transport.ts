@@ -1,7 +1,10 @@
 // The one place requests are made: URL, headers, JSON, deadlines, the mapping of error responses to
 // classes, and retries. A request is retried only when its caller says repeating it is safe by the
 // contract (reads; a create, which carries its clientRequestId; an action that answers 200 when already
-// done), on a connection failure or a 500, 502 or 503, with exponential backoff and a bound.
+// done), with exponential backoff and a bound: after a lost answer (the connection failed), and for a
+// read also after a 500, 502 or 503. A change the daemon did answer with a 5xx is not repeated: its
+// answer is final (a provider's failure is recorded on the sandbox), and a retry would only hide it
+// behind a later refusal.
 
 import { ConnectionError, SandboxdError, errorFromResponse } from "./errors.js";
 
@@ -15,7 +18,10 @@ export interface RetryOptions {
   maxDelayMs: number;
 }
 
-/** `"safe"`: may be repeated on a connection failure or a 500/502/503; `"never"`: tried once. */
+/**
+ * `"safe"`: may be repeated after a lost answer (a connection failure), and a GET also after a 500, 502
+ * or 503; `"never"`: tried once.
+ */
 export type RetryPolicy = "safe" | "never";
 
 /** A request to the daemon, for endpoints the SDK does not wrap (see {@link Client.request}). */
@@ -145,7 +151,8 @@ export class Transport {
       const resp = await this.config.fetch(url, { ...init, signal: dl.signal });
       if (resp.ok) return { ok: true, value: await read(resp) };
       const error = errorFromResponse(resp.status, await resp.text());
-      return { ok: false, error, retryable: resp.status === 500 || resp.status === 502 || resp.status === 503 };
+      const transient = resp.status === 500 || resp.status === 502 || resp.status === 503;
+      return { ok: false, error, retryable: transient && opts.method === "GET" };
     } catch (e) {
       if (e instanceof SandboxdError) return { ok: false, error: e, retryable: false };
       if (opts.signal?.aborted) throw opts.signal.reason;

@@ -1,0 +1,149 @@
+// The conformance check: a fetch for the SDK that validates every answer it hands the SDK against the
+// schema of its operation and status in api/openapi.yaml (JSON Schema 2020-12, with ajv), and every
+// event of an event stream against SandboxEvent, as the SDK reads them.
+
+import { readFileSync } from "node:fs";
+import path from "node:path";
+import { fileURLToPath } from "node:url";
+import { Ajv2020, type ValidateFunction } from "ajv/dist/2020.js";
+import addFormatsModule from "ajv-formats";
+import { createParser } from "eventsource-parser";
+import YAML from "yaml";
+
+const addFormats = addFormatsModule as unknown as (ajv: Ajv2020) => void;
+
+const specPath = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "../../../../../api/openapi.yaml");
+
+interface Operation {
+  id: string;
+  method: string;
+  pattern: RegExp;
+  responses: Map<string, ValidateFunction | "stream">;
+}
+
+type Json = null | boolean | number | string | Json[] | { [k: string]: Json };
+
+const defsId = "sandboxd-openapi";
+
+/** Rewrites the contract's component references to the schema document the validators share. */
+function rewrite(node: Json, prefix: string): Json {
+  if (Array.isArray(node)) return node.map((n) => rewrite(n, prefix));
+  if (node === null || typeof node !== "object") return node;
+  const out: { [k: string]: Json } = {};
+  for (const [k, v] of Object.entries(node)) {
+    out[k] = k === "$ref" && typeof v === "string" ? v.replace("#/components/schemas/", `${prefix}#/$defs/`) : rewrite(v, prefix);
+  }
+  return out;
+}
+
+/** Validates answers against the contract and remembers which operation and status each one was. */
+export class Conformance {
+  /** Each answer that broke its schema, or that the contract does not list. */
+  readonly violations: string[] = [];
+  /** "operationId status" of every answer checked; events count as "streamEvents event". */
+  readonly covered = new Map<string, number>();
+  readonly #ops: Operation[] = [];
+  readonly #ajv: Ajv2020;
+  readonly #event: ValidateFunction;
+  readonly #error: ValidateFunction;
+
+  constructor() {
+    const doc = YAML.parse(readFileSync(specPath, "utf8")) as {
+      paths: Record<string, Record<string, { operationId?: string; responses?: Record<string, Json> }>>;
+      components: { schemas: Record<string, Json>; responses: Record<string, Json> };
+    };
+    // strictRequired would refuse the contract's own `not: {required: [image, template]}`.
+    this.#ajv = new Ajv2020({ allErrors: true, strict: true, strictRequired: false });
+    addFormats(this.#ajv);
+    this.#ajv.addSchema({ $id: defsId, $defs: rewrite(doc.components.schemas as Json, "") } as object);
+    this.#event = this.#ajv.compile({ $ref: `${defsId}#/$defs/SandboxEvent` });
+    this.#error = this.#ajv.compile({ $ref: `${defsId}#/$defs/ErrorResponse` });
+    for (const [p, item] of Object.entries(doc.paths)) {
+      const pattern = new RegExp("^" + p.replace(/\{[^}]+\}/g, "[^/]+") + "$");
+      for (const [method, op] of Object.entries(item)) {
+        if (method === "parameters" || !op.operationId) continue;
+        const responses = new Map<string, ValidateFunction | "stream">();
+        for (const [status, r] of Object.entries(op.responses ?? {})) {
+          let resp = r as { $ref?: string; content?: Record<string, { schema: Json }> };
+          if (resp.$ref) resp = doc.components.responses[resp.$ref.split("/").pop()!] as typeof resp;
+          const content = resp.content ?? {};
+          if (content["text/event-stream"]) responses.set(status, "stream");
+          else if (content["application/json"]) {
+            responses.set(status, this.#ajv.compile(rewrite(content["application/json"].schema, defsId) as object));
+          }
+        }
+        this.#ops.push({ id: op.operationId, method: method.toUpperCase(), pattern, responses });
+      }
+    }
+  }
+
+  /** A fetch that checks what it answers with. */
+  readonly fetch: typeof globalThis.fetch = async (input, init) => {
+    const resp = await globalThis.fetch(input, init);
+    const url = new URL(typeof input === "string" ? input : input instanceof URL ? input.href : input.url);
+    const method = (init?.method ?? "GET").toUpperCase();
+    const op = this.#ops.find((o) => o.method === method && o.pattern.test(url.pathname));
+    const what = `${method} ${url.pathname} ${resp.status}`;
+    if (!op) {
+      // A route the contract lacks (a probe of 405, say): its error body must still be an ErrorResponse.
+      return this.#checkJSON(resp, this.#error, `(no operation) ${resp.status}`, what);
+    }
+    const schema = op.responses.get(String(resp.status));
+    if (schema === "stream") return this.#checkStream(resp, `${op.id} ${resp.status}`);
+    if (schema) return this.#checkJSON(resp, schema, `${op.id} ${resp.status}`, what);
+    if (resp.status < 400) this.violations.push(`${what}: status not in the contract for ${op.id}`);
+    // Statuses the contract leaves to the error table (401, 405, 413): an ErrorResponse still.
+    return this.#checkJSON(resp, this.#error, `${op.id} ${resp.status} (unlisted)`, what);
+  };
+
+  #note(key: string): void {
+    this.covered.set(key, (this.covered.get(key) ?? 0) + 1);
+  }
+
+  async #checkJSON(resp: Response, validate: ValidateFunction, key: string, what: string): Promise<Response> {
+    const text = await resp.clone().text().catch(() => undefined);
+    if (text === undefined) return resp; // the connection broke: nothing was decoded
+    this.#note(key);
+    let body: unknown;
+    try {
+      body = JSON.parse(text);
+    } catch {
+      this.violations.push(`${what}: not JSON: ${text.slice(0, 200)}`);
+      return resp;
+    }
+    if (!validate(body)) {
+      this.violations.push(`${what}: ${this.#ajv.errorsText(validate.errors)}: ${text.slice(0, 300)}`);
+    }
+    return resp;
+  }
+
+  #checkStream(resp: Response, key: string): Response {
+    this.#note(key);
+    if (!resp.body) return resp;
+    const parser = createParser({
+      onEvent: (msg) => {
+        this.#note("streamEvents event");
+        let ev: unknown;
+        try {
+          ev = JSON.parse(msg.data);
+        } catch {
+          this.violations.push(`event stream: data is not JSON: ${msg.data.slice(0, 200)}`);
+          return;
+        }
+        if (!this.#event(ev)) this.violations.push(`event stream: ${this.#ajv.errorsText(this.#event.errors)}: ${msg.data}`);
+        const e = ev as { cursor?: number; type?: string };
+        if (msg.id !== String(e.cursor) || msg.event !== e.type) {
+          this.violations.push(`event stream: id ${msg.id} and event ${msg.event} do not repeat the data's cursor and type: ${msg.data}`);
+        }
+      },
+    });
+    const decoder = new TextDecoder();
+    const tap = new TransformStream<Uint8Array, Uint8Array>({
+      transform(chunk, ctl) {
+        parser.feed(decoder.decode(chunk, { stream: true }));
+        ctl.enqueue(chunk);
+      },
+    });
+    return new Response(resp.body.pipeThrough(tap), { status: resp.status, statusText: resp.statusText, headers: resp.headers });
+  }
+}

@@ -1,0 +1,57 @@
+// The scenario suite against a real sandboxd ($SANDBOXD_TEST_PROVIDER, default host), with the
+// conformance check of every answer the SDK decoded.
+
+import assert from "node:assert/strict";
+import { after, before, describe, it } from "node:test";
+import { Context } from "./harness/context.js";
+import { errors } from "./scenarios/errors.js";
+import { events } from "./scenarios/events.js";
+import { examples } from "./scenarios/examples.js";
+import { lifecycle } from "./scenarios/lifecycle.js";
+
+const ctx = new Context();
+
+before(() => ctx.start());
+after(() => ctx.stop());
+
+lifecycle(ctx);
+events(ctx);
+errors(ctx);
+examples(ctx);
+
+describe("conformance", () => {
+  it("every answer the SDK decoded matches its schema in api/openapi.yaml", () => {
+    assert.deepEqual(ctx.conformance.violations, []);
+    // Each response type the SDK decodes was seen at least once.
+    const want = [
+      "getHealth 200",
+      "getRuntimeInfo 200",
+      "listSandboxes 200",
+      "createSandbox 201",
+      "getSandbox 200",
+      "reconcileSandbox 200",
+      "pauseSandbox 200",
+      "resumeSandbox 200",
+      "terminateSandbox 200",
+      "recreateSandbox 200",
+      "executeCommand 200",
+      "readFile 200",
+      "writeFile 200",
+      "listFiles 200",
+      "listEvents 200",
+      "streamEvents 200",
+      "streamEvents event",
+      "createSandbox 400",
+      "createSandbox 409",
+      "createSandbox 422",
+      "getSandbox 404",
+      "readFile 404",
+      "readFile 409",
+      "executeCommand 409",
+      "listEvents 410",
+      "streamEvents 410",
+    ];
+    const missing = want.filter((k) => !ctx.conformance.covered.has(k));
+    assert.deepEqual(missing, [], `covered: ${[...ctx.conformance.covered.keys()].sort().join(", ")}`);
+  });
+});
