@@ -7,36 +7,34 @@
 
 import type { components, operations, paths } from "./generated/openapi.js";
 
-type Schemas = components["schemas"];
-
 /** The protocol version and the provider's manifest (`GET /v1/runtime`). */
-export type RuntimeInfo = Schemas["RuntimeInfo"];
+export type RuntimeInfo = components["schemas"]["RuntimeInfo"];
 /** What runs the sandboxes: its name, version, runtime class and capabilities. */
-export type ProviderManifest = Schemas["ProviderManifest"];
+export type ProviderManifest = components["schemas"]["ProviderManifest"];
 /** Which features the provider supports. */
-export type RuntimeCapabilities = Schemas["RuntimeCapabilities"];
+export type RuntimeCapabilities = components["schemas"]["RuntimeCapabilities"];
 /** The name of one capability, as `requiredCapabilities` lists them. */
-export type CapabilityName = Schemas["CapabilityName"];
+export type CapabilityName = components["schemas"]["CapabilityName"];
 /** A sandbox's lifecycle state. */
-export type SandboxState = Schemas["SandboxState"];
+export type SandboxState = components["schemas"]["SandboxState"];
 /** What a sandbox is made from. `clientRequestId` names the create intent. */
-export type SandboxSpec = Schemas["SandboxSpec"];
+export type SandboxSpec = components["schemas"]["SandboxSpec"];
 /** A sandbox as the daemon reports it. */
-export type SandboxResource = Schemas["SandboxResource"];
+export type SandboxResource = components["schemas"]["SandboxResource"];
 /** The body of `POST /v1/sandboxes/{id}/commands`. */
-export type CommandRequest = Schemas["CommandRequest"];
+export type CommandRequest = components["schemas"]["CommandRequest"];
 /** The wire form of a command's result; the SDK hands out {@link CommandResult} instead. */
-export type CommandResultBody = Schemas["CommandResult"];
+export type CommandResultBody = components["schemas"]["CommandResult"];
 /** A file's path and size, and its content in base64 when it was read. */
-export type FileReadResult = Schemas["FileReadResult"];
+export type FileReadResult = components["schemas"]["FileReadResult"];
 /** One entry of a directory listing. */
-export type FileEntry = Schemas["FileEntry"];
+export type FileEntry = components["schemas"]["FileEntry"];
 /** One event of the log. */
-export type SandboxEvent = Schemas["SandboxEvent"];
+export type SandboxEvent = components["schemas"]["SandboxEvent"];
 /** The type of an event. */
 export type SandboxEventType = SandboxEvent["type"];
 /** The body of every error response. */
-export type ErrorResponse = Schemas["ErrorResponse"];
+export type ErrorResponse = components["schemas"]["ErrorResponse"];
 
 /** The contract's paths, operations and components, for typing calls made with {@link Client.request}. */
 export type { components, operations, paths };
