@@ -151,7 +151,7 @@ export class Client {
    * after `after`, then new ones as they happen. It reconnects by itself with `Last-Event-ID`.
    */
   events(options: EventsOptions = {}): EventStream {
-    return new EventStream(this.transport, this, options);
+    return new EventStream(this, options);
   }
 
   /**

@@ -51,7 +51,7 @@ export class CommandResult {
   #stdout: Uint8Array | undefined;
   #stderr: Uint8Array | undefined;
 
-  /** @internal */
+  /** The result of argv from the daemon's answer. */
   constructor(argv: readonly string[], body: CommandResultBody) {
     this.argv = argv;
     this.exitCode = body.exitCode;

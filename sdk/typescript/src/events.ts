@@ -2,7 +2,8 @@
 
 import { createParser } from "eventsource-parser";
 import { ConnectionError, SandboxdError } from "./errors.js";
-import { sleep, type Transport } from "./transport.js";
+import type { Client } from "./client.js";
+import { sleep } from "./transport.js";
 import type { SandboxEvent } from "./types.js";
 
 // Symbol.asyncDispose where the runtime has it; elsewhere the registered symbol that polyfills use.
@@ -37,11 +38,6 @@ export interface EventsOptions {
   onOpen?: (() => Promise<boolean>) | undefined;
 }
 
-/** Remembers the newest cursor seen. @internal */
-export interface CursorSink {
-  noteCursor(cursor: number): void;
-}
-
 /**
  * The daemon's event log from a cursor on: first the events it keeps, then new ones as they happen, in
  * cursor order, each once. When the connection drops, is silent for longer than
@@ -60,17 +56,15 @@ export interface CursorSink {
  * ```
  */
 export class EventStream implements AsyncIterableIterator<SandboxEvent> {
-  readonly #transport: Transport;
-  readonly #sink: CursorSink;
+  readonly #client: Client;
   readonly #opts: EventsOptions;
   readonly #stop = new AbortController();
   readonly #events: AsyncGenerator<SandboxEvent, undefined, undefined>;
   #cursor: number;
 
-  /** @internal */
-  constructor(transport: Transport, sink: CursorSink, opts: EventsOptions = {}) {
-    this.#transport = transport;
-    this.#sink = sink;
+  /** Made by {@link Client.events}. @hidden */
+  constructor(client: Client, opts: EventsOptions = {}) {
+    this.#client = client;
     this.#opts = opts;
     this.#cursor = opts.after ?? 0;
     const signal = opts.signal;
@@ -123,7 +117,7 @@ export class EventStream implements AsyncIterableIterator<SandboxEvent> {
           throw new ConnectionError(`event stream: ${failures} connections in a row failed`, {});
         }
         try {
-          await sleep(this.#transport.backoff(failures), stop);
+          await sleep(this.#client.transport.backoff(failures), stop);
         } catch {
           return;
         }
@@ -136,7 +130,7 @@ export class EventStream implements AsyncIterableIterator<SandboxEvent> {
       try {
         let resp: Response;
         try {
-          resp = await this.#transport.open({
+          resp = await this.#client.transport.open({
             method: "GET",
             path: "/v1/events/stream",
             query: { after: this.#cursor, sandboxId },
@@ -195,7 +189,7 @@ export class EventStream implements AsyncIterableIterator<SandboxEvent> {
               const ev = queue.shift()!;
               if (ev.cursor <= this.#cursor) continue;
               this.#cursor = ev.cursor;
-              this.#sink.noteCursor(ev.cursor);
+              this.#client.noteCursor(ev.cursor);
               healthy = true;
               yield ev;
             }

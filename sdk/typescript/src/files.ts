@@ -2,14 +2,8 @@
 
 import { decodeBase64, encodeBase64 } from "./base64.js";
 import type { CallOptions } from "./client.js";
+import type { Sandbox } from "./sandbox.js";
 import type { FileEntry, FileReadResult } from "./types.js";
-
-/** What a file operation needs of its sandbox. @internal */
-export interface FileHost {
-  readonly id: string;
-  readonly generation: number;
-  readonly client: { readonly transport: import("./transport.js").Transport };
-}
 
 /** The size of a file just written, and the path as the daemon took it. */
 export interface WrittenFile {
@@ -25,10 +19,10 @@ const encoder = new TextEncoder();
  * one file is at most 24 MiB.
  */
 export class SandboxFiles {
-  readonly #sb: FileHost;
+  readonly #sb: Sandbox;
 
-  /** @internal */
-  constructor(sandbox: FileHost) {
+  /** @hidden */
+  constructor(sandbox: Sandbox) {
     this.#sb = sandbox;
   }
 

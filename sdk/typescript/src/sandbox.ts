@@ -75,7 +75,10 @@ export class Sandbox {
   readonly files: SandboxFiles;
   #resource: SandboxResource;
 
-  /** @internal */
+  /**
+   * Wraps a sandbox resource as the daemon reported it (from {@link Client.request}, say). Most code
+   * gets its sandboxes from {@link Sandbox.create}, {@link Sandbox.connect} or {@link Client.listSandboxes}.
+   */
   constructor(client: Client, resource: SandboxResource) {
     this.client = client;
     this.id = resource.id;
