@@ -101,7 +101,7 @@ export class Sandbox {
   static async create(client: Client, spec: CreateSpec = {}, options: CreateOptions = {}): Promise<Sandbox> {
     const full: SandboxSpec = { ...spec, clientRequestId: spec.clientRequestId ?? newRequestId() };
     return within(options, async (signal) => {
-      const after = await client.startCursor(signal);
+      const after = options.wait === false ? 0 : await client.startCursor(signal);
       const res = await client.transport.call<SandboxResource>({
         method: "POST",
         path: "/v1/sandboxes",
