@@ -19,7 +19,11 @@ const client = new Client({ url, token });
 const sb = await Sandbox.create(client);
 const raw = {
   url: `${url}/v1/sandboxes/${encodeURIComponent(sb.id)}/commands`,
-  headers: { Accept: "application/json", "Content-Type": "application/json", ...(token ? { Authorization: `Bearer ${token}` } : {}) },
+  headers: {
+    Accept: "application/json",
+    "Content-Type": "application/json",
+    ...(token ? { Authorization: `Bearer ${token}` } : {}),
+  },
 };
 
 async function viaSDK() {

@@ -63,7 +63,9 @@ export class CodeSession implements AsyncDisposable {
   static async start(client: Client, { allowHostProcess = false, timeoutSeconds = 10 } = {}): Promise<CodeSession> {
     const { provider } = await client.runtime();
     if (provider.runtimeClass === "host-process" && !allowHostProcess) {
-      throw new Error(`provider ${provider.name} runs code as host processes, without isolation: refusing model-written code`);
+      throw new Error(
+        `provider ${provider.name} runs code as host processes, without isolation: refusing model-written code`,
+      );
     }
     return new CodeSession(await Sandbox.create(client, {}, { timeoutMs: 30_000 }), timeoutSeconds);
   }

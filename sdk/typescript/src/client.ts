@@ -184,7 +184,12 @@ export class Client {
     if (this.#knownCursor !== undefined && !fresh) return this.#knownCursor;
     const kept = async (after: number): Promise<boolean> => {
       try {
-        await this.transport.call({ method: "GET", path: "/v1/events", query: { after, sandboxId: noSandbox }, signal });
+        await this.transport.call({
+          method: "GET",
+          path: "/v1/events",
+          query: { after, sandboxId: noSandbox },
+          signal,
+        });
         return true;
       } catch (e) {
         if (e instanceof EventHistoryUnavailable) return false;

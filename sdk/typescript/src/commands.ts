@@ -101,11 +101,7 @@ export class CommandFailed extends SandboxdError {
   readonly result: CommandResult;
 
   constructor(result: CommandResult) {
-    const how = result.timedOut
-      ? "timed out"
-      : result.cancelled
-        ? "was cancelled"
-        : `exited with ${result.exitCode}`;
+    const how = result.timedOut ? "timed out" : result.cancelled ? "was cancelled" : `exited with ${result.exitCode}`;
     const tail = result.stderrText.trim().split("\n").slice(-3).join("\n");
     super(`command ${JSON.stringify(result.argv)} ${how}${tail ? `: ${tail}` : ""}`, { code: "command_failed" });
     this.result = result;

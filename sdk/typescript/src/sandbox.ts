@@ -3,14 +3,7 @@
 
 import type { CallOptions, Client } from "./client.js";
 import { CommandResult, withStdin, type RunOptions } from "./commands.js";
-import {
-  GenerationConflict,
-  InvalidState,
-  NotFound,
-  SandboxFailed,
-  SandboxdError,
-  WaitTimeout,
-} from "./errors.js";
+import { GenerationConflict, InvalidState, NotFound, SandboxFailed, SandboxdError, WaitTimeout } from "./errors.js";
 import { SandboxFiles } from "./files.js";
 import type { CommandResultBody, CreateSpec, SandboxResource, SandboxSpec, SandboxState } from "./types.js";
 
@@ -273,9 +266,10 @@ export class Sandbox {
         maxOutputBytes: options.maxOutputBytes,
       },
       signal: options.signal,
-      timeoutMs: this.client.transport.config.requestTimeoutMs > 0
-        ? (timeoutSeconds ?? 60) * 1000 + this.client.transport.config.requestTimeoutMs
-        : 0,
+      timeoutMs:
+        this.client.transport.config.requestTimeoutMs > 0
+          ? (timeoutSeconds ?? 60) * 1000 + this.client.transport.config.requestTimeoutMs
+          : 0,
     });
     return new CommandResult(argv, body);
   }
@@ -409,7 +403,10 @@ const defaultTimeoutMs = 60_000;
 class Deadline extends Error {}
 
 /** Runs work with a signal that aborts at the caller's signal or after timeoutMs, whichever comes first. */
-async function within<T>(options: { signal?: AbortSignal | undefined; timeoutMs?: number | undefined }, work: (signal: AbortSignal) => Promise<T>): Promise<T> {
+async function within<T>(
+  options: { signal?: AbortSignal | undefined; timeoutMs?: number | undefined },
+  work: (signal: AbortSignal) => Promise<T>,
+): Promise<T> {
   const ms = options.timeoutMs ?? defaultTimeoutMs;
   const ctl = new AbortController();
   const parent = options.signal;
@@ -431,7 +428,12 @@ async function within<T>(options: { signal?: AbortSignal | undefined; timeoutMs?
 }
 
 /** The error a wait ends with when its signal aborted: a WaitTimeout naming the sandbox, or the caller's abort. */
-function timeoutOr(signal: AbortSignal, sandbox: SandboxResource, target: SandboxState, ms: number | undefined): unknown {
+function timeoutOr(
+  signal: AbortSignal,
+  sandbox: SandboxResource,
+  target: SandboxState,
+  ms: number | undefined,
+): unknown {
   if (signal.reason instanceof Deadline) {
     return new WaitTimeout(
       `sandbox ${sandbox.id} is ${sandbox.state}, not ${target}, after ${ms ?? defaultTimeoutMs} ms`,

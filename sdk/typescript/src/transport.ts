@@ -165,8 +165,12 @@ export class Transport {
   #failure(opts: RequestOptions, cause: unknown, timedOut: boolean): SandboxdError {
     if (opts.signal?.aborted) throw opts.signal.reason;
     const what = `${opts.method} ${opts.path}`;
-    if (timedOut) return new ConnectionError(`${what}: no answer within ${opts.timeoutMs ?? this.config.requestTimeoutMs} ms`, { cause });
-    const reason = cause instanceof Error ? (cause.cause instanceof Error ? cause.cause.message : cause.message) : String(cause);
+    if (timedOut)
+      return new ConnectionError(`${what}: no answer within ${opts.timeoutMs ?? this.config.requestTimeoutMs} ms`, {
+        cause,
+      });
+    const reason =
+      cause instanceof Error ? (cause.cause instanceof Error ? cause.cause.message : cause.message) : String(cause);
     return new ConnectionError(`${what}: ${reason}`, { cause });
   }
 }
@@ -177,7 +181,10 @@ async function readJSON<T>(resp: Response): Promise<T> {
   try {
     return JSON.parse(text) as T;
   } catch {
-    throw new SandboxdError(`answer is not JSON: ${text.slice(0, 200)}`, { code: "unexpected_response", status: resp.status });
+    throw new SandboxdError(`answer is not JSON: ${text.slice(0, 200)}`, {
+      code: "unexpected_response",
+      status: resp.status,
+    });
   }
 }
 

@@ -37,8 +37,11 @@ it("npm pack's tarball installs into a fresh directory and runs the README's fir
   const files = sh("tar", ["-tzf", tarball], dir).trim().split("\n").sort();
   assert.ok(files.includes("package/dist/index.js") && files.includes("package/dist/index.d.ts"), files.join(" "));
   assert.ok(files.includes("package/README.md") && files.includes("package/package.json"));
-  assert.deepEqual(files.filter((f) => !/^package\/(dist\/.*\.(js|d\.ts)|README\.md|package\.json)$/.test(f)), [],
-    "the package holds the build, its types, the README and package.json, and nothing else");
+  assert.deepEqual(
+    files.filter((f) => !/^package\/(dist\/.*\.(js|d\.ts)|README\.md|package\.json)$/.test(f)),
+    [],
+    "the package holds the build, its types, the README and package.json, and nothing else",
+  );
 
   const app = path.join(dir, "app");
   sh("mkdir", ["-p", app], dir);
@@ -73,6 +76,10 @@ it("npm pack's tarball installs into a fresh directory and runs the README's fir
     }),
   );
   sh("node", [tsc, "-p", app], app);
-  const printed = sh("node", ["example.js"], app, { ...process.env, SANDBOXD_URL: daemon.url, SANDBOXD_TOKEN: daemon.token });
+  const printed = sh("node", ["example.js"], app, {
+    ...process.env,
+    SANDBOXD_URL: daemon.url,
+    SANDBOXD_TOKEN: daemon.token,
+  });
   assert.match(printed, /^0 hello from Linux\n\nhi\n \[ \{ path: 'notes\/hello.txt', kind: 'file', size: 3 \} \]\n$/);
 });

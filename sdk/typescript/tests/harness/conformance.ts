@@ -31,7 +31,10 @@ function rewrite(node: Json, prefix: string): Json {
   if (node === null || typeof node !== "object") return node;
   const out: { [k: string]: Json } = {};
   for (const [k, v] of Object.entries(node)) {
-    out[k] = k === "$ref" && typeof v === "string" ? v.replace("#/components/schemas/", `${prefix}#/$defs/`) : rewrite(v, prefix);
+    out[k] =
+      k === "$ref" && typeof v === "string"
+        ? v.replace("#/components/schemas/", `${prefix}#/$defs/`)
+        : rewrite(v, prefix);
   }
   return out;
 }
@@ -101,7 +104,10 @@ export class Conformance {
   }
 
   async #checkJSON(resp: Response, validate: ValidateFunction, key: string, what: string): Promise<Response> {
-    const text = await resp.clone().text().catch(() => undefined);
+    const text = await resp
+      .clone()
+      .text()
+      .catch(() => undefined);
     if (text === undefined) return resp; // the connection broke: nothing was decoded
     this.#note(key);
     let body: unknown;
@@ -130,10 +136,13 @@ export class Conformance {
           this.violations.push(`event stream: data is not JSON: ${msg.data.slice(0, 200)}`);
           return;
         }
-        if (!this.#event(ev)) this.violations.push(`event stream: ${this.#ajv.errorsText(this.#event.errors)}: ${msg.data}`);
+        if (!this.#event(ev))
+          this.violations.push(`event stream: ${this.#ajv.errorsText(this.#event.errors)}: ${msg.data}`);
         const e = ev as { cursor?: number; type?: string };
         if (msg.id !== String(e.cursor) || msg.event !== e.type) {
-          this.violations.push(`event stream: id ${msg.id} and event ${msg.event} do not repeat the data's cursor and type: ${msg.data}`);
+          this.violations.push(
+            `event stream: id ${msg.id} and event ${msg.event} do not repeat the data's cursor and type: ${msg.data}`,
+          );
         }
       },
     });
@@ -144,6 +153,10 @@ export class Conformance {
         ctl.enqueue(chunk);
       },
     });
-    return new Response(resp.body.pipeThrough(tap), { status: resp.status, statusText: resp.statusText, headers: resp.headers });
+    return new Response(resp.body.pipeThrough(tap), {
+      status: resp.status,
+      statusText: resp.statusText,
+      headers: resp.headers,
+    });
   }
 }

@@ -65,12 +65,18 @@ export async function startDaemon(opts: DaemonOptions = {}): Promise<Daemon> {
   writeFileSync(tokenFile, token + "\n", { mode: 0o600 });
   const args = [
     "serve",
-    "--provider", prov,
-    "--listen", "127.0.0.1:0",
-    "--data-dir", dataDir,
-    "--auth-token-file", tokenFile,
-    "--log-format", "json",
-    "--shutdown-timeout", "2s",
+    "--provider",
+    prov,
+    "--listen",
+    "127.0.0.1:0",
+    "--data-dir",
+    dataDir,
+    "--auth-token-file",
+    tokenFile,
+    "--log-format",
+    "json",
+    "--shutdown-timeout",
+    "2s",
   ];
   if (prov === "oci") args.push("--oci-warm-pool", "2");
   if (opts.eventRetention !== undefined) args.push("--event-retention", String(opts.eventRetention));

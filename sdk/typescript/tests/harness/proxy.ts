@@ -81,7 +81,12 @@ export class FaultProxy {
     req.on("data", (c: Buffer) => chunks.push(c));
     req.on("end", () => {
       const body = Buffer.concat(chunks);
-      const seen: Seen = { method: req.method ?? "GET", path: req.url ?? "/", headers: req.headers, body: body.toString() };
+      const seen: Seen = {
+        method: req.method ?? "GET",
+        path: req.url ?? "/",
+        headers: req.headers,
+        body: body.toString(),
+      };
       this.seen.push(seen);
       const rule = this.#rules.find((r) => r.times > 0 && r.match(seen));
       if (rule) rule.times--;
@@ -103,7 +108,12 @@ export class FaultProxy {
     });
   }
 
-  #answer(req: http.IncomingMessage, res: http.ServerResponse, upRes: http.IncomingMessage, fault: Fault | undefined): void {
+  #answer(
+    req: http.IncomingMessage,
+    res: http.ServerResponse,
+    upRes: http.IncomingMessage,
+    fault: Fault | undefined,
+  ): void {
     switch (fault?.kind) {
       case undefined:
         res.writeHead(upRes.statusCode ?? 502, upRes.headers);

@@ -32,7 +32,12 @@ import { provider } from "../harness/daemon.js";
 import type { Seen } from "../harness/proxy.js";
 
 /** Asserts that p rejects with an error of Class carrying code and status. */
-async function rejectsWith(p: Promise<unknown>, Class: abstract new (...a: never[]) => SandboxdError, code: string, status: number | undefined): Promise<SandboxdError> {
+async function rejectsWith(
+  p: Promise<unknown>,
+  Class: abstract new (...a: never[]) => SandboxdError,
+  code: string,
+  status: number | undefined,
+): Promise<SandboxdError> {
   let caught: unknown;
   await assert.rejects(p, (e: unknown) => {
     caught = e;
@@ -49,7 +54,12 @@ async function rejectsWith(p: Promise<unknown>, Class: abstract new (...a: never
 export function errors(ctx: Context): void {
   describe("errors", () => {
     it("ValidationError (400 invalid_request) for a spec the contract refuses", async () => {
-      await rejectsWith(ctx.client.createSandbox({ resources: { cpuMillis: 0 } }), ValidationError, "invalid_request", 400);
+      await rejectsWith(
+        ctx.client.createSandbox({ resources: { cpuMillis: 0 } }),
+        ValidationError,
+        "invalid_request",
+        400,
+      );
       await rejectsWith(
         ctx.client.createSandbox({ requiredCapabilities: ["teleportation" as CapabilityName] }),
         ValidationError,
@@ -72,7 +82,12 @@ export function errors(ctx: Context): void {
     });
 
     it("MethodNotAllowed (405) through request()", async () => {
-      await rejectsWith(ctx.client.request({ method: "DELETE", path: "/v1/sandboxes" }), MethodNotAllowed, "method_not_allowed", 405);
+      await rejectsWith(
+        ctx.client.request({ method: "DELETE", path: "/v1/sandboxes" }),
+        MethodNotAllowed,
+        "method_not_allowed",
+        405,
+      );
     });
 
     it("RequestTooLarge (413) for a file past the body limit", async () => {
@@ -125,10 +140,20 @@ export function errors(ctx: Context): void {
         return { body: { error: { ...b.error, code, hint: "from the proxy" } } };
       };
       ctx.proxy.inject(isGet, { kind: "rewrite", edit: recode("provider_protocol_error") });
-      const a = await rejectsWith(ctx.proxied.getSandbox("sbx_nosuchsandbox0000001"), ProviderProtocolError, "provider_protocol_error", 404);
+      const a = await rejectsWith(
+        ctx.proxied.getSandbox("sbx_nosuchsandbox0000001"),
+        ProviderProtocolError,
+        "provider_protocol_error",
+        404,
+      );
       assert.deepEqual(a.details, { hint: "from the proxy" });
       ctx.proxy.inject(isGet, { kind: "rewrite", edit: recode("quota_exceeded") });
-      const b = await rejectsWith(ctx.proxied.getSandbox("sbx_nosuchsandbox0000001"), SandboxdError, "quota_exceeded", 404);
+      const b = await rejectsWith(
+        ctx.proxied.getSandbox("sbx_nosuchsandbox0000001"),
+        SandboxdError,
+        "quota_exceeded",
+        404,
+      );
       assert.equal(b.constructor, SandboxdError, "an unknown code is the base class");
       assert.ok(errorCodes.includes("generation_conflict") && errorCodes.length === 13);
     });
@@ -136,9 +161,18 @@ export function errors(ctx: Context): void {
     it("WaitTimeout when the sandbox does not become ready in time, carrying the sandbox", async () => {
       const starting = (body: unknown) => ({ body: { ...(body as SandboxResource), state: "starting" } });
       ctx.proxy.inject((r) => r.method === "POST" && r.path === "/v1/sandboxes", { kind: "rewrite", edit: starting });
-      ctx.proxy.inject((r) => r.method === "GET" && /^\/v1\/sandboxes\/sbx_[^/]+$/.test(r.path), { kind: "rewrite", edit: starting }, 1000);
+      ctx.proxy.inject(
+        (r) => r.method === "GET" && /^\/v1\/sandboxes\/sbx_[^/]+$/.test(r.path),
+        { kind: "rewrite", edit: starting },
+        1000,
+      );
       ctx.proxy.inject((r) => r.path.startsWith("/v1/events/stream"), { kind: "stall", events: 0 }, 1000);
-      const e = await rejectsWith(Sandbox.create(ctx.proxied, {}, { timeoutMs: 500 }), WaitTimeout, "timeout", undefined);
+      const e = await rejectsWith(
+        Sandbox.create(ctx.proxied, {}, { timeoutMs: 500 }),
+        WaitTimeout,
+        "timeout",
+        undefined,
+      );
       const sb = (e as WaitTimeout).sandbox;
       assert.ok(sb && sb.id.startsWith("sbx_"));
       ctx.proxy.clear();

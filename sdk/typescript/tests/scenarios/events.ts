@@ -3,14 +3,24 @@
 
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";
-import { EventHistoryUnavailable, Sandbox, type EventStream, type SandboxEvent, type SandboxResource } from "@sandboxd/sdk";
+import {
+  EventHistoryUnavailable,
+  Sandbox,
+  type EventStream,
+  type SandboxEvent,
+  type SandboxResource,
+} from "@sandboxd/sdk";
 import type { Context } from "../harness/context.js";
 import { FaultProxy, type Seen } from "../harness/proxy.js";
 
 const isStream = (r: Seen) => r.path.startsWith("/v1/events/stream");
 
 /** Takes n events from the stream, then closes it. */
-async function take(stream: EventStream, n: number, during?: (got: SandboxEvent[]) => Promise<void>): Promise<SandboxEvent[]> {
+async function take(
+  stream: EventStream,
+  n: number,
+  during?: (got: SandboxEvent[]) => Promise<void>,
+): Promise<SandboxEvent[]> {
   const got: SandboxEvent[] = [];
   for await (const ev of stream) {
     got.push(ev);
@@ -29,7 +39,13 @@ export function events(ctx: Context): void {
       const evs = await ctx.client.listEvents({ sandbox: sb });
       assert.deepEqual(
         evs.map((e) => e.type),
-        ["sandbox.created", "sandbox.state_changed", "sandbox.state_changed", "sandbox.command_completed", "sandbox.file_written"],
+        [
+          "sandbox.created",
+          "sandbox.state_changed",
+          "sandbox.state_changed",
+          "sandbox.command_completed",
+          "sandbox.file_written",
+        ],
       );
       assert.ok(evs.every((e) => e.sandboxId === sb.id && e.generation === 1));
       const rest = await ctx.client.listEvents({ sandbox: sb, after: evs[2]!.cursor });
@@ -59,7 +75,11 @@ export function events(ctx: Context): void {
       const opens = ctx.proxy.seen.slice(mark).filter(isStream);
       assert.equal(opens.length, 2, "one reconnect");
       assert.equal(opens[0]!.headers["last-event-id"], undefined);
-      assert.equal(opens[1]!.headers["last-event-id"], String(got[1]!.cursor), "resumed after the last event handed out");
+      assert.equal(
+        opens[1]!.headers["last-event-id"],
+        String(got[1]!.cursor),
+        "resumed after the last event handed out",
+      );
     });
 
     it("reconnects a stream that goes silent past the heartbeat timeout", async () => {
@@ -117,15 +137,21 @@ export function events(ctx: Context): void {
         const sb = await Sandbox.create(client, {}, { timeoutMs: 20_000 });
         made.push(sb);
         assert.equal(sb.state, "ready");
-        const streams = proxy.seen.slice(mark).filter(isStream).map((r) => new URL(r.path, "http://x").searchParams.get("after"));
+        const streams = proxy.seen
+          .slice(mark)
+          .filter(isStream)
+          .map((r) => new URL(r.path, "http://x").searchParams.get("after"));
         // Twelve events now, five kept: 8 to 12.
         assert.deepEqual(streams, ["0", "7"], "refused at 0, then followed from the oldest kept");
         const evs = await take(looker.events({ sandbox: sb, after: 9 }), 3);
-        assert.deepEqual(evs.map((e) => [e.cursor, e.type]), [
-          [10, "sandbox.created"],
-          [11, "sandbox.state_changed"],
-          [12, "sandbox.state_changed"],
-        ]);
+        assert.deepEqual(
+          evs.map((e) => [e.cursor, e.type]),
+          [
+            [10, "sandbox.created"],
+            [11, "sandbox.state_changed"],
+            [12, "sandbox.state_changed"],
+          ],
+        );
         for (const s of made) await s.terminate({ wait: false });
       } finally {
         await proxy.close();

@@ -27,11 +27,19 @@ export function examples(ctx: Context): void {
   describe("examples", () => {
     it("agent-tool runs a conversation's programs, with a timeout and a failure as results", async () => {
       const { stdout } = await run("node", [path.join(examplesDir, "agent-tool.js")], { env: envOf(ctx) });
-      const lines = stdout.trim().split("\n").map((l) => JSON.parse(l) as { result: Record<string, unknown> });
+      const lines = stdout
+        .trim()
+        .split("\n")
+        .map((l) => JSON.parse(l) as { result: Record<string, unknown> });
       assert.equal(lines.length, 4);
       assert.deepEqual(
         lines.map((l) => [l.result["exitCode"], l.result["timedOut"]]),
-        [[0, false], [0, false], [null, true], [4, false]],
+        [
+          [0, false],
+          [0, false],
+          [null, true],
+          [4, false],
+        ],
       );
       assert.equal(lines[0]!.result["stdout"], "2 3 5 7 11 13 17 19 23 29\n");
       assert.equal(lines[1]!.result["stdout"], "hello model, primes: [2,3,5,7,11,13,17,19,23,29]\n");

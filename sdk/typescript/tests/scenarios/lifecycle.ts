@@ -39,7 +39,10 @@ export function lifecycle(ctx: Context): void {
         assert.equal(client.url, ctx.daemon.url);
         assert.equal((await client.runtime()).provider.name, ctx.daemon.provider);
       } finally {
-        for (const [k, v] of [["SANDBOXD_URL", saved.url], ["SANDBOXD_TOKEN", saved.token]] as const) {
+        for (const [k, v] of [
+          ["SANDBOXD_URL", saved.url],
+          ["SANDBOXD_TOKEN", saved.token],
+        ] as const) {
           if (v === undefined) delete process.env[k];
           else process.env[k] = v;
         }
@@ -57,8 +60,14 @@ export function lifecycle(ctx: Context): void {
         assert.equal(posts.length, 2, "the create was sent twice: the lost answer and the retry");
         assert.equal(keyOf(posts[0]!), keyOf(posts[1]!), "the retry reuses the clientRequestId");
         assert.equal(keyOf(posts[0]!), sb.spec.clientRequestId);
-        const mine = (await ctx.client.listSandboxes()).filter((s) => s.spec.clientRequestId === sb.spec.clientRequestId);
-        assert.deepEqual(mine.map((s) => s.id), [sb.id], "exactly one sandbox has the clientRequestId");
+        const mine = (await ctx.client.listSandboxes()).filter(
+          (s) => s.spec.clientRequestId === sb.spec.clientRequestId,
+        );
+        assert.deepEqual(
+          mine.map((s) => s.id),
+          [sb.id],
+          "exactly one sandbox has the clientRequestId",
+        );
         assert.equal(sb.state, "ready");
         assert.equal(sb.generation, 1);
       } finally {
@@ -83,7 +92,10 @@ export function lifecycle(ctx: Context): void {
       // the events after the cursor known before the create can tell the SDK that it is ready.
       const starting = (body: unknown) => ({ body: { ...(body as SandboxResource), state: "starting" } });
       ctx.proxy.inject(isCreate, { kind: "rewrite", edit: starting });
-      ctx.proxy.inject((r) => r.method === "GET" && /^\/v1\/sandboxes\/sbx_[^/]+$/.test(r.path), { kind: "rewrite", edit: starting });
+      ctx.proxy.inject((r) => r.method === "GET" && /^\/v1\/sandboxes\/sbx_[^/]+$/.test(r.path), {
+        kind: "rewrite",
+        edit: starting,
+      });
       const mark = ctx.proxy.seen.length;
       const sb = await Sandbox.create(ctx.proxied, {}, { timeoutMs: 20_000 });
       try {
@@ -93,7 +105,9 @@ export function lifecycle(ctx: Context): void {
         assert.equal(streams.length, 1, "one stream was opened");
         const q = new URL(streams[0]!.path, "http://x").searchParams;
         assert.equal(q.get("sandboxId"), sb.id, "the stream is filtered to the sandbox");
-        const created = (await ctx.client.listEvents({ sandbox: sb, after: 0 })).find((e) => e.type === "sandbox.created")!;
+        const created = (await ctx.client.listEvents({ sandbox: sb, after: 0 })).find(
+          (e) => e.type === "sandbox.created",
+        )!;
         assert.ok(Number(q.get("after")) < created.cursor, "the stream starts before the sandbox's first event");
         const gets = after.filter((r) => r.method === "GET" && r.path === `/v1/sandboxes/${sb.id}`);
         assert.equal(gets.length, 1, "the sandbox is read once, when the stream opens, and not polled");
@@ -118,7 +132,10 @@ export function lifecycle(ctx: Context): void {
       assert.equal(r.truncated, false);
       assert.ok(r.finishedAt.getTime() >= r.startedAt.getTime());
       assert.ok(r.durationMs >= 0);
-      assert.throws(() => r.check(), (e: unknown) => e instanceof CommandFailed && e.result === r && /exited with 3/.test(e.message));
+      assert.throws(
+        () => r.check(),
+        (e: unknown) => e instanceof CommandFailed && e.result === r && /exited with 3/.test(e.message),
+      );
       assert.equal((await sb.run(["true"])).check().exitCode, 0);
     });
 
@@ -134,7 +151,11 @@ export function lifecycle(ctx: Context): void {
       assert.equal(echo.stdoutText, "line one\nline two\n");
       const left = (await sb.files.list()).map((e) => e.path);
       assert.ok(left.includes("work"));
-      assert.deepEqual(left.filter((p) => p.includes("stdin")), [], "the stdin files are gone");
+      assert.deepEqual(
+        left.filter((p) => p.includes("stdin")),
+        [],
+        "the stdin files are gone",
+      );
     });
 
     it("reports a timeout, truncation and a program that cannot start as results", async () => {
@@ -163,10 +184,10 @@ export function lifecycle(ctx: Context): void {
       assert.equal(await sb.files.readText("data/notes/hello.txt"), "héllo\n");
       assert.deepEqual(await sb.files.read("data/notes/hello.txt"), new TextEncoder().encode("héllo\n"));
       const entries = await sb.files.list("data");
-      assert.deepEqual(
-        entries.map((e) => [e.path, e.kind]).sort(),
-        [["data/blob.bin", "file"], ["data/notes", "directory"]],
-      );
+      assert.deepEqual(entries.map((e) => [e.path, e.kind]).sort(), [
+        ["data/blob.bin", "file"],
+        ["data/notes", "directory"],
+      ]);
       assert.equal(entries.find((e) => e.kind === "file")!.size, bytes.length);
       const seen = await sb.run(["cat", "data/notes/hello.txt"]);
       assert.equal(seen.stdoutText, "héllo\n", "a command sees what the file API wrote");
@@ -196,19 +217,28 @@ export function lifecycle(ctx: Context): void {
         // "paused" from the stream's state change, which it then checks.
         const pausing = (body: unknown) => ({ body: { ...(body as SandboxResource), state: "pausing" } });
         ctx.proxy.inject((r) => r.path === `/v1/sandboxes/${sb.id}/actions/pause`, { kind: "rewrite", edit: pausing });
-        ctx.proxy.inject((r) => r.method === "GET" && r.path === `/v1/sandboxes/${sb.id}`, { kind: "rewrite", edit: pausing });
+        ctx.proxy.inject((r) => r.method === "GET" && r.path === `/v1/sandboxes/${sb.id}`, {
+          kind: "rewrite",
+          edit: pausing,
+        });
         const mark = ctx.proxy.seen.length;
         await sb.pause({ timeoutMs: 20_000 });
         assert.equal(sb.state, "paused");
         const seen = ctx.proxy.seen.slice(mark);
         assert.equal(seen.filter((r) => r.path.startsWith(`/v1/events/stream`)).length, 1);
-        assert.equal(seen.filter((r) => r.method === "GET" && r.path === `/v1/sandboxes/${sb.id}`).length, 2,
-          "one read when the stream opened, one on the state change");
+        assert.equal(
+          seen.filter((r) => r.method === "GET" && r.path === `/v1/sandboxes/${sb.id}`).length,
+          2,
+          "one read when the stream opened, one on the state change",
+        );
         // Another client pauses nothing here; waitForState of the state it is in returns at once.
         await sb.waitForState("paused");
         await sb.resume();
-        await assert.rejects(sb.waitForState("paused", { timeoutMs: 5_000 }), InvalidState,
-          "a ready sandbox does not become paused by itself");
+        await assert.rejects(
+          sb.waitForState("paused", { timeoutMs: 5_000 }),
+          InvalidState,
+          "a ready sandbox does not become paused by itself",
+        );
       } finally {
         await sb.terminate();
       }
