@@ -4,6 +4,7 @@
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";
 import {
+  ConnectionError,
   EventHistoryUnavailable,
   Sandbox,
   type EventStream,
@@ -92,6 +93,17 @@ export function events(ctx: Context): void {
       const opens = ctx.proxy.seen.slice(mark).filter(isStream);
       assert.equal(opens.length, 2);
       assert.equal(opens[1]!.headers["last-event-id"], String(got[0]!.cursor));
+    });
+
+    it("gives up with ConnectionError after maxReconnects failed connections in a row", async () => {
+      await using sb = await Sandbox.create(ctx.client);
+      ctx.proxy.inject(isStream, { kind: "cut", events: 0 }, 3);
+      const stream = ctx.proxied.events({ sandbox: sb, maxReconnects: 2 });
+      await assert.rejects(
+        stream.next(),
+        (e: unknown) => e instanceof ConnectionError && /3 connections in a row/.test(e.message),
+      );
+      ctx.proxy.clear();
     });
 
     it("ends without an error at its signal, and at close()", async () => {

@@ -12,6 +12,7 @@ import {
   NotFound,
   Sandbox,
   ValidationError,
+  type SandboxEvent,
   type SandboxResource,
 } from "@sandboxd/sdk";
 import type { Context } from "../harness/context.js";
@@ -170,6 +171,21 @@ export function lifecycle(ctx: Context): void {
       const missing = await sb.run(["no-such-program-here"]);
       assert.equal(missing.exitCode, 127);
       assert.notEqual(missing.stderrText, "");
+    });
+    it("cancels the command when the caller aborts", async () => {
+      await using sb = await Sandbox.create(ctx.client);
+      const ctl = new AbortController();
+      setTimeout(() => ctl.abort(new Error("changed my mind")), 300);
+      await assert.rejects(sb.run(["sleep", "30"], { signal: ctl.signal }), /changed my mind/);
+      // The daemon stops the command when its caller goes away, and says so in the command's event.
+      let done: SandboxEvent | undefined;
+      for await (const ev of ctx.client.events({ sandbox: sb, after: 0 })) {
+        if (ev.type === "sandbox.command_completed") {
+          done = ev;
+          break;
+        }
+      }
+      assert.equal((done!.data as { cancelled?: boolean }).cancelled, true);
     });
   });
 
