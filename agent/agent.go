@@ -27,6 +27,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/sandboxd/sandbox"
+	"github.com/sandboxd/sandbox/agent/protocol"
 	"github.com/sandboxd/sandbox/fsroot"
 	"github.com/sandboxd/sandbox/internal/errhttp"
 	"github.com/sandboxd/sandbox/internal/version"
@@ -226,21 +227,21 @@ func warmThreads(n int) {
 // Handler returns the agent's HTTP handler.
 func (a *Agent) Handler() http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET "+PathHealth, a.health)
-	mux.HandleFunc("POST "+PathExec, a.exec)
-	mux.HandleFunc("POST "+PathCancel, a.cancel)
-	mux.HandleFunc("GET "+PathFile, a.readFile)
-	mux.HandleFunc("PUT "+PathFile, a.writeFile)
-	mux.HandleFunc("GET "+PathList, a.list)
+	mux.HandleFunc("GET "+protocol.PathHealth, a.health)
+	mux.HandleFunc("POST "+protocol.PathExec, a.exec)
+	mux.HandleFunc("POST "+protocol.PathCancel, a.cancel)
+	mux.HandleFunc("GET "+protocol.PathFile, a.readFile)
+	mux.HandleFunc("PUT "+protocol.PathFile, a.writeFile)
+	mux.HandleFunc("GET "+protocol.PathList, a.list)
 	return mux
 }
 
 func (a *Agent) health(w http.ResponseWriter, r *http.Request) {
-	writeJSON(w, http.StatusOK, Health{OK: true, Protocol: ProtocolVersion, Version: version.Version, PID: os.Getpid()})
+	writeJSON(w, http.StatusOK, protocol.Health{OK: true, Protocol: protocol.Version, Version: version.Version, PID: os.Getpid()})
 }
 
 func (a *Agent) exec(w http.ResponseWriter, r *http.Request) {
-	var req ExecRequest
+	var req protocol.ExecRequest
 	if err := decode(r, &req); err != nil {
 		writeErr(w, err)
 		return
@@ -287,22 +288,22 @@ func (a *Agent) exec(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	res := a.run(ctx, req)
-	if r.Header.Get("Accept") == MediaExecResult {
+	if r.Header.Get("Accept") == protocol.MediaExecResult {
 		writeExecResult(w, res)
 		return
 	}
-	writeJSON(w, http.StatusOK, ExecResult{ExecStatus: res.ExecStatus, Stdout: []byte(res.Stdout), Stderr: []byte(res.Stderr)})
+	writeJSON(w, http.StatusOK, protocol.ExecResult{ExecStatus: res.ExecStatus, Stdout: []byte(res.Stdout), Stderr: []byte(res.Stderr)})
 }
 
-// writeExecResult answers res as MediaExecResult.
-func writeExecResult(w http.ResponseWriter, res ExecOutput) {
-	head, err := json.Marshal(ExecHead{ExecStatus: res.ExecStatus, StdoutBytes: len(res.Stdout), StderrBytes: len(res.Stderr)})
+// writeExecResult answers res as protocol.MediaExecResult.
+func writeExecResult(w http.ResponseWriter, res protocol.ExecOutput) {
+	head, err := json.Marshal(protocol.ExecHead{ExecStatus: res.ExecStatus, StdoutBytes: len(res.Stdout), StderrBytes: len(res.Stderr)})
 	if err != nil {
-		writeJSON(w, http.StatusInternalServerError, Error{Code: string(sandbox.CodeInternal), Message: "encoding the answer failed"})
+		writeJSON(w, http.StatusInternalServerError, protocol.Error{Code: string(sandbox.CodeInternal), Message: "encoding the answer failed"})
 		return
 	}
 	head = append(head, '\n') // json.Marshal escapes every newline inside the document
-	w.Header().Set("Content-Type", MediaExecResult)
+	w.Header().Set("Content-Type", protocol.MediaExecResult)
 	w.Header().Set("Content-Length", strconv.Itoa(len(head)+len(res.Stdout)+len(res.Stderr)))
 	w.WriteHeader(http.StatusOK)
 	for _, b := range []string{string(head), res.Stdout, res.Stderr} {
@@ -313,7 +314,7 @@ func writeExecResult(w http.ResponseWriter, res ExecOutput) {
 }
 
 func (a *Agent) cancel(w http.ResponseWriter, r *http.Request) {
-	var req CancelRequest
+	var req protocol.CancelRequest
 	if err := decode(r, &req); err != nil {
 		writeErr(w, err)
 		return
@@ -358,7 +359,7 @@ func (a *Agent) writeFile(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusNoContent)
 }
 
-// list answers a listing of at most MaxListEntries entries and MaxListBytes, or refuses it with
+// list answers a listing of at most protocol.MaxListEntries entries and protocol.MaxListBytes, or refuses it with
 // ErrInvalidRequest: the API has no pages, and a larger one could not be answered.
 func (a *Agent) list(w http.ResponseWriter, r *http.Request) {
 	if !checkDeadline(w, r) {
@@ -370,8 +371,8 @@ func (a *Agent) list(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, err)
 		return
 	}
-	if len(entries) > MaxListEntries {
-		writeErr(w, fmt.Errorf("list %q: directory has more than %d entries: %w", p, MaxListEntries, sandbox.ErrInvalidRequest))
+	if len(entries) > protocol.MaxListEntries {
+		writeErr(w, fmt.Errorf("list %q: directory has more than %d entries: %w", p, protocol.MaxListEntries, sandbox.ErrInvalidRequest))
 		return
 	}
 	if entries == nil {
@@ -382,31 +383,31 @@ func (a *Agent) list(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, err)
 		return
 	}
-	if len(body) > MaxListBytes {
+	if len(body) > protocol.MaxListBytes {
 		writeErr(w, fmt.Errorf("list %q: listing of %d entries is %d bytes, past the limit of %d: %w",
-			p, len(entries), len(body), MaxListBytes, sandbox.ErrInvalidRequest))
+			p, len(entries), len(body), protocol.MaxListBytes, sandbox.ErrInvalidRequest))
 		return
 	}
 	writeJSON(w, http.StatusOK, json.RawMessage(body))
 }
 
-// checkDeadline answers 504 with CodeDeadline and returns false when the request's deadline is missing,
+// checkDeadline answers 504 with protocol.CodeDeadline and returns false when the request's deadline is missing,
 // malformed or past.
 func checkDeadline(w http.ResponseWriter, r *http.Request) bool {
-	ns, err := strconv.ParseInt(r.Header.Get(HeaderDeadline), 10, 64)
+	ns, err := strconv.ParseInt(r.Header.Get(protocol.HeaderDeadline), 10, 64)
 	if err != nil {
-		writeJSON(w, http.StatusBadRequest, Error{Code: string(sandbox.CodeInvalidRequest), Message: "missing or malformed " + HeaderDeadline})
+		writeJSON(w, http.StatusBadRequest, protocol.Error{Code: string(sandbox.CodeInvalidRequest), Message: "missing or malformed " + protocol.HeaderDeadline})
 		return false
 	}
 	if late := time.Since(time.Unix(0, ns)); late > 0 {
-		writeJSON(w, http.StatusGatewayTimeout, Error{Code: CodeDeadline, Message: fmt.Sprintf("request arrived %v past its deadline", late)})
+		writeJSON(w, http.StatusGatewayTimeout, protocol.Error{Code: protocol.CodeDeadline, Message: fmt.Sprintf("request arrived %v past its deadline", late)})
 		return false
 	}
 	return true
 }
 
 func decode(r *http.Request, v any) error {
-	dec := json.NewDecoder(io.LimitReader(r.Body, MaxExecRequestBytes))
+	dec := json.NewDecoder(io.LimitReader(r.Body, protocol.MaxExecRequestBytes))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
 		return fmt.Errorf("request body: %v: %w", err, sandbox.ErrInvalidRequest)
@@ -428,7 +429,7 @@ func writeErr(w http.ResponseWriter, err error) {
 		}
 	}
 	c := sandbox.ClassOf(err)
-	writeJSON(w, errhttp.Status(c.Code), Error{Code: string(c.Code), Message: err.Error()})
+	writeJSON(w, errhttp.Status(c.Code), protocol.Error{Code: string(c.Code), Message: err.Error()})
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

@@ -18,6 +18,7 @@ import (
 
 	"github.com/sandboxd/sandbox"
 	"github.com/sandboxd/sandbox/agent"
+	"github.com/sandboxd/sandbox/agent/protocol"
 	"github.com/sandboxd/sandbox/internal/errhttp"
 	"github.com/sandboxd/sandbox/internal/testenv"
 	"github.com/sandboxd/sandbox/internal/version"
@@ -85,16 +86,16 @@ func ctx(t *testing.T) context.Context {
 	return c
 }
 
-func run(t *testing.T, a *running, argv ...string) agent.ExecOutput {
+func run(t *testing.T, a *running, argv ...string) protocol.ExecOutput {
 	t.Helper()
-	res, err := a.c.Exec(ctx(t), agent.ExecRequest{Argv: argv, TimeoutMs: 20000, MaxOutputBytes: 1 << 20})
+	res, err := a.c.Exec(ctx(t), protocol.ExecRequest{Argv: argv, TimeoutMs: 20000, MaxOutputBytes: 1 << 20})
 	if err != nil {
 		t.Fatalf("exec %q: %v", argv, err)
 	}
 	return res
 }
 
-func exitOf(t *testing.T, r agent.ExecOutput) int {
+func exitOf(t *testing.T, r protocol.ExecOutput) int {
 	t.Helper()
 	if r.ExitCode == nil {
 		t.Fatalf("no exit code: %+v", r)
@@ -106,8 +107,8 @@ func exitOf(t *testing.T, r agent.ExecOutput) int {
 func TestHealthSaysTheVersion(t *testing.T) {
 	a := start(t)
 	h, err := a.c.Health(ctx(t))
-	if err != nil || h.Version != version.Version || h.PID != a.pid || h.Protocol != agent.ProtocolVersion {
-		t.Fatalf("health %+v, %v; want version %q, protocol %d and pid %d", h, err, version.Version, agent.ProtocolVersion, a.pid)
+	if err != nil || h.Version != version.Version || h.PID != a.pid || h.Protocol != protocol.Version {
+		t.Fatalf("health %+v, %v; want version %q, protocol %d and pid %d", h, err, version.Version, protocol.Version, a.pid)
 	}
 }
 
@@ -128,7 +129,7 @@ func TestExec(t *testing.T) {
 	}
 	// The working directory is the root's workdir; env is added to the agent's own, without what tunes
 	// the agent's runtime.
-	res, err := a.c.Exec(ctx(t), agent.ExecRequest{Argv: []string{"sh", "-c", "pwd; echo $FOO; echo ${GOMAXPROCS-unset}"},
+	res, err := a.c.Exec(ctx(t), protocol.ExecRequest{Argv: []string{"sh", "-c", "pwd; echo $FOO; echo ${GOMAXPROCS-unset}"},
 		Env: map[string]string{"FOO": "bar"}, TimeoutMs: 5000, MaxOutputBytes: 1000})
 	if err != nil {
 		t.Fatal(err)
@@ -137,11 +138,11 @@ func TestExec(t *testing.T) {
 	if string(res.Stdout) != want {
 		t.Fatalf("pwd and env: got %q, want %q", res.Stdout, want)
 	}
-	res, err = a.c.Exec(ctx(t), agent.ExecRequest{Argv: []string{"true"}, Cwd: "missing", TimeoutMs: 5000, MaxOutputBytes: 1000})
+	res, err = a.c.Exec(ctx(t), protocol.ExecRequest{Argv: []string{"true"}, Cwd: "missing", TimeoutMs: 5000, MaxOutputBytes: 1000})
 	if err != nil || exitOf(t, res) != 127 {
 		t.Fatalf("missing cwd: %+v %v", res, err)
 	}
-	_, err = a.c.Exec(ctx(t), agent.ExecRequest{Argv: nil, TimeoutMs: 5000, MaxOutputBytes: 1000})
+	_, err = a.c.Exec(ctx(t), protocol.ExecRequest{Argv: nil, TimeoutMs: 5000, MaxOutputBytes: 1000})
 	if !errors.Is(err, sandbox.ErrInvalidRequest) {
 		t.Fatalf("empty argv: %v", err)
 	}
@@ -150,7 +151,7 @@ func TestExec(t *testing.T) {
 func TestTimeoutKillsTheGroup(t *testing.T) {
 	a := start(t)
 	pidFile := filepath.Join(a.root, "bg.pid")
-	res, err := a.c.Exec(ctx(t), agent.ExecRequest{
+	res, err := a.c.Exec(ctx(t), protocol.ExecRequest{
 		Argv:      []string{"sh", "-c", "sleep 300 & echo $! > " + pidFile + "; sleep 300"},
 		TimeoutMs: 300, MaxOutputBytes: 1000})
 	if err != nil {
@@ -183,7 +184,7 @@ func waitGone(t *testing.T, file string) {
 
 func TestOutputCap(t *testing.T) {
 	a := start(t)
-	res, err := a.c.Exec(ctx(t), agent.ExecRequest{Argv: []string{"sh", "-c", "head -c 100000 /dev/zero; echo short >&2"},
+	res, err := a.c.Exec(ctx(t), protocol.ExecRequest{Argv: []string{"sh", "-c", "head -c 100000 /dev/zero; echo short >&2"},
 		TimeoutMs: 5000, MaxOutputBytes: 100})
 	if err != nil {
 		t.Fatal(err)
@@ -192,7 +193,7 @@ func TestOutputCap(t *testing.T) {
 		t.Fatalf("cap: %d bytes, %q, truncated %v", len(res.Stdout), res.Stderr, res.Truncated)
 	}
 	// A multi-byte sequence is never split.
-	res, err = a.c.Exec(ctx(t), agent.ExecRequest{Argv: []string{"printf", "aé"}, TimeoutMs: 5000, MaxOutputBytes: 2})
+	res, err = a.c.Exec(ctx(t), protocol.ExecRequest{Argv: []string{"printf", "aé"}, TimeoutMs: 5000, MaxOutputBytes: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -204,9 +205,9 @@ func TestOutputCap(t *testing.T) {
 func TestCancel(t *testing.T) {
 	a := start(t)
 	pidFile := filepath.Join(a.root, "c.pid")
-	done := make(chan agent.ExecOutput, 1)
+	done := make(chan protocol.ExecOutput, 1)
 	go func() {
-		res, err := a.c.Exec(ctx(t), agent.ExecRequest{ID: "run-1", Argv: []string{"sh", "-c", "echo $$ > " + pidFile + "; echo started; exec sleep 300"},
+		res, err := a.c.Exec(ctx(t), protocol.ExecRequest{ID: "run-1", Argv: []string{"sh", "-c", "echo $$ > " + pidFile + "; echo started; exec sleep 300"},
 			TimeoutMs: 60000, MaxOutputBytes: 1000})
 		if err != nil {
 			t.Error(err)
@@ -228,7 +229,7 @@ func TestCancel(t *testing.T) {
 	cctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	errc := make(chan error, 1)
 	go func() {
-		_, err := a.c.Exec(cctx, agent.ExecRequest{Argv: []string{"sh", "-c", "echo $$ > " + pidFile2 + "; exec sleep 300"},
+		_, err := a.c.Exec(cctx, protocol.ExecRequest{Argv: []string{"sh", "-c", "echo $$ > " + pidFile2 + "; exec sleep 300"},
 			TimeoutMs: 60000, MaxOutputBytes: 1000})
 		errc <- err
 	}()
@@ -268,8 +269,8 @@ func TestDeadlineIsChecked(t *testing.T) {
 		{"", http.StatusBadRequest},
 		{"soon", http.StatusBadRequest},
 	} {
-		req, _ := http.NewRequest(http.MethodPost, "http://agent"+agent.PathExec, strings.NewReader(body))
-		req.Header.Set(agent.HeaderDeadline, tc.deadline)
+		req, _ := http.NewRequest(http.MethodPost, "http://agent"+protocol.PathExec, strings.NewReader(body))
+		req.Header.Set(protocol.HeaderDeadline, tc.deadline)
 		resp, err := hc.Do(req)
 		if err != nil {
 			t.Fatal(err)
@@ -375,21 +376,21 @@ func TestExecAnswersJSONWithoutAccept(t *testing.T) {
 		return (&net.Dialer{}).DialContext(ctx, "unix", a.socket)
 	}}}
 	body := `{"argv":["sh","-c","printf out; printf err >&2"],"timeoutMs":5000,"maxOutputBytes":100}`
-	req, err := http.NewRequestWithContext(ctx(t), http.MethodPost, "http://agent"+agent.PathExec, strings.NewReader(body))
+	req, err := http.NewRequestWithContext(ctx(t), http.MethodPost, "http://agent"+protocol.PathExec, strings.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
 	}
-	req.Header.Set(agent.HeaderDeadline, strconv.FormatInt(time.Now().Add(time.Minute).UnixNano(), 10))
+	req.Header.Set(protocol.HeaderDeadline, strconv.FormatInt(time.Now().Add(time.Minute).UnixNano(), 10))
 	resp, err := hc.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
-	var res agent.ExecResult
+	var res protocol.ExecResult
 	if err := json.NewDecoder(resp.Body).Decode(&res); err != nil || resp.Header.Get("Content-Type") != "application/json" {
 		t.Fatalf("answer %s: %v", resp.Header.Get("Content-Type"), err)
 	}
-	if exitOf(t, agent.ExecOutput{ExecStatus: res.ExecStatus}) != 0 || string(res.Stdout) != "out" || string(res.Stderr) != "err" {
+	if exitOf(t, protocol.ExecOutput{ExecStatus: res.ExecStatus}) != 0 || string(res.Stdout) != "out" || string(res.Stderr) != "err" {
 		t.Fatalf("result %+v", res)
 	}
 }
@@ -431,11 +432,11 @@ func TestListLimits(t *testing.T) {
 		}
 	}
 
-	links(filepath.Join(ws, "full"), 0, agent.MaxListEntries, short)
-	if entries, err := a.c.List(ctx(t), "full"); err != nil || len(entries) != agent.MaxListEntries {
-		t.Fatalf("list of %d entries: %d entries, %v", agent.MaxListEntries, len(entries), err)
+	links(filepath.Join(ws, "full"), 0, protocol.MaxListEntries, short)
+	if entries, err := a.c.List(ctx(t), "full"); err != nil || len(entries) != protocol.MaxListEntries {
+		t.Fatalf("list of %d entries: %d entries, %v", protocol.MaxListEntries, len(entries), err)
 	}
-	links(filepath.Join(ws, "full"), agent.MaxListEntries, agent.MaxListEntries+1, short)
+	links(filepath.Join(ws, "full"), protocol.MaxListEntries, protocol.MaxListEntries+1, short)
 	refused("full")
 
 	links(filepath.Join(ws, "big"), 0, 100_000, func(i int) string { return fmt.Sprintf("%0200d", i) })

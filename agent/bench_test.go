@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/sandboxd/sandbox"
-	"github.com/sandboxd/sandbox/agent"
+	"github.com/sandboxd/sandbox/agent/protocol"
 	"github.com/sandboxd/sandbox/internal/testenv"
 )
 
@@ -60,7 +60,7 @@ func benchStart(b *testing.B, env []string) {
 		b.Fatal(err)
 	}
 	sock := filepath.Join(b.TempDir(), "a.sock")
-	req := "GET " + agent.PathHealth + " HTTP/1.1\r\nHost: agent\r\n" + agent.HeaderDeadline + ": " +
+	req := "GET " + protocol.PathHealth + " HTTP/1.1\r\nHost: agent\r\n" + protocol.HeaderDeadline + ": " +
 		strconv.FormatInt(time.Now().Add(time.Hour).UnixNano(), 10) + "\r\n\r\n"
 	for i := 0; i < b.N; i++ {
 		b.StopTimer()

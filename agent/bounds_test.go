@@ -19,6 +19,7 @@ import (
 
 	"github.com/sandboxd/sandbox"
 	"github.com/sandboxd/sandbox/agent"
+	"github.com/sandboxd/sandbox/agent/protocol"
 )
 
 // hostile is an agent that answers each request with answer, written straight to the connection, on
@@ -210,7 +211,7 @@ func TestClientBoundsTheAnswerBody(t *testing.T) {
 func compact(head string, output int) func(io.Writer, *http.Request) error {
 	return func(w io.Writer, _ *http.Request) error {
 		return flood(w, fmt.Sprintf("HTTP/1.1 200 OK\r\nContent-Type: %s\r\nContent-Length: %d\r\n\r\n%s\n",
-			agent.MediaExecResult, len(head)+1+output, head), "o", output, "")
+			protocol.MediaExecResult, len(head)+1+output, head), "o", output, "")
 	}
 }
 
@@ -224,7 +225,7 @@ func execHead(stdout, stderr int, pad int) string {
 func TestClientBoundsTheExecAnswer(t *testing.T) {
 	exec := func(maxOutput int) func(ctx context.Context, c *agent.Client) error {
 		return func(ctx context.Context, c *agent.Client) error {
-			_, err := c.Exec(ctx, agent.ExecRequest{Argv: []string{"true"}, TimeoutMs: 1000, MaxOutputBytes: maxOutput})
+			_, err := c.Exec(ctx, protocol.ExecRequest{Argv: []string{"true"}, TimeoutMs: 1000, MaxOutputBytes: maxOutput})
 			return err
 		}
 	}
@@ -271,10 +272,10 @@ func TestClientBoundsTheListing(t *testing.T) {
 		}
 	}
 	cases := []boundCase{
-		{"at the limit", listing(agent.MaxListEntries), list(agent.MaxListEntries), nil},
-		{"past the limit", listing(agent.MaxListEntries + 1), list(0), sandbox.ErrProviderProtocol},
+		{"at the limit", listing(protocol.MaxListEntries), list(protocol.MaxListEntries), nil},
+		{"past the limit", listing(protocol.MaxListEntries + 1), list(0), sandbox.ErrProviderProtocol},
 		{"past MaxListBytes", func(w io.Writer, _ *http.Request) error {
-			return flood(w, fmt.Sprintf("HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n", agent.MaxListBytes+1), " ", agent.MaxListBytes+1, "")
+			return flood(w, fmt.Sprintf("HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n", protocol.MaxListBytes+1), " ", protocol.MaxListBytes+1, "")
 		}, list(0), sandbox.ErrProviderProtocol},
 	}
 	runBounds(t, cases, 8<<20)
@@ -292,7 +293,7 @@ func TestClientDropsTheConnectionOfARefusedAnswer(t *testing.T) {
 		}
 		return good(w, r)
 	})
-	req := agent.ExecRequest{Argv: []string{"true"}, TimeoutMs: 1000, MaxOutputBytes: 1 << 20}
+	req := protocol.ExecRequest{Argv: []string{"true"}, TimeoutMs: 1000, MaxOutputBytes: 1 << 20}
 	for i, want := range []error{nil, sandbox.ErrProviderProtocol, nil} {
 		if _, err := c.Exec(bounded(t), req); !errors.Is(err, want) {
 			t.Fatalf("call %d: got %v, want %v", i+1, err, want)
@@ -359,7 +360,7 @@ func TestClientRefusesAnotherProtocol(t *testing.T) {
 	}
 	c, _ := hostile(t, answer(`{"ok":true,"protocol":2,"version":"9.9","pid":7}`))
 	_, err := c.Health(bounded(t))
-	if !errors.Is(err, agent.ErrProtocolMismatch) || !errors.Is(err, sandbox.ErrProviderProtocol) ||
+	if !errors.Is(err, protocol.ErrMismatch) || !errors.Is(err, sandbox.ErrProviderProtocol) ||
 		!strings.Contains(err.Error(), "protocol 2, this daemon 1") || !strings.Contains(err.Error(), `"9.9"`) {
 		t.Fatalf("an agent of protocol 2: %v", err)
 	}

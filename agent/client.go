@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/sandboxd/sandbox"
+	"github.com/sandboxd/sandbox/agent/protocol"
 )
 
 // Client talks to one agent. It trusts nothing the agent says: every answer is bounded by what its call
@@ -32,7 +33,7 @@ type Client struct {
 const (
 	maxErrorBytes  = 64 << 10 // an answer whose status is not 2xx
 	maxHealthBytes = 4 << 10
-	// The compact exec answer's head line (an ExecHead is some 250 bytes), and what a JSON one has
+	// The compact exec answer's head line (an protocol.ExecHead is some 250 bytes), and what a JSON one has
 	// besides its output.
 	maxExecHeadBytes = 4 << 10
 )
@@ -60,116 +61,96 @@ func NewUnixClient(path string) *Client {
 func (c *Client) Close() { c.t.closeIdle() }
 
 // Health asks the agent whether it answers.
-func (c *Client) Health(ctx context.Context) (Health, error) {
-	var h Health
-	if err := c.callJSON(ctx, http.MethodGet, PathHealth, nil, nil, maxHealthBytes, &h); err != nil {
-		return Health{}, err
+func (c *Client) Health(ctx context.Context) (protocol.Health, error) {
+	var h protocol.Health
+	if err := c.callJSON(ctx, http.MethodGet, protocol.PathHealth, nil, nil, maxHealthBytes, &h); err != nil {
+		return protocol.Health{}, err
 	}
 	if !h.OK {
-		return Health{}, fmt.Errorf("agent health: not ok: %w", sandbox.ErrProviderProtocol)
+		return protocol.Health{}, fmt.Errorf("agent health: not ok: %w", sandbox.ErrProviderProtocol)
 	}
-	if v := cmp.Or(h.Protocol, 1); v != ProtocolVersion {
-		return Health{}, fmt.Errorf("agent health: the agent (build %q) speaks protocol %d, this daemon %d: %w: %w",
-			h.Version, v, ProtocolVersion, ErrProtocolMismatch, sandbox.ErrProviderProtocol)
+	if v := cmp.Or(h.Protocol, 1); v != protocol.Version {
+		return protocol.Health{}, fmt.Errorf("agent health: the agent (build %q) speaks protocol %d, this daemon %d: %w: %w",
+			h.Version, v, protocol.Version, protocol.ErrMismatch, sandbox.ErrProviderProtocol)
 	}
 	return h, nil
 }
 
-// ExecOutput is how a command ended, with its output, as Exec returns it.
-type ExecOutput struct {
-	ExecStatus
-	Stdout, Stderr string
-}
-
-// result is o as the domain's result, its times in UTC.
-func (o ExecOutput) result() sandbox.CommandResult {
-	return sandbox.CommandResult{
-		ExitCode:   o.ExitCode,
-		Stdout:     o.Stdout,
-		Stderr:     o.Stderr,
-		TimedOut:   o.TimedOut,
-		Cancelled:  o.Cancelled,
-		Truncated:  o.Truncated,
-		StartedAt:  o.StartedAt.UTC(),
-		FinishedAt: o.FinishedAt.UTC(),
-	}
-}
-
 // Exec runs req and checks the answer against it (sandbox.CommandResult.Validate): the client refuses a
 // malformed answer on its socket. The answer is bounded by req.MaxOutputBytes.
-func (c *Client) Exec(ctx context.Context, req ExecRequest) (ExecOutput, error) {
+func (c *Client) Exec(ctx context.Context, req protocol.ExecRequest) (protocol.ExecOutput, error) {
 	body, err := json.Marshal(req)
 	if err != nil {
-		return ExecOutput{}, fmt.Errorf("agent exec: %w", err)
+		return protocol.ExecOutput{}, fmt.Errorf("agent exec: %w", err)
 	}
 	m := min(max(req.MaxOutputBytes, 0), sandbox.MaxMaxOutputBytes)
-	var out ExecOutput
-	err = c.call(ctx, http.MethodPost, PathExec, nil, MediaExecResult, body, execAnswerBytes(m), func(a *answer) error {
+	var out protocol.ExecOutput
+	err = c.call(ctx, http.MethodPost, protocol.PathExec, nil, protocol.MediaExecResult, body, execAnswerBytes(m), func(a *answer) error {
 		o, err := readExec(a, m)
 		if err != nil {
 			return err
 		}
 		out = o
-		return out.result().Validate(req.command())
+		return out.Result().Validate(req.Command())
 	})
 	if err != nil {
-		return ExecOutput{}, err
+		return protocol.ExecOutput{}, err
 	}
 	return out, nil
 }
 
-// readExec reads an exec answer, compact (MediaExecResult) or JSON, whose streams are capped at m bytes
+// readExec reads an exec answer, compact (protocol.MediaExecResult) or JSON, whose streams are capped at m bytes
 // each. A compact answer is read into one string, which stdout and stderr are cut from: a megabyte of
 // output is not copied again to become the strings the daemon answers with.
-func readExec(a *answer, m int) (ExecOutput, error) {
+func readExec(a *answer, m int) (protocol.ExecOutput, error) {
 	bad := func(format string, args ...any) error {
-		return fmt.Errorf("agent %s: %w", PathExec, badAnswer(format, args...))
+		return fmt.Errorf("agent %s: %w", protocol.PathExec, badAnswer(format, args...))
 	}
-	if a.contentType != MediaExecResult {
+	if a.contentType != protocol.MediaExecResult {
 		raw, err := readAll(a)
 		if err != nil {
-			return ExecOutput{}, fmt.Errorf("agent %s: %w", PathExec, err)
+			return protocol.ExecOutput{}, fmt.Errorf("agent %s: %w", protocol.PathExec, err)
 		}
-		var res ExecResult
-		if err := decodeStrict(PathExec, raw, &res); err != nil {
-			return ExecOutput{}, err
+		var res protocol.ExecResult
+		if err := decodeStrict(protocol.PathExec, raw, &res); err != nil {
+			return protocol.ExecOutput{}, err
 		}
-		return ExecOutput{ExecStatus: res.ExecStatus, Stdout: string(res.Stdout), Stderr: string(res.Stderr)}, nil
+		return protocol.ExecOutput{ExecStatus: res.ExecStatus, Stdout: string(res.Stdout), Stderr: string(res.Stderr)}, nil
 	}
 	if limit := int64(maxExecHeadBytes + 2*m); a.length > limit {
-		return ExecOutput{}, bad("%d bytes past %d", a.length, limit)
+		return protocol.ExecOutput{}, bad("%d bytes past %d", a.length, limit)
 	}
 	raw, err := readString(a)
 	if err != nil {
-		return ExecOutput{}, fmt.Errorf("agent %s: %w", PathExec, err)
+		return protocol.ExecOutput{}, fmt.Errorf("agent %s: %w", protocol.PathExec, err)
 	}
 	nl := strings.IndexByte(raw[:min(len(raw), maxExecHeadBytes)], '\n')
 	if nl < 0 {
-		return ExecOutput{}, bad("no head line in its first %d bytes", maxExecHeadBytes)
+		return protocol.ExecOutput{}, bad("no head line in its first %d bytes", maxExecHeadBytes)
 	}
-	var head ExecHead
-	if err := decodeStrict(PathExec, []byte(raw[:nl]), &head); err != nil {
-		return ExecOutput{}, err
+	var head protocol.ExecHead
+	if err := decodeStrict(protocol.PathExec, []byte(raw[:nl]), &head); err != nil {
+		return protocol.ExecOutput{}, err
 	}
 	out := raw[nl+1:]
 	if head.StdoutBytes < 0 || head.StderrBytes < 0 || head.StdoutBytes > m || head.StderrBytes > m ||
 		head.StdoutBytes+head.StderrBytes != len(out) {
-		return ExecOutput{}, bad("%d+%d bytes of output announced, %d sent, at most %d a stream", head.StdoutBytes, head.StderrBytes, len(out), m)
+		return protocol.ExecOutput{}, bad("%d+%d bytes of output announced, %d sent, at most %d a stream", head.StdoutBytes, head.StderrBytes, len(out), m)
 	}
 	n := head.StdoutBytes
-	return ExecOutput{ExecStatus: head.ExecStatus, Stdout: out[:n], Stderr: out[n:]}, nil
+	return protocol.ExecOutput{ExecStatus: head.ExecStatus, Stdout: out[:n], Stderr: out[n:]}, nil
 }
 
 // Cancel stops the run named id, if it is still running.
 func (c *Client) Cancel(ctx context.Context, id string) error {
-	body, _ := json.Marshal(CancelRequest{ID: id})
-	return c.call(ctx, http.MethodPost, PathCancel, nil, "", body, maxErrorBytes, nil)
+	body, _ := json.Marshal(protocol.CancelRequest{ID: id})
+	return c.call(ctx, http.MethodPost, protocol.PathCancel, nil, "", body, maxErrorBytes, nil)
 }
 
 // ReadFile reads the file at path inside the sandbox.
 func (c *Client) ReadFile(ctx context.Context, path string) ([]byte, error) {
 	var data []byte
-	err := c.call(ctx, http.MethodGet, PathFile, url.Values{"path": {path}}, "", nil, sandbox.MaxFileBytes, func(a *answer) (err error) {
+	err := c.call(ctx, http.MethodGet, protocol.PathFile, url.Values{"path": {path}}, "", nil, sandbox.MaxFileBytes, func(a *answer) (err error) {
 		if data, err = readAll(a); err != nil {
 			return fmt.Errorf("agent read %q: %w", path, err)
 		}
@@ -186,14 +167,14 @@ func (c *Client) WriteFile(ctx context.Context, path string, data []byte) error 
 	if len(data) > sandbox.MaxFileBytes {
 		return fmt.Errorf("write %q: %d bytes past %d: %w", path, len(data), sandbox.MaxFileBytes, sandbox.ErrRequestTooLarge)
 	}
-	return c.call(ctx, http.MethodPut, PathFile, url.Values{"path": {path}}, "", data, maxErrorBytes, nil)
+	return c.call(ctx, http.MethodPut, protocol.PathFile, url.Values{"path": {path}}, "", data, maxErrorBytes, nil)
 }
 
-// List lists the directory at path inside the sandbox: at most MaxListEntries entries, in an answer of
-// at most MaxListBytes.
+// List lists the directory at path inside the sandbox: at most protocol.MaxListEntries entries, in an answer of
+// at most protocol.MaxListBytes.
 func (c *Client) List(ctx context.Context, path string) ([]sandbox.FileEntry, error) {
 	var entries []sandbox.FileEntry
-	err := c.call(ctx, http.MethodGet, PathList, url.Values{"path": {path}}, "", nil, MaxListBytes, func(a *answer) error {
+	err := c.call(ctx, http.MethodGet, protocol.PathList, url.Values{"path": {path}}, "", nil, protocol.MaxListBytes, func(a *answer) error {
 		raw, err := readAll(a)
 		if err == nil {
 			entries, err = decodeList(raw)
@@ -209,7 +190,7 @@ func (c *Client) List(ctx context.Context, path string) ([]sandbox.FileEntry, er
 	return entries, nil
 }
 
-// decodeList decodes a listing, entry by entry: past MaxListEntries it stops.
+// decodeList decodes a listing, entry by entry: past protocol.MaxListEntries it stops.
 func decodeList(raw []byte) ([]sandbox.FileEntry, error) {
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.DisallowUnknownFields()
@@ -218,8 +199,8 @@ func decodeList(raw []byte) ([]sandbox.FileEntry, error) {
 	}
 	entries := []sandbox.FileEntry{}
 	for dec.More() {
-		if len(entries) == MaxListEntries {
-			return nil, badAnswer("more than %d entries", MaxListEntries)
+		if len(entries) == protocol.MaxListEntries {
+			return nil, badAnswer("more than %d entries", protocol.MaxListEntries)
 		}
 		var e sandbox.FileEntry
 		if err := dec.Decode(&e); err != nil {
@@ -284,7 +265,7 @@ func decodeStrict(path string, raw []byte, out any) error {
 	return nil
 }
 
-// do sends one request with the context's deadline in HeaderDeadline, for an answer of at most max bytes,
+// do sends one request with the context's deadline in protocol.HeaderDeadline, for an answer of at most max bytes,
 // and turns a non-2xx answer into an error of the right class. The caller releases a 2xx answer.
 func (c *Client) do(ctx context.Context, method, path string, q url.Values, accept string, body []byte, max int64) (*answer, error) {
 	deadline, ok := ctx.Deadline()
@@ -317,7 +298,7 @@ func agentError(path string, a *answer) error {
 	if err != nil {
 		return fmt.Errorf("agent %s: status %d: %w", path, a.status, err)
 	}
-	var e Error
+	var e protocol.Error
 	if err := json.Unmarshal(raw, &e); err != nil || e.Code == "" {
 		return fmt.Errorf("agent %s: status %d with a malformed error: %w", path, a.status, sandbox.ErrProviderProtocol)
 	}
@@ -328,7 +309,7 @@ func agentError(path string, a *answer) error {
 	switch e.Code {
 	case string(sandbox.CodeNotFound), string(sandbox.CodeInvalidRequest), string(sandbox.CodeRequestTooLarge):
 		return fmt.Errorf("agent %s: %s: %w", path, msg, sandbox.ErrorForCode(sandbox.ErrorCode(e.Code)))
-	case CodeDeadline, string(sandbox.CodeInternal), string(sandbox.CodeProviderUnavailable):
+	case protocol.CodeDeadline, string(sandbox.CodeInternal), string(sandbox.CodeProviderUnavailable):
 		return fmt.Errorf("agent %s: %s: %w", path, msg, sandbox.ErrProviderUnavailable)
 	}
 	return fmt.Errorf("agent %s: unexpected error code %q: %w", path, e.Code, sandbox.ErrProviderProtocol)

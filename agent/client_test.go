@@ -11,6 +11,7 @@ import (
 
 	"github.com/sandboxd/sandbox"
 	"github.com/sandboxd/sandbox/agent"
+	"github.com/sandboxd/sandbox/agent/protocol"
 )
 
 // fake serves h on a unix socket and returns a client of it.
@@ -21,7 +22,7 @@ func fake(t *testing.T, h http.HandlerFunc) *agent.Client {
 }
 
 func TestClientDistrustsTheAgent(t *testing.T) {
-	req := agent.ExecRequest{Argv: []string{"true"}, TimeoutMs: 1000, MaxOutputBytes: 4}
+	req := protocol.ExecRequest{Argv: []string{"true"}, TimeoutMs: 1000, MaxOutputBytes: 4}
 	for _, tc := range []struct {
 		name   string
 		status int
@@ -60,27 +61,27 @@ func TestClientDistrustsTheAgent(t *testing.T) {
 // lengths and head like any answer, and still takes the JSON answer of an agent that does not know the
 // compact form.
 func TestClientReadsBothAnswerForms(t *testing.T) {
-	req := agent.ExecRequest{Argv: []string{"true"}, TimeoutMs: 1000, MaxOutputBytes: 16}
+	req := protocol.ExecRequest{Argv: []string{"true"}, TimeoutMs: 1000, MaxOutputBytes: 16}
 	const head = `{"exitCode":3,"stdoutBytes":5,"stderrBytes":2,"timedOut":false,"cancelled":false,"truncated":false,` +
 		`"startedAt":"2024-01-01T00:00:00Z","finishedAt":"2024-01-01T00:00:01Z"}`
 	for _, tc := range []struct {
 		name, contentType, body string
 		want                    error
 	}{
-		{"compact", agent.MediaExecResult, head + "\nhello\x00\n", nil},
+		{"compact", protocol.MediaExecResult, head + "\nhello\x00\n", nil},
 		{"json of an older agent", "application/json", `{"exitCode":3,"stdout":"aGVsbG8=","stderr":"AAo=",` +
 			`"startedAt":"2024-01-01T00:00:00Z","finishedAt":"2024-01-01T00:00:01Z"}`, nil},
-		{"compact, short", agent.MediaExecResult, head + "\nhello", sandbox.ErrProviderProtocol},
-		{"compact, long", agent.MediaExecResult, head + "\nhello\x00\n!", sandbox.ErrProviderProtocol},
-		{"compact, no head line", agent.MediaExecResult, head, sandbox.ErrProviderProtocol},
-		{"compact, unknown field", agent.MediaExecResult, `{"exitCode":0,"extra":1}` + "\n", sandbox.ErrProviderProtocol},
-		{"compact, negative length", agent.MediaExecResult, `{"exitCode":0,"stdoutBytes":-1,"stderrBytes":1,` +
+		{"compact, short", protocol.MediaExecResult, head + "\nhello", sandbox.ErrProviderProtocol},
+		{"compact, long", protocol.MediaExecResult, head + "\nhello\x00\n!", sandbox.ErrProviderProtocol},
+		{"compact, no head line", protocol.MediaExecResult, head, sandbox.ErrProviderProtocol},
+		{"compact, unknown field", protocol.MediaExecResult, `{"exitCode":0,"extra":1}` + "\n", sandbox.ErrProviderProtocol},
+		{"compact, negative length", protocol.MediaExecResult, `{"exitCode":0,"stdoutBytes":-1,"stderrBytes":1,` +
 			`"startedAt":"2024-01-01T00:00:00Z","finishedAt":"2024-01-01T00:00:01Z"}` + "\n", sandbox.ErrProviderProtocol},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := fake(t, func(w http.ResponseWriter, r *http.Request) {
-				if got := r.Header.Get("Accept"); got != agent.MediaExecResult {
-					t.Errorf("Accept %q, want %q", got, agent.MediaExecResult)
+				if got := r.Header.Get("Accept"); got != protocol.MediaExecResult {
+					t.Errorf("Accept %q, want %q", got, protocol.MediaExecResult)
 				}
 				w.Header().Set("Content-Type", tc.contentType)
 				w.Write([]byte(tc.body))

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/sandboxd/sandbox"
+	"github.com/sandboxd/sandbox/agent/protocol"
 	"github.com/sandboxd/sandbox/proc"
 )
 
@@ -49,7 +50,7 @@ func commandEnv(env []string) []string {
 // run executes req and always returns a result: a command that cannot start exits 127 with the reason
 // on stderr. It returns early, with the process group killed, when ctx ends (cancelled): the caller
 // went away, or the run was cancelled by its id.
-func (a *Agent) run(ctx context.Context, req ExecRequest) ExecOutput {
+func (a *Agent) run(ctx context.Context, req protocol.ExecRequest) protocol.ExecOutput {
 	started := time.Now()
 	cwd := req.Cwd
 	if cwd == "" {
@@ -59,22 +60,22 @@ func (a *Agent) run(ctx context.Context, req ExecRequest) ExecOutput {
 	if err != nil {
 		return cannotStart(req, started, fmt.Sprintf("cwd %q: %v", req.Cwd, err))
 	}
-	res, err := a.runner.Run(ctx, dir, req.command())
+	res, err := a.runner.Run(ctx, dir, req.Command())
 	if err != nil {
 		// A command proc refuses (a NUL byte in argv or env, say) cannot start either.
 		return cannotStart(req, started, err.Error())
 	}
-	return ExecOutput{
-		ExecStatus: ExecStatus{ExitCode: res.ExitCode, TimedOut: res.TimedOut, Cancelled: res.Cancelled,
+	return protocol.ExecOutput{
+		ExecStatus: protocol.ExecStatus{ExitCode: res.ExitCode, TimedOut: res.TimedOut, Cancelled: res.Cancelled,
 			Truncated: res.Truncated, StartedAt: res.StartedAt, FinishedAt: res.FinishedAt},
 		Stdout: res.Stdout,
 		Stderr: res.Stderr,
 	}
 }
 
-func cannotStart(req ExecRequest, started time.Time, reason string) ExecOutput {
+func cannotStart(req protocol.ExecRequest, started time.Time, reason string) protocol.ExecOutput {
 	code := proc.ExitCannotStart
 	msg := reason + "\n"
-	return ExecOutput{Stderr: sandbox.TruncateUTF8(msg, req.MaxOutputBytes), ExecStatus: ExecStatus{ExitCode: &code,
+	return protocol.ExecOutput{Stderr: sandbox.TruncateUTF8(msg, req.MaxOutputBytes), ExecStatus: protocol.ExecStatus{ExitCode: &code,
 		Truncated: len(msg) > req.MaxOutputBytes, StartedAt: started, FinishedAt: time.Now()}}
 }

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/sandboxd/sandbox"
+	"github.com/sandboxd/sandbox/agent/protocol"
 )
 
 // answerClasses are the error classes a client call may return, whatever the agent answers.
@@ -86,12 +87,12 @@ func FuzzClientAnswers(f *testing.F) {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 
-		req := ExecRequest{Argv: []string{"x"}, TimeoutMs: 1000, MaxOutputBytes: 16}
+		req := protocol.ExecRequest{Argv: []string{"x"}, TimeoutMs: 1000, MaxOutputBytes: 16}
 		if res, err := c.Exec(ctx, req); err != nil {
 			if !classified(err) {
 				t.Fatalf("exec: unclassified error %v for %d %q", err, st, b)
 			}
-		} else if verr := res.result().Validate(req.command()); verr != nil {
+		} else if verr := res.Result().Validate(req.Command()); verr != nil {
 			t.Fatalf("exec accepted an invalid result %+v: %v", res, verr)
 		}
 		if entries, err := c.List(ctx, "."); err != nil {
@@ -136,16 +137,16 @@ func FuzzServerRequests(f *testing.F) {
 	h := a.Handler()
 	past := strconv.FormatInt(time.Now().Add(-time.Hour).UnixNano(), 10)
 	f.Fuzz(func(t *testing.T, body []byte, deadline string) {
-		for _, path := range []string{PathExec, PathCancel} {
+		for _, path := range []string{protocol.PathExec, protocol.PathCancel} {
 			r := httptest.NewRequest("POST", path, bytes.NewReader(body))
-			r.Header.Set(HeaderDeadline, past)
+			r.Header.Set(protocol.HeaderDeadline, past)
 			w := httptest.NewRecorder()
 			h.ServeHTTP(w, r)
 			checkAgentAnswer(t, path, body, w)
 		}
 		// The deadline header alone: missing, malformed and past ones are refused with an Error.
-		r := httptest.NewRequest("GET", PathFile, nil)
-		r.Header.Set(HeaderDeadline, deadline)
+		r := httptest.NewRequest("GET", protocol.PathFile, nil)
+		r.Header.Set(protocol.HeaderDeadline, deadline)
 		w := httptest.NewRecorder()
 		if checkDeadline(w, r) {
 			ns, err := strconv.ParseInt(deadline, 10, 64)
@@ -160,16 +161,16 @@ func FuzzServerRequests(f *testing.F) {
 
 func checkAgentAnswer(t *testing.T, path string, body []byte, w *httptest.ResponseRecorder) {
 	t.Helper()
-	if w.Code == http.StatusNoContent && path == PathCancel {
+	if w.Code == http.StatusNoContent && path == protocol.PathCancel {
 		return
 	}
-	var e Error
+	var e protocol.Error
 	dec := json.NewDecoder(bytes.NewReader(w.Body.Bytes()))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&e); err != nil || e.Code == "" {
 		t.Fatalf("%s %q: answer %d %q is not an Error", path, body, w.Code, w.Body.Bytes())
 	}
-	if e.Code != CodeDeadline && sandbox.ErrorForCode(sandbox.ErrorCode(e.Code)) == nil {
+	if e.Code != protocol.CodeDeadline && sandbox.ErrorForCode(sandbox.ErrorCode(e.Code)) == nil {
 		t.Fatalf("%s %q: unknown code %q", path, body, e.Code)
 	}
 	if w.Code/100 == 2 {

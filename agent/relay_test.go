@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/sandboxd/sandbox/agent"
+	"github.com/sandboxd/sandbox/agent/protocol"
 	"github.com/sandboxd/sandbox/internal/testenv"
 )
 
@@ -56,7 +57,7 @@ func TestRelayProcess(t *testing.T) {
 	if err != nil || h.PID != a.pid {
 		t.Fatalf("health through the relay: %+v, %v; want the agent's pid %d", h, err, a.pid)
 	}
-	res, err := c.Exec(ctx(t), agent.ExecRequest{ID: "r1", Argv: []string{"sh", "-c", "echo relayed"}, TimeoutMs: 10000, MaxOutputBytes: 100})
+	res, err := c.Exec(ctx(t), protocol.ExecRequest{ID: "r1", Argv: []string{"sh", "-c", "echo relayed"}, TimeoutMs: 10000, MaxOutputBytes: 100})
 	if err != nil || res.ExitCode == nil || *res.ExitCode != 0 || string(res.Stdout) != "relayed\n" {
 		t.Fatalf("exec through the relay: %+v, %v", res, err)
 	}

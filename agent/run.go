@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/sandboxd/sandbox"
+	"github.com/sandboxd/sandbox/agent/protocol"
 )
 
 // Run runs cmd through the agent and returns its result, checked by Exec. The call may take slack
@@ -25,7 +26,7 @@ func (c *Client) Run(ctx context.Context, cmd sandbox.Command, slack, cancelWait
 	if err != nil {
 		return sandbox.CommandResult{}, err
 	}
-	req := ExecRequest{
+	req := protocol.ExecRequest{
 		ID:             runID(),
 		Argv:           cmd.Argv,
 		Cwd:            cmd.Cwd,
@@ -51,7 +52,7 @@ func (c *Client) Run(ctx context.Context, cmd sandbox.Command, slack, cancelWait
 		}
 	})
 	type answer struct {
-		res ExecOutput
+		res protocol.ExecOutput
 		err error
 	}
 	var a answer
@@ -64,7 +65,7 @@ func (c *Client) Run(ctx context.Context, cmd sandbox.Command, slack, cancelWait
 	if a.err != nil {
 		return sandbox.CommandResult{}, a.err
 	}
-	return a.res.result(), nil
+	return a.res.Result(), nil
 }
 
 // runID names one command run, so that it can be cancelled.

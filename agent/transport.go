@@ -18,6 +18,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/sandboxd/sandbox"
+	"github.com/sandboxd/sandbox/agent/protocol"
 )
 
 // transport sends HTTP/1.1 requests to one agent over kept-alive connections, reading each answer in
@@ -63,14 +64,14 @@ func (pc *pconn) Close() error {
 
 // roundTrip sends one request and returns the head of its answer, whose body the caller reads from the
 // answer and ends with release. ctx must have a deadline: it bounds the whole exchange, and ending ctx
-// aborts it; the agent is told the deadline in HeaderDeadline. max bounds the body of a 2xx answer
+// aborts it; the agent is told the deadline in protocol.HeaderDeadline. max bounds the body of a 2xx answer
 // (readHead says the rest); an answer past a bound is refused before its body is read.
 func (t *transport) roundTrip(ctx context.Context, method, target, accept string, deadline time.Time, body []byte, max int64) (*answer, error) {
 	head := make([]byte, 0, 160)
 	head = append(head, method...)
 	head = append(head, ' ')
 	head = append(head, target...)
-	head = append(head, " HTTP/1.1\r\nHost: agent\r\n"+HeaderDeadline+": "...)
+	head = append(head, " HTTP/1.1\r\nHost: agent\r\n"+protocol.HeaderDeadline+": "...)
 	head = strconv.AppendInt(head, deadline.UnixNano(), 10)
 	if accept != "" {
 		head = append(head, "\r\nAccept: "...)

@@ -14,7 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/sandboxd/sandbox"
-	"github.com/sandboxd/sandbox/agent"
+	"github.com/sandboxd/sandbox/agent/protocol"
 )
 
 // Allocate creates ref's Pod, or adopts the existing one of that name, and reports it starting: readiness
@@ -117,7 +117,7 @@ const (
 	reasonPreempted   = "preempted"
 	reasonOOM         = "oom_killed"
 	reasonAgentExited = "agent_exited"
-	reasonProtocol    = "agent_protocol" // the agent image speaks another protocol version (agent.ErrProtocolMismatch)
+	reasonProtocol    = "agent_protocol" // the agent image speaks another protocol version (protocol.ErrMismatch)
 	reasonPodFailed   = "pod_failed"
 	reasonImage       = "image_unavailable"
 	reasonContainer   = "container_error"
@@ -206,7 +206,7 @@ func (p *Provider) classify(ctx context.Context, b *box, pod *corev1.Pod) sandbo
 		hctx, cancel := context.WithTimeout(ctx, min(p.cfg.CallTimeout, 5*time.Second))
 		_, err := b.client.Health(hctx)
 		cancel()
-		if errors.Is(err, agent.ErrProtocolMismatch) {
+		if errors.Is(err, protocol.ErrMismatch) {
 			return failed(reasonProtocol, err.Error())
 		}
 		if err != nil {

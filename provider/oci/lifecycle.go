@@ -11,14 +11,14 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/sandboxd/sandbox"
-	"github.com/sandboxd/sandbox/agent"
+	"github.com/sandboxd/sandbox/agent/protocol"
 )
 
 // Observation reasons.
 const (
 	reasonExited   = "container_exited"
 	reasonMissing  = "container_missing"
-	reasonProtocol = "agent_protocol" // the agent speaks another protocol version (agent.ErrProtocolMismatch)
+	reasonProtocol = "agent_protocol" // the agent speaks another protocol version (protocol.ErrMismatch)
 )
 
 // Allocate makes the container of ref, or takes one from the warm pool when ref's disk is of the default
@@ -305,7 +305,7 @@ func (p *Provider) waitReady(ctx context.Context, b *box) (sandbox.Observation, 
 		if err == nil {
 			return p.observation(b, sandbox.ObservedReady, "", ""), nil
 		}
-		if errors.Is(err, agent.ErrProtocolMismatch) {
+		if errors.Is(err, protocol.ErrMismatch) {
 			return p.observation(b, sandbox.ObservedFailed, reasonProtocol, err.Error()), nil // no retry mends it
 		}
 		select {

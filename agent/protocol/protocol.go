@@ -1,4 +1,11 @@
-package agent
+// Package protocol is the wire protocol between the daemon and the agent inside each sandbox: its
+// routes and headers, the bodies both sides send, their bounds, and the protocol's version. Both the
+// agent (package agent, PID 1 of every sandbox) and its client (package agentclient, in the daemon)
+// build on it; it holds the code of neither side.
+//
+// Main invariant: a change an agent of the version before cannot follow raises Version, and the
+// client refuses an agent of another version at its health answer.
+package protocol
 
 import (
 	"errors"
@@ -20,21 +27,21 @@ const (
 	HeaderDeadline = "Sandbox-Deadline"
 )
 
-// ProtocolVersion is the version of this wire protocol: the routes, headers and bodies of this file.
+// Version is the version of this wire protocol: the routes, headers and bodies of this package.
 // An agent says which it speaks in its health answer, and the client refuses another
-// (ErrProtocolMismatch). An answer that names none is of protocol 1, the one before the field, which an
+// (ErrMismatch). An answer that names none is of protocol 1, the one before the field, which an
 // oci sandbox started by an older daemon still speaks after an upgrade. Raise it with a change an agent
 // of the version before cannot follow.
-const ProtocolVersion = 1
+const Version = 1
 
-// ErrProtocolMismatch: the agent speaks another version of the protocol than this daemon (an agent
-// image, or a sandbox's agent, of another build). Client.Health wraps it with ErrProviderProtocol.
-var ErrProtocolMismatch = errors.New("the agent speaks another protocol version than this daemon")
+// ErrMismatch: the agent speaks another version of the protocol than this daemon (an agent image, or
+// a sandbox's agent, of another build). The client's Health wraps it with ErrProviderProtocol.
+var ErrMismatch = errors.New("the agent speaks another protocol version than this daemon")
 
 // Health is the answer to PathHealth.
 type Health struct {
 	OK       bool   `json:"ok"`
-	Protocol int    `json:"protocol,omitempty"` // ProtocolVersion; none: 1
+	Protocol int    `json:"protocol,omitempty"` // Version; none: 1
 	Version  string `json:"version"`            // the agent's build (internal/version)
 	PID      int    `json:"pid"`
 }
@@ -49,8 +56,9 @@ type ExecRequest struct {
 	MaxOutputBytes int               `json:"maxOutputBytes"`
 }
 
-// command is the domain command req carries.
-func (req ExecRequest) command() sandbox.Command {
+// Command is the domain command req carries: the one mapping of the wire request to the domain's
+// command, which the agent runs and the client checks the answer against.
+func (req ExecRequest) Command() sandbox.Command {
 	return sandbox.Command{
 		Argv:           req.Argv,
 		Cwd:            req.Cwd,
@@ -71,7 +79,28 @@ type ExecStatus struct {
 	FinishedAt time.Time `json:"finishedAt"`
 }
 
-// ExecResult is how a command ended, with its output. Output travels as bytes (base64 in JSON) so
+// ExecOutput is how a command ended, with its output: what the agent's runner made, and what the
+// client read from either form of the answer (ExecResult, or MediaExecResult).
+type ExecOutput struct {
+	ExecStatus
+	Stdout, Stderr string
+}
+
+// Result is o as the domain's result, its times in UTC.
+func (o ExecOutput) Result() sandbox.CommandResult {
+	return sandbox.CommandResult{
+		ExitCode:   o.ExitCode,
+		Stdout:     o.Stdout,
+		Stderr:     o.Stderr,
+		TimedOut:   o.TimedOut,
+		Cancelled:  o.Cancelled,
+		Truncated:  o.Truncated,
+		StartedAt:  o.StartedAt.UTC(),
+		FinishedAt: o.FinishedAt.UTC(),
+	}
+}
+
+// ExecResult is how a command ended, with its output, as JSON. Output travels as bytes (base64 in JSON) so
 // that invalid UTF-8 keeps its length.
 type ExecResult struct {
 	ExecStatus
