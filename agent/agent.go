@@ -2,6 +2,9 @@
 // orphans, runs commands in their own process groups with a timeout and per-stream output caps, and
 // reads, writes and lists files confined to the sandbox's root, over HTTP/1.1 on a unix socket.
 //
+// It speaks agent/protocol; the daemon's side of it is agent/agentclient. It runs the one-shot modes
+// the kubernetes provider needs inside a Pod too (relay.go).
+//
 // Main invariant: the agent never starts work for a request whose deadline has passed, and only its
 // reaper ever waits for a child, so no exit status is stolen and no zombie is left behind.
 package agent

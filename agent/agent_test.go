@@ -17,7 +17,7 @@ import (
 	"time"
 
 	"github.com/sandboxd/sandbox"
-	"github.com/sandboxd/sandbox/agent"
+	"github.com/sandboxd/sandbox/agent/agentclient"
 	"github.com/sandboxd/sandbox/agent/protocol"
 	"github.com/sandboxd/sandbox/internal/errhttp"
 	"github.com/sandboxd/sandbox/internal/testenv"
@@ -30,7 +30,7 @@ type running struct {
 	root   string // the agent's root directory
 	socket string
 	pid    int
-	c      *agent.Client
+	c      *agentclient.Client
 }
 
 // start runs the agent binary on the host with a temporary root.
@@ -63,7 +63,7 @@ func start(t testing.TB) *running {
 			<-done
 		}
 	})
-	c := agent.NewUnixClient(sock)
+	c := agentclient.NewUnix(sock)
 	t.Cleanup(c.Close)
 	for i := 0; ; i++ {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)

@@ -15,8 +15,9 @@ import (
 // Two one-shot modes beside the agent itself, for sandboxes whose only way in is running a program
 // inside them (a Kubernetes Pod reached through pods/exec):
 //
-//	agent relay -socket PATH     connects stdin and stdout to the agent's unix socket, so that a Client
-//	                             can speak HTTP to the agent over any byte stream into the sandbox;
+//	agent relay -socket PATH     connects stdin and stdout to the agent's unix socket, so that the
+//	                             daemon's client (agentclient) can speak HTTP to the agent over any
+//	                             byte stream into the sandbox;
 //	agent install -to PATH       copies the running binary to PATH (atomically, mode 0755), so that an
 //	                             init container can place the static agent into a volume shared with
 //	                             the sandbox's own image.

@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/sandboxd/sandbox/agent"
+	"github.com/sandboxd/sandbox/agent/agentclient"
 	"github.com/sandboxd/sandbox/agent/protocol"
 	"github.com/sandboxd/sandbox/internal/testenv"
 )
@@ -36,7 +37,7 @@ func (c *cmdConn) Close() error {
 func TestRelayProcess(t *testing.T) {
 	a := start(t)
 	bin := testenv.BuildAgent(t)
-	c := agent.NewClient(func(ctx context.Context) (net.Conn, error) {
+	c := agentclient.New(func(ctx context.Context) (net.Conn, error) {
 		cmd := exec.Command(bin, "agent", "relay", "-socket", a.socket)
 		in, err := cmd.StdinPipe()
 		if err != nil {

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/sandboxd/sandbox"
-	"github.com/sandboxd/sandbox/agent"
+	"github.com/sandboxd/sandbox/agent/agentclient"
 	"github.com/sandboxd/sandbox/provider/oci"
 )
 
@@ -213,7 +213,7 @@ func (f *floors) results(ctx context.Context, b Bounds) ([]Result, error) {
 // waitAgent dials the agent's socket in a tight loop until it answers a health check, for at most
 // within (default 10 s; a negative within tries once).
 func waitAgent(ctx context.Context, socket string, within time.Duration) error {
-	cl := agent.NewUnixClient(socket)
+	cl := agentclient.NewUnix(socket)
 	defer cl.Close()
 	if within == 0 {
 		within = 10 * time.Second

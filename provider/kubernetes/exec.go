@@ -15,7 +15,7 @@ import (
 	"k8s.io/client-go/tools/remotecommand"
 
 	"github.com/sandboxd/sandbox"
-	"github.com/sandboxd/sandbox/agent"
+	"github.com/sandboxd/sandbox/agent/agentclient"
 )
 
 // execSlack is how much longer than a command's timeout the provider waits for its result: the agent
@@ -171,8 +171,8 @@ func (p *Provider) usable(ctx context.Context, ref sandbox.Ref) (*box, error) {
 }
 
 // agentClient is the agent client of a sandbox whose Pod runs (see usable), for the provider's
-// agent.DataPlane.
-func (p *Provider) agentClient(ctx context.Context, ref sandbox.Ref) (*agent.Client, error) {
+// agentclient.DataPlane.
+func (p *Provider) agentClient(ctx context.Context, ref sandbox.Ref) (*agentclient.Client, error) {
 	b, err := p.usable(ctx, ref)
 	if err != nil {
 		return nil, err

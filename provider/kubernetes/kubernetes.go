@@ -32,7 +32,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/sandboxd/sandbox"
-	"github.com/sandboxd/sandbox/agent"
+	"github.com/sandboxd/sandbox/agent/agentclient"
 	"github.com/sandboxd/sandbox/internal/version"
 )
 
@@ -100,7 +100,7 @@ type Provider struct {
 	// DataPlane runs commands and file calls through each sandbox's agent over pods/exec (Exec,
 	// ReadFile, WriteFile, ListFiles); its clients come from usable, so a Pod that does not run is
 	// ErrProviderUnavailable.
-	agent.DataPlane
+	agentclient.DataPlane
 }
 
 var (
@@ -113,7 +113,7 @@ var (
 type box struct {
 	ref      sandbox.Ref
 	name     string
-	client   *agent.Client
+	client   *agentclient.Client
 	answered string // UID of the Pod whose agent has answered once
 	seen     string // UID of the Pod last seen through the informer or the API
 	deleted  bool   // the Pod disappeared while it was not being released
@@ -167,7 +167,7 @@ func New(ctx context.Context, cfg Config) (*Provider, error) {
 		selector: labels.SelectorFromSet(labels.Set{labelManagedBy: managedBy, labelInstance: cfg.Instance}),
 		boxes:    make(map[sandbox.Ref]*box),
 	}
-	p.DataPlane = agent.DataPlane{Client: p.agentClient, ExecSlack: execSlack, CancelWait: cancelWait, CallTimeout: cfg.CallTimeout}
+	p.DataPlane = agentclient.DataPlane{Client: p.agentClient, ExecSlack: execSlack, CancelWait: cancelWait, CallTimeout: cfg.CallTimeout}
 	factory := informers.NewSharedInformerFactoryWithOptions(cs, 0, informers.WithNamespace(cfg.Namespace),
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = p.selector.String() }))
 	inf := factory.Core().V1().Pods()
@@ -254,7 +254,7 @@ func (p *Provider) box(ref sandbox.Ref) *box {
 	b := p.boxes[ref]
 	if b == nil {
 		b = &box{ref: ref, name: podName(ref)}
-		b.client = agent.NewClient(p.dialer(b.name))
+		b.client = agentclient.New(p.dialer(b.name))
 		p.boxes[ref] = b
 	}
 	return b

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/sandboxd/sandbox"
-	"github.com/sandboxd/sandbox/agent"
+	"github.com/sandboxd/sandbox/agent/agentclient"
 )
 
 // execSlack is how much longer than a command's timeout the provider waits for its result: the agent
@@ -53,8 +53,8 @@ func (p *Provider) usable(ctx context.Context, ref sandbox.Ref) (*box, error) {
 }
 
 // agentClient is the agent client of a sandbox that can take data calls (see usable), for the
-// provider's agent.DataPlane.
-func (p *Provider) agentClient(ctx context.Context, ref sandbox.Ref) (*agent.Client, error) {
+// provider's agentclient.DataPlane.
+func (p *Provider) agentClient(ctx context.Context, ref sandbox.Ref) (*agentclient.Client, error) {
 	b, err := p.usable(ctx, ref)
 	if err != nil {
 		return nil, err

@@ -35,7 +35,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/sandboxd/sandbox"
-	"github.com/sandboxd/sandbox/agent"
+	"github.com/sandboxd/sandbox/agent/agentclient"
 	"github.com/sandboxd/sandbox/internal/version"
 )
 
@@ -106,7 +106,7 @@ type Provider struct {
 
 	// DataPlane runs commands and file calls through each sandbox's agent (Exec, ReadFile, WriteFile,
 	// ListFiles); its clients come from usable, so a paused sandbox is ErrInvalidState.
-	agent.DataPlane
+	agentclient.DataPlane
 }
 
 var (
@@ -126,7 +126,7 @@ type box struct {
 	paused atomic.Bool
 	known  atomic.Bool // paused reflects the container (set after the first look at it)
 	gone   atomic.Bool
-	client *agent.Client
+	client *agentclient.Client
 }
 
 // saw records the container's status (runc's: created, running, paused, stopped) as the box's
@@ -271,7 +271,7 @@ func New(cfg Config) (*Provider, error) {
 	if class == classGVisor {
 		slack = gvisorExecSlack
 	}
-	p.DataPlane = agent.DataPlane{Client: p.agentClient, ExecSlack: slack, CancelWait: cancelWait, CallTimeout: cfg.CallTimeout}
+	p.DataPlane = agentclient.DataPlane{Client: p.agentClient, ExecSlack: slack, CancelWait: cancelWait, CallTimeout: cfg.CallTimeout}
 	p.cgTag = cgroupTag(cfg.StateDir)
 	// The state directory and those of sandboxes are searchable by the sandboxes' unprivileged host
 	// uids (their init mounts the root from inside their user namespace); the runtime's state is root's alone.
@@ -469,7 +469,7 @@ func (p *Provider) box(ref sandbox.Ref) *box {
 	b, ok := p.boxes[name]
 	if !ok {
 		l := layout{dir: filepath.Join(p.boxDir, name)}
-		b = &box{ref: ref, l: l, client: agent.NewClient(dialAgent(l))}
+		b = &box{ref: ref, l: l, client: agentclient.New(dialAgent(l))}
 		if m, err := readMeta(l); err == nil && m.Container != "" {
 			b.cid.Store(&m.Container)
 		}

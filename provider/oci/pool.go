@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/sandboxd/sandbox"
-	"github.com/sandboxd/sandbox/agent"
+	"github.com/sandboxd/sandbox/agent/agentclient"
 )
 
 // The warm pool: Config.WarmPool containers started ahead of any request, each in its own directory
@@ -52,7 +52,7 @@ type pool struct {
 type poolEntry struct {
 	name   string // runc's name
 	l      layout
-	client *agent.Client
+	client *agentclient.Client
 }
 
 // startPool discards what an earlier provider left in the pool directory and starts the fillers of the
@@ -178,7 +178,7 @@ func (p *Provider) warm(ctx context.Context) (poolEntry, error) {
 		err = p.start(ctx, e.l, m, name, ns)
 	}
 	if err == nil {
-		e.client = agent.NewClient(dialAgent(e.l))
+		e.client = agentclient.New(dialAgent(e.l))
 		hctx, cancel := context.WithTimeout(ctx, p.cfg.ReadyTimeout)
 		_, err = e.client.Health(hctx)
 		cancel()

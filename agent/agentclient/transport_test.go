@@ -1,4 +1,4 @@
-package agent_test
+package agentclient_test
 
 import (
 	"context"
@@ -13,12 +13,12 @@ import (
 	"time"
 
 	"github.com/sandboxd/sandbox"
-	"github.com/sandboxd/sandbox/agent"
+	"github.com/sandboxd/sandbox/agent/agentclient"
 )
 
 // counted serves h on a unix socket and returns a client of it and the number of connections the
 // client made so far.
-func counted(t *testing.T, srv *http.Server) (*agent.Client, *atomic.Int32) {
+func counted(t *testing.T, srv *http.Server) (*agentclient.Client, *atomic.Int32) {
 	t.Helper()
 	dir, err := os.MkdirTemp("", "tr")
 	if err != nil {
@@ -32,7 +32,7 @@ func counted(t *testing.T, srv *http.Server) (*agent.Client, *atomic.Int32) {
 	go srv.Serve(ln)
 	var dials atomic.Int32
 	var d net.Dialer
-	c := agent.NewClient(func(ctx context.Context) (net.Conn, error) {
+	c := agentclient.New(func(ctx context.Context) (net.Conn, error) {
 		dials.Add(1)
 		return d.DialContext(ctx, "unix", sock)
 	})

@@ -1,4 +1,11 @@
-package agent
+// Package agentclient is the daemon's side of the agent's wire protocol (agent/protocol): the client
+// of one sandbox's agent, its HTTP/1.1 transport, and DataPlane, which makes a provider's commands and
+// file calls through the agent of each sandbox. It runs in the daemon; nothing of the agent's server
+// (processes, the confined root) is in it.
+//
+// Main invariant: the client trusts nothing the agent says. Every answer is bounded before it is read
+// and checked before it is returned, and every call ends by its context's deadline.
+package agentclient
 
 import (
 	"bytes"
@@ -47,14 +54,14 @@ func execAnswerBytes(m int) int64 { return 2*int64((m+2)/3*4) + maxExecHeadBytes
 const defaultCallTimeout = 30 * time.Second
 
 // NewClient returns a client whose connections come from dial, kept alive between calls.
-func NewClient(dial func(ctx context.Context) (net.Conn, error)) *Client {
+func New(dial func(ctx context.Context) (net.Conn, error)) *Client {
 	return &Client{t: &transport{dial: dial}}
 }
 
 // NewUnixClient returns a client of the agent listening on the unix socket at path.
-func NewUnixClient(path string) *Client {
+func NewUnix(path string) *Client {
 	var d net.Dialer
-	return NewClient(func(ctx context.Context) (net.Conn, error) { return d.DialContext(ctx, "unix", path) })
+	return New(func(ctx context.Context) (net.Conn, error) { return d.DialContext(ctx, "unix", path) })
 }
 
 // Close drops the idle connections.

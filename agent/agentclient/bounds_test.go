@@ -1,4 +1,4 @@
-package agent_test
+package agentclient_test
 
 import (
 	"bufio"
@@ -18,18 +18,18 @@ import (
 	"time"
 
 	"github.com/sandboxd/sandbox"
-	"github.com/sandboxd/sandbox/agent"
+	"github.com/sandboxd/sandbox/agent/agentclient"
 	"github.com/sandboxd/sandbox/agent/protocol"
 )
 
 // hostile is an agent that answers each request with answer, written straight to the connection, on
 // net.Pipe connections: a stream that cannot be peeked, as a relayed one. It returns a client of it and
 // the number of connections the client made. answer returning an error closes the connection.
-func hostile(t *testing.T, answer func(w io.Writer, r *http.Request) error) (*agent.Client, *atomic.Int32) {
+func hostile(t *testing.T, answer func(w io.Writer, r *http.Request) error) (*agentclient.Client, *atomic.Int32) {
 	t.Helper()
 	var dials atomic.Int32
 	var wg sync.WaitGroup
-	c := agent.NewClient(func(ctx context.Context) (net.Conn, error) {
+	c := agentclient.New(func(ctx context.Context) (net.Conn, error) {
 		dials.Add(1)
 		client, server := net.Pipe()
 		// The requests are read on their own, as a relay does: a write of the client never waits for
@@ -99,11 +99,14 @@ const healthBody = `{"ok":true,"version":"x","pid":7}`
 type boundCase struct {
 	name   string
 	answer func(w io.Writer, r *http.Request) error
-	call   func(ctx context.Context, c *agent.Client) error
+	call   func(ctx context.Context, c *agentclient.Client) error
 	want   error
 }
 
-func callHealth(ctx context.Context, c *agent.Client) error { _, err := c.Health(ctx); return err }
+func callHealth(ctx context.Context, c *agentclient.Client) error {
+	_, err := c.Health(ctx)
+	return err
+}
 
 // runBounds runs each case against its own hostile agent, checking the error class and that the call
 // allocated far less than the agent sent (maxAlloc).
@@ -171,7 +174,7 @@ func TestClientBoundsTheAnswerBody(t *testing.T) {
 			return err
 		}
 	}
-	readFile := func(ctx context.Context, c *agent.Client) error { _, err := c.ReadFile(ctx, "f"); return err }
+	readFile := func(ctx context.Context, c *agentclient.Client) error { _, err := c.ReadFile(ctx, "f"); return err }
 	cases := []boundCase{
 		{"Content-Length 2^62", withLength(strconv.Itoa(1 << 62)), callHealth, sandbox.ErrProviderProtocol},
 		{"Content-Length past int64", withLength("99999999999999999999"), callHealth, sandbox.ErrProviderProtocol},
@@ -223,8 +226,8 @@ func execHead(stdout, stderr int, pad int) string {
 // TestClientBoundsTheExecAnswer: an exec answer is bounded by the request's own output cap, in the
 // compact form (its head line and each stream) and in JSON (both streams in base64).
 func TestClientBoundsTheExecAnswer(t *testing.T) {
-	exec := func(maxOutput int) func(ctx context.Context, c *agent.Client) error {
-		return func(ctx context.Context, c *agent.Client) error {
+	exec := func(maxOutput int) func(ctx context.Context, c *agentclient.Client) error {
+		return func(ctx context.Context, c *agentclient.Client) error {
 			_, err := c.Exec(ctx, protocol.ExecRequest{Argv: []string{"true"}, TimeoutMs: 1000, MaxOutputBytes: maxOutput})
 			return err
 		}
@@ -262,8 +265,8 @@ func TestClientBoundsTheListing(t *testing.T) {
 			return err
 		}
 	}
-	list := func(want int) func(ctx context.Context, c *agent.Client) error {
-		return func(ctx context.Context, c *agent.Client) error {
+	list := func(want int) func(ctx context.Context, c *agentclient.Client) error {
+		return func(ctx context.Context, c *agentclient.Client) error {
 			entries, err := c.List(ctx, ".")
 			if err == nil && len(entries) != want {
 				return fmt.Errorf("%d entries, want %d", len(entries), want)

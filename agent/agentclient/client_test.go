@@ -1,4 +1,4 @@
-package agent_test
+package agentclient_test
 
 import (
 	"context"
@@ -10,12 +10,12 @@ import (
 	"time"
 
 	"github.com/sandboxd/sandbox"
-	"github.com/sandboxd/sandbox/agent"
+	"github.com/sandboxd/sandbox/agent/agentclient"
 	"github.com/sandboxd/sandbox/agent/protocol"
 )
 
 // fake serves h on a unix socket and returns a client of it.
-func fake(t *testing.T, h http.HandlerFunc) *agent.Client {
+func fake(t *testing.T, h http.HandlerFunc) *agentclient.Client {
 	t.Helper()
 	c, _ := counted(t, &http.Server{Handler: h})
 	return c
@@ -108,7 +108,7 @@ func TestClientTimesOutOnSilence(t *testing.T) {
 	if _, err := c.Health(ctx); !errors.Is(err, sandbox.ErrProviderUnavailable) {
 		t.Fatalf("silent agent: %v", err)
 	}
-	if _, err := agent.NewUnixClient("/nonexistent/sock").Health(context.Background()); !errors.Is(err, sandbox.ErrProviderUnavailable) {
+	if _, err := agentclient.NewUnix("/nonexistent/sock").Health(context.Background()); !errors.Is(err, sandbox.ErrProviderUnavailable) {
 		t.Fatalf("no agent: %v", err)
 	}
 }
