@@ -8,13 +8,19 @@ import (
 	"github.com/sandboxd/sandbox"
 )
 
+// Agents finds the agent of each of a provider's sandboxes: which sandboxes it holds, and how each
+// agent is reached, are the provider's.
+type Agents interface {
+	// Agent returns the client of the agent of a sandbox that can take data calls now, or the error
+	// that says why not (ErrNotFound, ErrInvalidState when paused, ErrProviderUnavailable).
+	Agent(ctx context.Context, ref sandbox.Ref) (*Client, error)
+}
+
 // DataPlane is a provider's sandbox.Executor and sandbox.FileSystem when every sandbox has an agent:
-// it finds the sandbox's client with Client and makes the call through it. The oci and kubernetes
+// it finds the sandbox's client through Agents and makes the call through it. The oci and kubernetes
 // providers embed one.
 type DataPlane struct {
-	// Client returns the agent client of a sandbox that can take data calls now, or the error that
-	// says why not (ErrNotFound, ErrInvalidState when paused, ErrProviderUnavailable).
-	Client func(ctx context.Context, ref sandbox.Ref) (*Client, error)
+	Agents Agents
 	// ExecSlack is how much longer than a command's timeout Exec waits for its result (the agent
 	// needs time to kill the group and answer); CancelWait bounds the wait for a cancelled command's
 	// result; CallTimeout bounds a file call.
@@ -22,10 +28,10 @@ type DataPlane struct {
 }
 
 // Exec runs cmd through the sandbox's agent. When ctx ends first, the command is cancelled and its
-// result says so. Errors: those of Client, ErrInvalidRequest, ErrProviderUnavailable (agent
+// result says so. Errors: those of Agents, ErrInvalidRequest, ErrProviderUnavailable (agent
 // unreachable or silent), ErrProviderProtocol (malformed answer).
 func (d DataPlane) Exec(ctx context.Context, ref sandbox.Ref, cmd sandbox.Command) (sandbox.CommandResult, error) {
-	c, err := d.Client(ctx, ref)
+	c, err := d.Agents.Agent(ctx, ref)
 	if err != nil {
 		return sandbox.CommandResult{}, err
 	}
@@ -36,10 +42,10 @@ func (d DataPlane) Exec(ctx context.Context, ref sandbox.Ref, cmd sandbox.Comman
 	return res, nil
 }
 
-// ReadFile reads a file inside the sandbox. Errors: those of Client, ErrNotFound (the file),
+// ReadFile reads a file inside the sandbox. Errors: those of Agents, ErrNotFound (the file),
 // ErrInvalidRequest (a directory, or too large), ErrProviderUnavailable, ErrProviderProtocol.
 func (d DataPlane) ReadFile(ctx context.Context, ref sandbox.Ref, path string) ([]byte, error) {
-	c, err := d.Client(ctx, ref)
+	c, err := d.Agents.Agent(ctx, ref)
 	if err != nil {
 		return nil, err
 	}
@@ -55,7 +61,7 @@ func (d DataPlane) ReadFile(ctx context.Context, ref sandbox.Ref, path string) (
 // WriteFile replaces a file inside the sandbox atomically, creating parent directories.
 // Errors: as ReadFile.
 func (d DataPlane) WriteFile(ctx context.Context, ref sandbox.Ref, path string, data []byte) error {
-	c, err := d.Client(ctx, ref)
+	c, err := d.Agents.Agent(ctx, ref)
 	if err != nil {
 		return err
 	}
@@ -69,7 +75,7 @@ func (d DataPlane) WriteFile(ctx context.Context, ref sandbox.Ref, path string, 
 
 // ListFiles lists one directory inside the sandbox. Errors: as ReadFile.
 func (d DataPlane) ListFiles(ctx context.Context, ref sandbox.Ref, path string) ([]sandbox.FileEntry, error) {
-	c, err := d.Client(ctx, ref)
+	c, err := d.Agents.Agent(ctx, ref)
 	if err != nil {
 		return nil, err
 	}

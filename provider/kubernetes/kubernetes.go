@@ -167,7 +167,7 @@ func New(ctx context.Context, cfg Config) (*Provider, error) {
 		selector: labels.SelectorFromSet(labels.Set{labelManagedBy: managedBy, labelInstance: cfg.Instance}),
 		boxes:    make(map[sandbox.Ref]*box),
 	}
-	p.DataPlane = agentclient.DataPlane{Client: p.agentClient, ExecSlack: execSlack, CancelWait: cancelWait, CallTimeout: cfg.CallTimeout}
+	p.DataPlane = agentclient.DataPlane{Agents: agents{p}, ExecSlack: execSlack, CancelWait: cancelWait, CallTimeout: cfg.CallTimeout}
 	factory := informers.NewSharedInformerFactoryWithOptions(cs, 0, informers.WithNamespace(cfg.Namespace),
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = p.selector.String() }))
 	inf := factory.Core().V1().Pods()

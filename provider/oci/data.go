@@ -52,10 +52,12 @@ func (p *Provider) usable(ctx context.Context, ref sandbox.Ref) (*box, error) {
 	return b, nil
 }
 
-// agentClient is the agent client of a sandbox that can take data calls (see usable), for the
-// provider's agentclient.DataPlane.
-func (p *Provider) agentClient(ctx context.Context, ref sandbox.Ref) (*agentclient.Client, error) {
-	b, err := p.usable(ctx, ref)
+// agents finds the agents of the provider's sandboxes for its DataPlane.
+type agents struct{ p *Provider }
+
+// Agent is the agent client of a sandbox that can take data calls (see usable).
+func (a agents) Agent(ctx context.Context, ref sandbox.Ref) (*agentclient.Client, error) {
+	b, err := a.p.usable(ctx, ref)
 	if err != nil {
 		return nil, err
 	}

@@ -271,7 +271,7 @@ func New(cfg Config) (*Provider, error) {
 	if class == classGVisor {
 		slack = gvisorExecSlack
 	}
-	p.DataPlane = agentclient.DataPlane{Client: p.agentClient, ExecSlack: slack, CancelWait: cancelWait, CallTimeout: cfg.CallTimeout}
+	p.DataPlane = agentclient.DataPlane{Agents: agents{p}, ExecSlack: slack, CancelWait: cancelWait, CallTimeout: cfg.CallTimeout}
 	p.cgTag = cgroupTag(cfg.StateDir)
 	// The state directory and those of sandboxes are searchable by the sandboxes' unprivileged host
 	// uids (their init mounts the root from inside their user namespace); the runtime's state is root's alone.
