@@ -1,6 +1,7 @@
 package sandbox_test
 
 import (
+	"maps"
 	"strings"
 	"testing"
 
@@ -10,17 +11,39 @@ import (
 const module = "github.com/sandboxd/sandbox"
 
 // inSandbox fences what runs inside every sandbox. `sandboxd agent`, the daemon's own static binary, is
-// each sandbox's PID 1, and the agent's server, proc and fsroot are what it runs there: they answer the
-// daemon and keep no state, so none of the daemon's machinery belongs in them, and whatever they pull
-// in is initialised at every sandbox start.
+// each sandbox's PID 1, and the agent's server, its wire protocol, proc and fsroot are what it runs
+// there: they answer the daemon and keep no state, so none of the daemon's machinery belongs in them,
+// and whatever they pull in is initialised at every sandbox start.
 var inSandbox = map[string]string{
-	"modernc.org/sqlite/...": "the store is the daemon's: a sandbox's PID 1 keeps no database",
-	module + "/store/...":    "the store is the daemon's: a sandbox's PID 1 keeps no database",
-	module + "/httpapi/...":  "the API is served by the daemon, never from inside a sandbox",
-	module + "/core":         "the runtime core runs in the daemon; the agent only answers it",
-	module + "/client":       "the agent answers the daemon; it never calls the API",
-	"k8s.io/...":             "client-go's package initialisation alone costs milliseconds at every sandbox start",
-	module + "/cmd/...":      "a command's flags and wiring are its own, not a library's",
+	"modernc.org/sqlite/...":      "the store is the daemon's: a sandbox's PID 1 keeps no database",
+	module + "/store/...":         "the store is the daemon's: a sandbox's PID 1 keeps no database",
+	module + "/httpapi/...":       "the API is served by the daemon, never from inside a sandbox",
+	module + "/core":              "the runtime core runs in the daemon; the agent only answers it",
+	module + "/client":            "the agent answers the daemon; it never calls the API",
+	module + "/agent/agentclient": "the agent answers the daemon's client of it; it is no client of an agent itself",
+	"k8s.io/...":                  "client-go's package initialisation alone costs milliseconds at every sandbox start",
+	module + "/cmd/...":           "a command's flags and wiring are its own, not a library's",
+}
+
+// daemonSide fences the daemon's side of the agent: its client, the providers that reach their
+// sandboxes through it, and the core and the API above them. They speak agent/protocol to an agent;
+// the agent's server and what it runs commands and confines files with are the sandbox's, so that a
+// provider talking to an agent never builds them in, nor reaches around the wire into them.
+var daemonSide = map[string]string{
+	module + "/agent":  "the agent's server runs inside the sandbox; the daemon reaches it through agent/agentclient",
+	module + "/proc":   "commands run inside the sandbox, by the agent; the daemon's side only asks for them",
+	module + "/fsroot": "files are confined inside the sandbox, by the agent; the daemon's side only asks for them",
+}
+
+// shared fences agent/protocol, which both sides of the wire build on: it holds the code of neither.
+var shared = union(inSandbox, daemonSide)
+
+func union(fences ...map[string]string) map[string]string {
+	out := map[string]string{}
+	for _, f := range fences {
+		maps.Copy(out, f)
+	}
+	return out
 }
 
 // bench fences cmd/sbxbench: it measures the daemon from outside, through the API a client sees, against
@@ -53,6 +76,12 @@ func TestDeps(t *testing.T) {
 		bad       map[string]string
 	}{
 		{"agent", "./agent", []string{"linux/amd64", "linux/arm64"}, inSandbox},
+		{"agent/protocol", "./agent/protocol", []string{"linux/amd64", "linux/arm64"}, shared},
+		{"agent/agentclient", "./agent/agentclient", []string{"linux/amd64", "linux/arm64"}, daemonSide},
+		{"provider/oci", "./provider/oci", []string{"linux/amd64", "linux/arm64"}, daemonSide},
+		{"provider/kubernetes", "./provider/kubernetes", []string{"linux/amd64"}, daemonSide},
+		{"core", "./core", []string{"linux/amd64"}, daemonSide},
+		{"httpapi", "./httpapi", []string{"linux/amd64"}, daemonSide},
 		{"proc", "./proc", []string{"linux/amd64", "linux/arm64"}, inSandbox},
 		{"fsroot", "./fsroot", []string{"linux/amd64", "linux/arm64"}, inSandbox},
 		{"sbxbench", "./cmd/sbxbench", []string{"linux/amd64"}, bench},
