@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"time"
@@ -20,8 +21,11 @@ type Paired struct {
 	Faster float64 `json:"candidateFasterShare"`
 }
 
-// fourKiB is the content of the paired file write.
-var fourKiB = make([]byte, 4<<10)
+// fourKiB and oneMiB are the contents of the paired file writes.
+var (
+	fourKiB = make([]byte, 4<<10)
+	oneMiB  = bytes.Repeat([]byte("sandboxd"), 1<<17)
+)
 
 // side is one daemon of a comparison and the sandbox the bench keeps on it.
 type side struct {
@@ -30,7 +34,8 @@ type side struct {
 }
 
 // compare measures the paired cases on the candidate daemon a and the baseline daemon b: exec of true
-// and of a command printing 1 MiB, a write of 4 KiB, GET of one sandbox, create-to-ready.
+// and of a command printing 1 MiB, a write and a read of 4 KiB and of 1 MiB, GET of one sandbox,
+// create-to-ready.
 func compare(ctx context.Context, a, b *client, bounds Bounds, prefix string) ([]Paired, error) {
 	sides := [2]*side{{c: a}, {c: b}}
 	for i, s := range sides {
@@ -42,6 +47,18 @@ func compare(ctx context.Context, a, b *client, bounds Bounds, prefix string) ([
 		defer s.c.terminate(context.WithoutCancel(ctx), sb)
 	}
 	var out []Paired
+	// readPaired reads the file the write case before it wrote.
+	readPaired := func(path string, size int) func(s *side, _ int) (time.Duration, error) {
+		return func(s *side, _ int) (time.Duration, error) {
+			t := time.Now()
+			got, err := s.c.readFile(ctx, s.sb, path)
+			d := time.Since(t)
+			if err == nil && len(got) != size {
+				err = fmt.Errorf("read %d bytes of %s, wrote %d", len(got), path, size)
+			}
+			return d, err
+		}
+	}
 	cases := []struct {
 		name string
 		op   func(s *side, i int) (time.Duration, error)
@@ -64,6 +81,13 @@ func compare(ctx context.Context, a, b *client, bounds Bounds, prefix string) ([
 			err := s.c.writeFile(ctx, s.sb, "paired.bin", fourKiB)
 			return time.Since(t), err
 		}},
+		{"file read 4 KiB", readPaired("paired.bin", len(fourKiB))},
+		{"file write 1 MiB", func(s *side, _ int) (time.Duration, error) {
+			t := time.Now()
+			err := s.c.writeFile(ctx, s.sb, "paired-1MiB.bin", oneMiB)
+			return time.Since(t), err
+		}},
+		{"file read 1 MiB", readPaired("paired-1MiB.bin", len(oneMiB))},
 		{"get one sandbox", func(s *side, _ int) (time.Duration, error) {
 			t := time.Now()
 			_, err := s.c.get(ctx, s.sb.ID)
