@@ -78,6 +78,7 @@ func TestDeps(t *testing.T) {
 		{"agent", "./agent", []string{"linux/amd64", "linux/arm64"}, inSandbox},
 		{"agent/protocol", "./agent/protocol", []string{"linux/amd64", "linux/arm64"}, shared},
 		{"agent/agentclient", "./agent/agentclient", []string{"linux/amd64", "linux/arm64"}, daemonSide},
+		{"internal/agenthttp", "./internal/agenthttp", []string{"linux/amd64", "linux/arm64"}, daemonSide},
 		{"provider/oci", "./provider/oci", []string{"linux/amd64", "linux/arm64"}, daemonSide},
 		{"provider/kubernetes", "./provider/kubernetes", []string{"linux/amd64"}, daemonSide},
 		{"core", "./core", []string{"linux/amd64"}, daemonSide},

@@ -1,6 +1,6 @@
 // Package agentclient is the daemon's side of the agent's wire protocol (agent/protocol): the client
-// of one sandbox's agent, its HTTP/1.1 transport, and DataPlane, which makes a provider's commands and
-// file calls through the agent of each sandbox. It runs in the daemon; nothing of the agent's server
+// of one sandbox's agent (over internal/agenthttp), and DataPlane, which makes a provider's commands
+// and file calls through the agent of each sandbox. It runs in the daemon; nothing of the agent's server
 // (processes, the confined root) is in it.
 //
 // Main invariant: the client trusts nothing the agent says. Every answer is bounded before it is read
@@ -24,6 +24,7 @@ import (
 
 	"github.com/sandboxd/sandbox"
 	"github.com/sandboxd/sandbox/agent/protocol"
+	"github.com/sandboxd/sandbox/internal/agenthttp"
 )
 
 // Client talks to one agent. It trusts nothing the agent says: every answer is bounded by what its call
@@ -32,13 +33,12 @@ import (
 // is sandbox.ErrProviderUnavailable; a malformed answer, or one past its bound, is
 // sandbox.ErrProviderProtocol; the agent's own not_found and invalid_request keep their class.
 type Client struct {
-	t *transport
+	t *agenthttp.Transport
 }
 
-// Bounds of the agent's answers, beside those of their heads (transport.go): each is what the call
-// can legitimately get, so that an agent cannot make the daemon read or hold more.
+// Bounds of the agent's answers, beside those of their heads (agenthttp): each is what the call can
+// legitimately get, so that an agent cannot make the daemon read or hold more.
 const (
-	maxErrorBytes  = 64 << 10 // an answer whose status is not 2xx
 	maxHealthBytes = 4 << 10
 	// The compact exec answer's head line (an protocol.ExecHead is some 250 bytes), and what a JSON one has
 	// besides its output.
@@ -55,7 +55,7 @@ const defaultCallTimeout = 30 * time.Second
 
 // NewClient returns a client whose connections come from dial, kept alive between calls.
 func New(dial func(ctx context.Context) (net.Conn, error)) *Client {
-	return &Client{t: &transport{dial: dial}}
+	return &Client{t: agenthttp.New(dial)}
 }
 
 // NewUnixClient returns a client of the agent listening on the unix socket at path.
@@ -65,7 +65,7 @@ func NewUnix(path string) *Client {
 }
 
 // Close drops the idle connections.
-func (c *Client) Close() { c.t.closeIdle() }
+func (c *Client) Close() { c.t.CloseIdle() }
 
 // Health asks the agent whether it answers.
 func (c *Client) Health(ctx context.Context) (protocol.Health, error) {
@@ -92,7 +92,7 @@ func (c *Client) Exec(ctx context.Context, req protocol.ExecRequest) (protocol.E
 	}
 	m := min(max(req.MaxOutputBytes, 0), sandbox.MaxMaxOutputBytes)
 	var out protocol.ExecOutput
-	err = c.call(ctx, http.MethodPost, protocol.PathExec, nil, protocol.MediaExecResult, body, execAnswerBytes(m), func(a *answer) error {
+	err = c.call(ctx, http.MethodPost, protocol.PathExec, nil, protocol.MediaExecResult, body, execAnswerBytes(m), func(a *agenthttp.Answer) error {
 		o, err := readExec(a, m)
 		if err != nil {
 			return err
@@ -109,11 +109,11 @@ func (c *Client) Exec(ctx context.Context, req protocol.ExecRequest) (protocol.E
 // readExec reads an exec answer, compact (protocol.MediaExecResult) or JSON, whose streams are capped at m bytes
 // each. A compact answer is read into one string, which stdout and stderr are cut from: a megabyte of
 // output is not copied again to become the strings the daemon answers with.
-func readExec(a *answer, m int) (protocol.ExecOutput, error) {
+func readExec(a *agenthttp.Answer, m int) (protocol.ExecOutput, error) {
 	bad := func(format string, args ...any) error {
 		return fmt.Errorf("agent %s: %w", protocol.PathExec, badAnswer(format, args...))
 	}
-	if a.contentType != protocol.MediaExecResult {
+	if a.ContentType != protocol.MediaExecResult {
 		raw, err := readAll(a)
 		if err != nil {
 			return protocol.ExecOutput{}, fmt.Errorf("agent %s: %w", protocol.PathExec, err)
@@ -124,8 +124,8 @@ func readExec(a *answer, m int) (protocol.ExecOutput, error) {
 		}
 		return protocol.ExecOutput{ExecStatus: res.ExecStatus, Stdout: string(res.Stdout), Stderr: string(res.Stderr)}, nil
 	}
-	if limit := int64(maxExecHeadBytes + 2*m); a.length > limit {
-		return protocol.ExecOutput{}, bad("%d bytes past %d", a.length, limit)
+	if limit := int64(maxExecHeadBytes + 2*m); a.Length > limit {
+		return protocol.ExecOutput{}, bad("%d bytes past %d", a.Length, limit)
 	}
 	raw, err := readString(a)
 	if err != nil {
@@ -151,13 +151,13 @@ func readExec(a *answer, m int) (protocol.ExecOutput, error) {
 // Cancel stops the run named id, if it is still running.
 func (c *Client) Cancel(ctx context.Context, id string) error {
 	body, _ := json.Marshal(protocol.CancelRequest{ID: id})
-	return c.call(ctx, http.MethodPost, protocol.PathCancel, nil, "", body, maxErrorBytes, nil)
+	return c.call(ctx, http.MethodPost, protocol.PathCancel, nil, "", body, agenthttp.MaxErrorBytes, nil)
 }
 
 // ReadFile reads the file at path inside the sandbox.
 func (c *Client) ReadFile(ctx context.Context, path string) ([]byte, error) {
 	var data []byte
-	err := c.call(ctx, http.MethodGet, protocol.PathFile, url.Values{"path": {path}}, "", nil, sandbox.MaxFileBytes, func(a *answer) (err error) {
+	err := c.call(ctx, http.MethodGet, protocol.PathFile, url.Values{"path": {path}}, "", nil, sandbox.MaxFileBytes, func(a *agenthttp.Answer) (err error) {
 		if data, err = readAll(a); err != nil {
 			return fmt.Errorf("agent read %q: %w", path, err)
 		}
@@ -174,14 +174,14 @@ func (c *Client) WriteFile(ctx context.Context, path string, data []byte) error 
 	if len(data) > sandbox.MaxFileBytes {
 		return fmt.Errorf("write %q: %d bytes past %d: %w", path, len(data), sandbox.MaxFileBytes, sandbox.ErrRequestTooLarge)
 	}
-	return c.call(ctx, http.MethodPut, protocol.PathFile, url.Values{"path": {path}}, "", data, maxErrorBytes, nil)
+	return c.call(ctx, http.MethodPut, protocol.PathFile, url.Values{"path": {path}}, "", data, agenthttp.MaxErrorBytes, nil)
 }
 
 // List lists the directory at path inside the sandbox: at most protocol.MaxListEntries entries, in an answer of
 // at most protocol.MaxListBytes.
 func (c *Client) List(ctx context.Context, path string) ([]sandbox.FileEntry, error) {
 	var entries []sandbox.FileEntry
-	err := c.call(ctx, http.MethodGet, protocol.PathList, url.Values{"path": {path}}, "", nil, protocol.MaxListBytes, func(a *answer) error {
+	err := c.call(ctx, http.MethodGet, protocol.PathList, url.Values{"path": {path}}, "", nil, protocol.MaxListBytes, func(a *agenthttp.Answer) error {
 		raw, err := readAll(a)
 		if err == nil {
 			entries, err = decodeList(raw)
@@ -231,14 +231,14 @@ func decodeList(raw []byte) ([]sandbox.FileEntry, error) {
 // answer other than 2xx into its error (do), and hands a 2xx one, of at most max bytes, to read, or
 // discards its body when read is nil. The connection serves the next call only when read accepted the
 // answer (see answer.release).
-func (c *Client) call(ctx context.Context, method, path string, q url.Values, accept string, body []byte, max int64, read func(a *answer) error) (err error) {
+func (c *Client) call(ctx context.Context, method, path string, q url.Values, accept string, body []byte, max int64, read func(a *agenthttp.Answer) error) (err error) {
 	ctx, cancel := bounded(ctx)
 	defer cancel()
 	a, err := c.do(ctx, method, path, q, accept, body, max)
 	if err != nil {
 		return err
 	}
-	defer func() { a.release(err) }()
+	defer func() { a.Release(err) }()
 	if read == nil {
 		if _, err := io.Copy(io.Discard, a); err != nil {
 			return fmt.Errorf("agent %s: reading the answer: %v: %w", path, err, sandbox.ErrProviderUnavailable)
@@ -249,7 +249,7 @@ func (c *Client) call(ctx context.Context, method, path string, q url.Values, ac
 }
 
 func (c *Client) callJSON(ctx context.Context, method, path string, q url.Values, body []byte, max int64, out any) error {
-	return c.call(ctx, method, path, q, "", body, max, func(a *answer) error {
+	return c.call(ctx, method, path, q, "", body, max, func(a *agenthttp.Answer) error {
 		raw, err := readAll(a)
 		if err != nil {
 			return fmt.Errorf("agent %s: %w", path, err)
@@ -274,7 +274,7 @@ func decodeStrict(path string, raw []byte, out any) error {
 
 // do sends one request with the context's deadline in protocol.HeaderDeadline, for an answer of at most max bytes,
 // and turns a non-2xx answer into an error of the right class. The caller releases a 2xx answer.
-func (c *Client) do(ctx context.Context, method, path string, q url.Values, accept string, body []byte, max int64) (*answer, error) {
+func (c *Client) do(ctx context.Context, method, path string, q url.Values, accept string, body []byte, max int64) (*agenthttp.Answer, error) {
 	deadline, ok := ctx.Deadline()
 	if !ok {
 		return nil, fmt.Errorf("agent %s: call without a deadline", path)
@@ -283,31 +283,31 @@ func (c *Client) do(ctx context.Context, method, path string, q url.Values, acce
 	if len(q) > 0 {
 		target += "?" + q.Encode()
 	}
-	a, err := c.t.roundTrip(ctx, method, target, accept, deadline, body, max)
+	a, err := c.t.RoundTrip(ctx, method, target, accept, deadline, body, max)
 	if errors.Is(err, sandbox.ErrProviderProtocol) {
 		return nil, fmt.Errorf("agent %s: %w", path, err)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("agent %s: %v: %w", path, err, sandbox.ErrProviderUnavailable)
 	}
-	if a.status/100 == 2 {
+	if a.Status/100 == 2 {
 		return a, nil
 	}
 	err = agentError(path, a)
-	a.release(err)
+	a.Release(err)
 	return nil, err
 }
 
 // agentError is the error an answer other than 2xx stands for: the agent's not_found, invalid_request
 // and request_too_large keep their class.
-func agentError(path string, a *answer) error {
+func agentError(path string, a *agenthttp.Answer) error {
 	raw, err := readAll(a)
 	if err != nil {
-		return fmt.Errorf("agent %s: status %d: %w", path, a.status, err)
+		return fmt.Errorf("agent %s: status %d: %w", path, a.Status, err)
 	}
 	var e protocol.Error
 	if err := json.Unmarshal(raw, &e); err != nil || e.Code == "" {
-		return fmt.Errorf("agent %s: status %d with a malformed error: %w", path, a.status, sandbox.ErrProviderProtocol)
+		return fmt.Errorf("agent %s: status %d with a malformed error: %w", path, a.Status, sandbox.ErrProviderProtocol)
 	}
 	msg := e.Message
 	if len(msg) > 512 {
@@ -332,8 +332,8 @@ func bounded(ctx context.Context) (context.Context, context.CancelFunc) {
 
 // readAll reads an answer's body, whose length the transport checked against the call's bound: it is
 // allocated once. A broken stream is unavailability.
-func readAll(a *answer) ([]byte, error) {
-	data := make([]byte, a.length)
+func readAll(a *agenthttp.Answer) ([]byte, error) {
+	data := make([]byte, a.Length)
 	if _, err := io.ReadFull(a, data); err != nil {
 		return nil, fmt.Errorf("reading the answer: %v: %w", err, sandbox.ErrProviderUnavailable)
 	}
@@ -344,13 +344,17 @@ func readAll(a *answer) ([]byte, error) {
 var copyBufs = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
 
 // readString is readAll into a string, read without a copy.
-func readString(a *answer) (string, error) {
+func readString(a *agenthttp.Answer) (string, error) {
 	var b strings.Builder
-	b.Grow(int(a.length))
+	b.Grow(int(a.Length))
 	buf := copyBufs.Get().(*[]byte)
 	defer copyBufs.Put(buf)
 	if _, err := io.CopyBuffer(&b, a, *buf); err != nil {
 		return "", fmt.Errorf("reading the answer: %v: %w", err, sandbox.ErrProviderUnavailable)
 	}
 	return b.String(), nil
+}
+
+func badAnswer(format string, args ...any) error {
+	return fmt.Errorf("answer: "+format+": %w", append(args, sandbox.ErrProviderProtocol)...)
 }
