@@ -35,7 +35,8 @@ var daemonSide = map[string]string{
 	module + "/fsroot": "files are confined inside the sandbox, by the agent; the daemon's side only asks for them",
 }
 
-// shared fences agent/protocol, which both sides of the wire build on: it holds the code of neither.
+// shared fences agent/protocol and internal/agentwire, which both sides of the wire build on: they hold
+// the code of neither.
 var shared = union(inSandbox, daemonSide)
 
 func union(fences ...map[string]string) map[string]string {
@@ -77,6 +78,7 @@ func TestDeps(t *testing.T) {
 	}{
 		{"agent", "./agent", []string{"linux/amd64", "linux/arm64"}, inSandbox},
 		{"agent/protocol", "./agent/protocol", []string{"linux/amd64", "linux/arm64"}, shared},
+		{"internal/agentwire", "./internal/agentwire", []string{"linux/amd64", "linux/arm64"}, shared},
 		{"agent/agentclient", "./agent/agentclient", []string{"linux/amd64", "linux/arm64"}, daemonSide},
 		{"internal/agenthttp", "./internal/agenthttp", []string{"linux/amd64", "linux/arm64"}, daemonSide},
 		{"provider/oci", "./provider/oci", []string{"linux/amd64", "linux/arm64"}, daemonSide},

@@ -32,6 +32,7 @@ import (
 	"github.com/sandboxd/sandbox"
 	"github.com/sandboxd/sandbox/agent/protocol"
 	"github.com/sandboxd/sandbox/fsroot"
+	"github.com/sandboxd/sandbox/internal/agentwire"
 	"github.com/sandboxd/sandbox/internal/errhttp"
 	"github.com/sandboxd/sandbox/internal/version"
 	"github.com/sandboxd/sandbox/proc"
@@ -291,25 +292,24 @@ func (a *Agent) exec(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	res := a.run(ctx, req)
-	if r.Header.Get("Accept") == protocol.MediaExecResult {
+	if r.Header.Get("Accept") == agentwire.MediaType {
 		writeExecResult(w, res)
 		return
 	}
 	writeJSON(w, http.StatusOK, protocol.ExecResult{ExecStatus: res.ExecStatus, Stdout: []byte(res.Stdout), Stderr: []byte(res.Stderr)})
 }
 
-// writeExecResult answers res as protocol.MediaExecResult.
+// writeExecResult answers res in the compact form (agentwire).
 func writeExecResult(w http.ResponseWriter, res protocol.ExecOutput) {
-	head, err := json.Marshal(protocol.ExecHead{ExecStatus: res.ExecStatus, StdoutBytes: len(res.Stdout), StderrBytes: len(res.Stderr)})
+	parts, err := agentwire.Encode(res)
 	if err != nil {
 		writeJSON(w, http.StatusInternalServerError, protocol.Error{Code: string(sandbox.CodeInternal), Message: "encoding the answer failed"})
 		return
 	}
-	head = append(head, '\n') // json.Marshal escapes every newline inside the document
-	w.Header().Set("Content-Type", protocol.MediaExecResult)
-	w.Header().Set("Content-Length", strconv.Itoa(len(head)+len(res.Stdout)+len(res.Stderr)))
+	w.Header().Set("Content-Type", agentwire.MediaType)
+	w.Header().Set("Content-Length", strconv.Itoa(len(parts[0])+len(parts[1])+len(parts[2])))
 	w.WriteHeader(http.StatusOK)
-	for _, b := range []string{string(head), res.Stdout, res.Stderr} {
+	for _, b := range parts {
 		if _, err := io.WriteString(w, b); err != nil {
 			return
 		}

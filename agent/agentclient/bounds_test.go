@@ -20,6 +20,7 @@ import (
 	"github.com/sandboxd/sandbox"
 	"github.com/sandboxd/sandbox/agent/agentclient"
 	"github.com/sandboxd/sandbox/agent/protocol"
+	"github.com/sandboxd/sandbox/internal/agentwire"
 )
 
 // hostile is an agent that answers each request with answer, written straight to the connection, on
@@ -214,7 +215,7 @@ func TestClientBoundsTheAnswerBody(t *testing.T) {
 func compact(head string, output int) func(io.Writer, *http.Request) error {
 	return func(w io.Writer, _ *http.Request) error {
 		return flood(w, fmt.Sprintf("HTTP/1.1 200 OK\r\nContent-Type: %s\r\nContent-Length: %d\r\n\r\n%s\n",
-			protocol.MediaExecResult, len(head)+1+output, head), "o", output, "")
+			agentwire.MediaType, len(head)+1+output, head), "o", output, "")
 	}
 }
 

@@ -25,6 +25,7 @@ import (
 	"github.com/sandboxd/sandbox"
 	"github.com/sandboxd/sandbox/agent/protocol"
 	"github.com/sandboxd/sandbox/internal/agenthttp"
+	"github.com/sandboxd/sandbox/internal/agentwire"
 )
 
 // Client talks to one agent. It trusts nothing the agent says: every answer is bounded by what its call
@@ -40,9 +41,8 @@ type Client struct {
 // legitimately get, so that an agent cannot make the daemon read or hold more.
 const (
 	maxHealthBytes = 4 << 10
-	// The compact exec answer's head line (an protocol.ExecHead is some 250 bytes), and what a JSON one has
-	// besides its output.
-	maxExecHeadBytes = 4 << 10
+	// What a JSON exec answer has besides its output, as much as a compact one's head line.
+	maxExecHeadBytes = agentwire.MaxHeadBytes
 )
 
 // execAnswerBytes bounds the answer to an exec whose streams are capped at m bytes each: both in
@@ -92,7 +92,7 @@ func (c *Client) Exec(ctx context.Context, req protocol.ExecRequest) (protocol.E
 	}
 	m := min(max(req.MaxOutputBytes, 0), sandbox.MaxMaxOutputBytes)
 	var out protocol.ExecOutput
-	err = c.call(ctx, http.MethodPost, protocol.PathExec, nil, protocol.MediaExecResult, body, execAnswerBytes(m), func(a *agenthttp.Answer) error {
+	err = c.call(ctx, http.MethodPost, protocol.PathExec, nil, agentwire.MediaType, body, execAnswerBytes(m), func(a *agenthttp.Answer) error {
 		o, err := readExec(a, m)
 		if err != nil {
 			return err
@@ -106,14 +106,10 @@ func (c *Client) Exec(ctx context.Context, req protocol.ExecRequest) (protocol.E
 	return out, nil
 }
 
-// readExec reads an exec answer, compact (protocol.MediaExecResult) or JSON, whose streams are capped at m bytes
-// each. A compact answer is read into one string, which stdout and stderr are cut from: a megabyte of
-// output is not copied again to become the strings the daemon answers with.
+// readExec reads an exec answer, compact (agentwire) or JSON, whose streams are capped at m bytes
+// each. A compact answer is read into one string, which stdout and stderr are cut from.
 func readExec(a *agenthttp.Answer, m int) (protocol.ExecOutput, error) {
-	bad := func(format string, args ...any) error {
-		return fmt.Errorf("agent %s: %w", protocol.PathExec, badAnswer(format, args...))
-	}
-	if a.ContentType != protocol.MediaExecResult {
+	if a.ContentType != agentwire.MediaType {
 		raw, err := readAll(a)
 		if err != nil {
 			return protocol.ExecOutput{}, fmt.Errorf("agent %s: %w", protocol.PathExec, err)
@@ -124,28 +120,18 @@ func readExec(a *agenthttp.Answer, m int) (protocol.ExecOutput, error) {
 		}
 		return protocol.ExecOutput{ExecStatus: res.ExecStatus, Stdout: string(res.Stdout), Stderr: string(res.Stderr)}, nil
 	}
-	if limit := int64(maxExecHeadBytes + 2*m); a.Length > limit {
-		return protocol.ExecOutput{}, bad("%d bytes past %d", a.Length, limit)
+	// Refused before it is read.
+	if limit := agentwire.MaxBytes(m); a.Length > limit {
+		return protocol.ExecOutput{}, fmt.Errorf("agent %s: %w", protocol.PathExec, badAnswer("%d bytes past %d", a.Length, limit))
 	}
 	raw, err := readString(a)
-	if err != nil {
-		return protocol.ExecOutput{}, fmt.Errorf("agent %s: %w", protocol.PathExec, err)
+	if err == nil {
+		var out protocol.ExecOutput
+		if out, err = agentwire.Decode(raw, m); err == nil {
+			return out, nil
+		}
 	}
-	nl := strings.IndexByte(raw[:min(len(raw), maxExecHeadBytes)], '\n')
-	if nl < 0 {
-		return protocol.ExecOutput{}, bad("no head line in its first %d bytes", maxExecHeadBytes)
-	}
-	var head protocol.ExecHead
-	if err := decodeStrict(protocol.PathExec, []byte(raw[:nl]), &head); err != nil {
-		return protocol.ExecOutput{}, err
-	}
-	out := raw[nl+1:]
-	if head.StdoutBytes < 0 || head.StderrBytes < 0 || head.StdoutBytes > m || head.StderrBytes > m ||
-		head.StdoutBytes+head.StderrBytes != len(out) {
-		return protocol.ExecOutput{}, bad("%d+%d bytes of output announced, %d sent, at most %d a stream", head.StdoutBytes, head.StderrBytes, len(out), m)
-	}
-	n := head.StdoutBytes
-	return protocol.ExecOutput{ExecStatus: head.ExecStatus, Stdout: out[:n], Stderr: out[n:]}, nil
+	return protocol.ExecOutput{}, fmt.Errorf("agent %s: %w", protocol.PathExec, err)
 }
 
 // Cancel stops the run named id, if it is still running.

@@ -12,6 +12,7 @@ import (
 	"github.com/sandboxd/sandbox"
 	"github.com/sandboxd/sandbox/agent/agentclient"
 	"github.com/sandboxd/sandbox/agent/protocol"
+	"github.com/sandboxd/sandbox/internal/agentwire"
 )
 
 // fake serves h on a unix socket and returns a client of it.
@@ -68,20 +69,20 @@ func TestClientReadsBothAnswerForms(t *testing.T) {
 		name, contentType, body string
 		want                    error
 	}{
-		{"compact", protocol.MediaExecResult, head + "\nhello\x00\n", nil},
+		{"compact", agentwire.MediaType, head + "\nhello\x00\n", nil},
 		{"json of an older agent", "application/json", `{"exitCode":3,"stdout":"aGVsbG8=","stderr":"AAo=",` +
 			`"startedAt":"2024-01-01T00:00:00Z","finishedAt":"2024-01-01T00:00:01Z"}`, nil},
-		{"compact, short", protocol.MediaExecResult, head + "\nhello", sandbox.ErrProviderProtocol},
-		{"compact, long", protocol.MediaExecResult, head + "\nhello\x00\n!", sandbox.ErrProviderProtocol},
-		{"compact, no head line", protocol.MediaExecResult, head, sandbox.ErrProviderProtocol},
-		{"compact, unknown field", protocol.MediaExecResult, `{"exitCode":0,"extra":1}` + "\n", sandbox.ErrProviderProtocol},
-		{"compact, negative length", protocol.MediaExecResult, `{"exitCode":0,"stdoutBytes":-1,"stderrBytes":1,` +
+		{"compact, short", agentwire.MediaType, head + "\nhello", sandbox.ErrProviderProtocol},
+		{"compact, long", agentwire.MediaType, head + "\nhello\x00\n!", sandbox.ErrProviderProtocol},
+		{"compact, no head line", agentwire.MediaType, head, sandbox.ErrProviderProtocol},
+		{"compact, unknown field", agentwire.MediaType, `{"exitCode":0,"extra":1}` + "\n", sandbox.ErrProviderProtocol},
+		{"compact, negative length", agentwire.MediaType, `{"exitCode":0,"stdoutBytes":-1,"stderrBytes":1,` +
 			`"startedAt":"2024-01-01T00:00:00Z","finishedAt":"2024-01-01T00:00:01Z"}` + "\n", sandbox.ErrProviderProtocol},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := fake(t, func(w http.ResponseWriter, r *http.Request) {
-				if got := r.Header.Get("Accept"); got != protocol.MediaExecResult {
-					t.Errorf("Accept %q, want %q", got, protocol.MediaExecResult)
+				if got := r.Header.Get("Accept"); got != agentwire.MediaType {
+					t.Errorf("Accept %q, want %q", got, agentwire.MediaType)
 				}
 				w.Header().Set("Content-Type", tc.contentType)
 				w.Write([]byte(tc.body))

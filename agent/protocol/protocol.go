@@ -80,7 +80,8 @@ type ExecStatus struct {
 }
 
 // ExecOutput is how a command ended, with its output: what the agent's runner made, and what the
-// client read from either form of the answer (ExecResult, or MediaExecResult).
+// client read from either form of the answer: ExecResult in JSON, or the compact form of
+// internal/agentwire, which a client that asks for it gets.
 type ExecOutput struct {
 	ExecStatus
 	Stdout, Stderr string
@@ -106,20 +107,6 @@ type ExecResult struct {
 	ExecStatus
 	Stdout []byte `json:"stdout"`
 	Stderr []byte `json:"stderr"`
-}
-
-// MediaExecResult is the compact answer to an exec whose request accepts it: an ExecHead as one line of
-// JSON, then the stdout bytes, then the stderr bytes, as they are (ExecResult carries both in base64,
-// which a megabyte of output makes slow to encode and slower to decode). An agent that does not know it
-// answers an ExecResult in JSON, and the client takes either.
-const MediaExecResult = "application/vnd.sandboxd.exec-result"
-
-// ExecHead is the first line of a MediaExecResult answer, followed by StdoutBytes bytes of stdout and
-// StderrBytes bytes of stderr.
-type ExecHead struct {
-	ExecStatus
-	StdoutBytes int `json:"stdoutBytes"`
-	StderrBytes int `json:"stderrBytes"`
 }
 
 // CancelRequest asks the agent to stop the run named ID. Cancelling an unknown run is not an error.
