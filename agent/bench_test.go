@@ -2,17 +2,20 @@ package agent_test
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
 
 	"github.com/sandboxd/sandbox"
+	"github.com/sandboxd/sandbox/agent/agentclient"
 	"github.com/sandboxd/sandbox/agent/protocol"
 	"github.com/sandboxd/sandbox/internal/testenv"
 )
@@ -98,4 +101,78 @@ func benchStart(b *testing.B, env []string) {
 		cmd.Process.Kill()
 		cmd.Wait()
 	}
+}
+
+// BenchmarkWire times each call on the client's fast paths and on the plain ones (Wire), against one
+// agent, in alternation (the order swapped every pair), and reports both medians and their ratio.
+func BenchmarkWire(b *testing.B) {
+	a := start(b)
+	ctx := context.Background()
+	dial := func(ctx context.Context) (net.Conn, error) { return (&net.Dialer{}).DialContext(ctx, "unix", a.socket) }
+	mib := bytes.Repeat([]byte("sandboxd"), 1<<17)
+	if err := a.c.WriteFile(ctx, "read-1MiB", mib); err != nil {
+		b.Fatal(err)
+	}
+	if err := a.c.WriteFile(ctx, "read-4KiB", mib[:4<<10]); err != nil {
+		b.Fatal(err)
+	}
+	exec := func(argv ...string) func(c *agentclient.Client) error {
+		cmd := sandbox.Command{Argv: argv, Timeout: 10 * time.Second}
+		return func(c *agentclient.Client) error {
+			_, err := c.Run(ctx, cmd, time.Second, time.Second)
+			return err
+		}
+	}
+	cases := []struct {
+		name string
+		op   func(c *agentclient.Client) error
+	}{
+		{"health", func(c *agentclient.Client) error { _, err := c.Health(ctx); return err }},
+		{"exec true", exec("true")},
+		{"exec 1 MiB output", exec("sh", "-c", "yes 0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ | head -c 1048576")},
+		{"write 4 KiB", func(c *agentclient.Client) error { return c.WriteFile(ctx, "w", mib[:4<<10]) }},
+		{"read 4 KiB", func(c *agentclient.Client) error { _, err := c.ReadFile(ctx, "read-4KiB"); return err }},
+		{"write 1 MiB", func(c *agentclient.Client) error { return c.WriteFile(ctx, "w", mib) }},
+		{"read 1 MiB", func(c *agentclient.Client) error { _, err := c.ReadFile(ctx, "read-1MiB"); return err }},
+	}
+	for _, plain := range []agentclient.Wire{{PlainTransport: true}, {PlainExec: true}} {
+		name := "plain=transport"
+		if plain.PlainExec {
+			name = "plain=exec"
+		}
+		for _, k := range cases {
+			b.Run(name+"/"+k.name, func(b *testing.B) {
+				clients := [2]*agentclient.Client{agentclient.NewWire(dial, agentclient.Wire{}), agentclient.NewWire(dial, plain)}
+				defer clients[0].Close()
+				defer clients[1].Close()
+				var d [2][]time.Duration
+				for i := range 2 { // warm both
+					if err := k.op(clients[i]); err != nil {
+						b.Fatal(err)
+					}
+				}
+				b.ResetTimer()
+				for i := 0; i < b.N; i++ {
+					for j := range 2 {
+						which := j ^ i&1
+						t := time.Now()
+						if err := k.op(clients[which]); err != nil {
+							b.Fatal(err)
+						}
+						d[which] = append(d[which], time.Since(t))
+					}
+				}
+				fast, slow := median(d[0]), median(d[1])
+				b.ReportMetric(float64(fast.Microseconds()), "fast-µs")
+				b.ReportMetric(float64(slow.Microseconds()), "plain-µs")
+				b.ReportMetric(float64(slow)/float64(fast), "plain/fast")
+			})
+		}
+	}
+}
+
+func median(d []time.Duration) time.Duration {
+	s := slices.Clone(d)
+	slices.Sort(s)
+	return s[len(s)/2]
 }

@@ -18,6 +18,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"os"
 	"strings"
 	"sync"
 	"time"
@@ -34,7 +35,48 @@ import (
 // is sandbox.ErrProviderUnavailable; a malformed answer, or one past its bound, is
 // sandbox.ErrProviderProtocol; the agent's own not_found and invalid_request keep their class.
 type Client struct {
-	t *agenthttp.Transport
+	t    transport
+	wire Wire
+}
+
+// transport sends one request to the agent and returns the head of its answer: agenthttp's Transport,
+// or its Plain.
+type transport interface {
+	RoundTrip(ctx context.Context, method, target, accept string, deadline time.Time, body []byte, max int64) (*agenthttp.Answer, error)
+	CloseIdle()
+}
+
+// Wire says which of the client's two fast paths it takes, or the plain path in its place
+// (docs/design/agenthttp.md, docs/design/agentwire.md). The zero Wire takes both fast paths.
+type Wire struct {
+	PlainTransport bool // net/http's Transport (agenthttp.Plain) instead of agenthttp's own
+	PlainExec      bool // exec answers in JSON, decoded by encoding/json, instead of agentwire's form
+}
+
+// WireEnv is the environment variable that turns the fast paths back to the plain ones, read once
+// when the process starts (DefaultWire): a comma-separated list of "transport" and "exec". The
+// conformance suites run on the plain paths with it set, as the daemon does.
+const WireEnv = "SANDBOXD_AGENT_PLAIN"
+
+// DefaultWire is the Wire of New: what WireEnv said when the process started. A value ParseWire
+// refuses counts as empty here; the daemon refuses to start with it.
+var DefaultWire, _ = ParseWire(os.Getenv(WireEnv))
+
+// ParseWire reads a value of WireEnv.
+func ParseWire(s string) (Wire, error) {
+	var w Wire
+	for _, f := range strings.Split(s, ",") {
+		switch f = strings.TrimSpace(f); f {
+		case "":
+		case "transport":
+			w.PlainTransport = true
+		case "exec":
+			w.PlainExec = true
+		default:
+			return Wire{}, fmt.Errorf("%s: %q is neither transport nor exec", WireEnv, f)
+		}
+	}
+	return w, nil
 }
 
 // Bounds of the agent's answers, beside those of their heads (agenthttp): each is what the call can
@@ -55,7 +97,15 @@ const defaultCallTimeout = 30 * time.Second
 
 // NewClient returns a client whose connections come from dial, kept alive between calls.
 func New(dial func(ctx context.Context) (net.Conn, error)) *Client {
-	return &Client{t: agenthttp.New(dial)}
+	return NewWire(dial, DefaultWire)
+}
+
+// NewWire is New on the paths w says.
+func NewWire(dial func(ctx context.Context) (net.Conn, error), w Wire) *Client {
+	if w.PlainTransport {
+		return &Client{t: agenthttp.NewPlain(dial), wire: w}
+	}
+	return &Client{t: agenthttp.New(dial), wire: w}
 }
 
 // NewUnixClient returns a client of the agent listening on the unix socket at path.
@@ -92,7 +142,11 @@ func (c *Client) Exec(ctx context.Context, req protocol.ExecRequest) (protocol.E
 	}
 	m := min(max(req.MaxOutputBytes, 0), sandbox.MaxMaxOutputBytes)
 	var out protocol.ExecOutput
-	err = c.call(ctx, http.MethodPost, protocol.PathExec, nil, agentwire.MediaType, body, execAnswerBytes(m), func(a *agenthttp.Answer) error {
+	accept := agentwire.MediaType
+	if c.wire.PlainExec {
+		accept = "" // the agent answers ExecResult in JSON
+	}
+	err = c.call(ctx, http.MethodPost, protocol.PathExec, nil, accept, body, execAnswerBytes(m), func(a *agenthttp.Answer) error {
 		o, err := readExec(a, m)
 		if err != nil {
 			return err

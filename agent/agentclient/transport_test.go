@@ -16,9 +16,19 @@ import (
 	"github.com/sandboxd/sandbox/agent/agentclient"
 )
 
-// counted serves h on a unix socket and returns a client of it and the number of connections the
-// client made so far.
-func counted(t *testing.T, srv *http.Server) (*agentclient.Client, *atomic.Int32) {
+// eachTransport runs f on each of the client's transports: its own, and net/http's (the plain path).
+func eachTransport(t *testing.T, f func(t *testing.T, wire agentclient.Wire)) {
+	for _, tr := range []struct {
+		name string
+		wire agentclient.Wire
+	}{{"own", agentclient.Wire{}}, {"net/http", agentclient.Wire{PlainTransport: true}}} {
+		t.Run(tr.name, func(t *testing.T) { f(t, tr.wire) })
+	}
+}
+
+// counted serves h on a unix socket and returns a client of it on wire and the number of connections
+// the client made so far.
+func counted(t *testing.T, wire agentclient.Wire, srv *http.Server) (*agentclient.Client, *atomic.Int32) {
 	t.Helper()
 	dir, err := os.MkdirTemp("", "tr")
 	if err != nil {
@@ -32,10 +42,10 @@ func counted(t *testing.T, srv *http.Server) (*agentclient.Client, *atomic.Int32
 	go srv.Serve(ln)
 	var dials atomic.Int32
 	var d net.Dialer
-	c := agentclient.New(func(ctx context.Context) (net.Conn, error) {
+	c := agentclient.NewWire(func(ctx context.Context) (net.Conn, error) {
 		dials.Add(1)
 		return d.DialContext(ctx, "unix", sock)
-	})
+	}, wire)
 	t.Cleanup(func() { c.Close(); srv.Close(); os.RemoveAll(dir) })
 	return c, &dials
 }
@@ -53,73 +63,79 @@ func bounded(t *testing.T) context.Context {
 
 // Calls share one kept-alive connection, and one the agent closed while idle is replaced, not used.
 func TestTransportReusesAndReplacesConnections(t *testing.T) {
-	var mu sync.Mutex
-	var idle []net.Conn
-	srv := &http.Server{Handler: http.HandlerFunc(health), ConnState: func(c net.Conn, st http.ConnState) {
-		if st == http.StateIdle {
-			mu.Lock()
-			idle = append(idle, c)
-			mu.Unlock()
+	eachTransport(t, func(t *testing.T, wire agentclient.Wire) {
+		var mu sync.Mutex
+		var idle []net.Conn
+		srv := &http.Server{Handler: http.HandlerFunc(health), ConnState: func(c net.Conn, st http.ConnState) {
+			if st == http.StateIdle {
+				mu.Lock()
+				idle = append(idle, c)
+				mu.Unlock()
+			}
+		}}
+		c, dials := counted(t, wire, srv)
+		for i := 0; i < 5; i++ {
+			if _, err := c.Health(bounded(t)); err != nil {
+				t.Fatal(err)
+			}
 		}
-	}}
-	c, dials := counted(t, srv)
-	for i := 0; i < 5; i++ {
-		if _, err := c.Health(bounded(t)); err != nil {
-			t.Fatal(err)
+		if n := dials.Load(); n != 1 {
+			t.Fatalf("5 calls made %d connections, want 1", n)
 		}
-	}
-	if n := dials.Load(); n != 1 {
-		t.Fatalf("5 calls made %d connections, want 1", n)
-	}
-	mu.Lock()
-	for _, conn := range idle {
-		conn.Close() // the agent closes its idle connection
-	}
-	mu.Unlock()
-	for i := 0; i < 3; i++ {
-		if _, err := c.Health(bounded(t)); err != nil {
-			t.Fatalf("after the agent closed its connection: %v", err)
+		mu.Lock()
+		for _, conn := range idle {
+			conn.Close() // the agent closes its idle connection
 		}
-	}
-	if n := dials.Load(); n != 2 {
-		t.Fatalf("%d connections, want 2", n)
-	}
+		mu.Unlock()
+		for i := 0; i < 3; i++ {
+			if _, err := c.Health(bounded(t)); err != nil {
+				t.Fatalf("after the agent closed its connection: %v", err)
+			}
+		}
+		if n := dials.Load(); n != 2 {
+			t.Fatalf("%d connections, want 2", n)
+		}
+	})
 }
 
 // An answer followed by bytes nobody asked for leaves its connection unused afterwards.
 func TestTransportDropsAConnectionWithUnsolicitedBytes(t *testing.T) {
-	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		conn, buf, err := http.NewResponseController(w).Hijack()
-		if err != nil {
-			t.Error(err)
-			return
+	eachTransport(t, func(t *testing.T, wire agentclient.Wire) {
+		srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			conn, buf, err := http.NewResponseController(w).Hijack()
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			defer conn.Close()
+			buf.WriteString("HTTP/1.1 200 OK\r\nContent-Length: 33\r\n\r\n{\"ok\":true,\"version\":\"x\",\"pid\":7}HTTP/1.1 200 OK\r\n")
+			buf.Flush()
+			time.Sleep(100 * time.Millisecond)
+		})}
+		c, dials := counted(t, wire, srv)
+		for i := 0; i < 2; i++ {
+			if _, err := c.Health(bounded(t)); err != nil {
+				t.Fatal(err)
+			}
 		}
-		defer conn.Close()
-		buf.WriteString("HTTP/1.1 200 OK\r\nContent-Length: 33\r\n\r\n{\"ok\":true,\"version\":\"x\",\"pid\":7}HTTP/1.1 200 OK\r\n")
-		buf.Flush()
-		time.Sleep(100 * time.Millisecond)
-	})}
-	c, dials := counted(t, srv)
-	for i := 0; i < 2; i++ {
-		if _, err := c.Health(bounded(t)); err != nil {
-			t.Fatal(err)
+		if n := dials.Load(); n != 2 {
+			t.Fatalf("%d connections, want 2: the first carried more than its answer", n)
 		}
-	}
-	if n := dials.Load(); n != 2 {
-		t.Fatalf("%d connections, want 2: the first carried more than its answer", n)
-	}
+	})
 }
 
 // Ending the caller's context ends a call that is waiting for its answer (were it not, the call would
 // wait out its hour-long deadline and the test would time out).
 func TestTransportCancel(t *testing.T) {
-	release := make(chan struct{})
-	defer close(release)
-	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { <-release })}
-	c, _ := counted(t, srv)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
-	time.AfterFunc(50*time.Millisecond, cancel)
-	if _, err := c.Health(ctx); !errors.Is(err, sandbox.ErrProviderUnavailable) {
-		t.Fatalf("cancelled call: %v", err)
-	}
+	eachTransport(t, func(t *testing.T, wire agentclient.Wire) {
+		release := make(chan struct{})
+		defer close(release)
+		srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { <-release })}
+		c, _ := counted(t, wire, srv)
+		ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
+		time.AfterFunc(50*time.Millisecond, cancel)
+		if _, err := c.Health(ctx); !errors.Is(err, sandbox.ErrProviderUnavailable) {
+			t.Fatalf("cancelled call: %v", err)
+		}
+	})
 }

@@ -19,6 +19,7 @@ import (
 	"golang.org/x/net/netutil"
 
 	"github.com/sandboxd/sandbox"
+	"github.com/sandboxd/sandbox/agent/agentclient"
 	"github.com/sandboxd/sandbox/core"
 	"github.com/sandboxd/sandbox/httpapi"
 	"github.com/sandboxd/sandbox/internal/version"
@@ -188,6 +189,10 @@ func (m *Main) ParseFlags(args []string) error {
 	}
 	if m.OCISpares < 0 || m.OCISpares > 1000 {
 		return fmt.Errorf("--oci-spares must be between 0 and 1000, got %d", m.OCISpares)
+	}
+	// Read once by the agent client when the process started (agentclient.DefaultWire).
+	if _, err := agentclient.ParseWire(os.Getenv(agentclient.WireEnv)); err != nil {
+		return err
 	}
 	return m.checkAuthNeeded()
 }

@@ -74,9 +74,9 @@ func (pc *pconn) Close() error {
 }
 
 // RoundTrip sends one request and returns the head of its answer, whose body the caller reads from the
-// answer and ends with release. ctx must have a deadline: it bounds the whole exchange, and ending ctx
-// aborts it; the agent is told the deadline in protocol.HeaderDeadline. max bounds the body of a 2xx answer
-// (readHead says the rest); an answer past a bound is refused before its body is read.
+// answer and ends with Release. ctx must have a deadline: it bounds the whole exchange, and ending ctx
+// aborts it; the agent is told the deadline in protocol.HeaderDeadline. max bounds the body of a 2xx
+// answer (readHead says the rest); an answer past a bound is refused before its body is read.
 func (t *Transport) RoundTrip(ctx context.Context, method, target, accept string, deadline time.Time, body []byte, max int64) (*Answer, error) {
 	head := make([]byte, 0, 160)
 	head = append(head, method...)
@@ -113,7 +113,15 @@ func (t *Transport) RoundTrip(ctx context.Context, method, target, accept string
 			a, rerr = readHead(pc.br, max)
 		}
 		if werr == nil && rerr == nil {
-			a.t, a.pc, a.stop = t, pc, stop
+			a.body = pc.br
+			a.end = func(reuse bool) {
+				// stop is false when ctx ended meanwhile: the connection is then closed already.
+				if stop() && a.keep && reuse {
+					t.put(pc)
+					return
+				}
+				pc.Close()
+			}
 			return a, nil
 		}
 		stop()
@@ -210,18 +218,18 @@ func alive(c net.Conn) bool {
 	return err == nil && ok
 }
 
-// Answer is the head of an agent's answer, as readHead read it, and the reader of its body: exactly
-// length bytes.
+// Answer is the head of an agent's answer, as a transport read it, and the reader of its body: exactly
+// Length bytes.
 type Answer struct {
 	Status      int
 	ContentType string
 	Length      int64
 	keep        bool // neither an HTTP/1.0 answer nor "Connection: close"
 
-	left int64 // of the body, still to read
-	t    *Transport
-	pc   *pconn
-	stop func() bool
+	left int64     // of the body, still to read
+	body io.Reader // the connection's, from the body's first byte
+	// end ends the answer, once: the connection serves the next call only when reuse is true.
+	end  func(reuse bool)
 	once sync.Once
 }
 
@@ -233,10 +241,12 @@ func (a *Answer) Read(p []byte) (int, error) {
 	if int64(len(p)) > a.left {
 		p = p[:a.left]
 	}
-	n, err := a.pc.br.Read(p)
+	n, err := a.body.Read(p)
 	a.left -= int64(n)
-	if err == io.EOF {
+	if err == io.EOF && a.left > 0 {
 		err = io.ErrUnexpectedEOF
+	} else if err == io.EOF {
+		err = nil // net/http's body says EOF with its last bytes
 	}
 	return n, err
 }
@@ -246,14 +256,7 @@ func (a *Answer) Read(p []byte) (int, error) {
 // a bound, or malformed) leaves its connection closed, as does one not read to its end (it is not
 // drained: it could be endless).
 func (a *Answer) Release(err error) {
-	a.once.Do(func() {
-		// stop is false when ctx ended meanwhile: the connection is then closed already.
-		if a.stop() && a.keep && a.left == 0 && !errors.Is(err, sandbox.ErrProviderProtocol) {
-			a.t.put(a.pc)
-			return
-		}
-		a.pc.Close()
-	})
+	a.once.Do(func() { a.end(a.left == 0 && !errors.Is(err, sandbox.ErrProviderProtocol)) })
 }
 
 // MaxErrorBytes bounds the body of an answer whose status is not 2xx.
