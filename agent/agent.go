@@ -362,8 +362,8 @@ func (a *Agent) writeFile(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusNoContent)
 }
 
-// list answers a listing of at most protocol.MaxListEntries entries and protocol.MaxListBytes, or refuses it with
-// ErrInvalidRequest: the API has no pages, and a larger one could not be answered.
+// list answers a listing of at most protocol.MaxListEntries entries and protocol.MaxListBytes, or
+// refuses it with ErrInvalidRequest: the API has no pages, and a larger one could not be answered.
 func (a *Agent) list(w http.ResponseWriter, r *http.Request) {
 	if !checkDeadline(w, r) {
 		return
@@ -394,8 +394,8 @@ func (a *Agent) list(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, json.RawMessage(body))
 }
 
-// checkDeadline answers 504 with protocol.CodeDeadline and returns false when the request's deadline is missing,
-// malformed or past.
+// checkDeadline answers 504 with protocol.CodeDeadline and returns false when the request's deadline
+// is missing, malformed or past.
 func checkDeadline(w http.ResponseWriter, r *http.Request) bool {
 	ns, err := strconv.ParseInt(r.Header.Get(protocol.HeaderDeadline), 10, 64)
 	if err != nil {

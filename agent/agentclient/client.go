@@ -95,7 +95,7 @@ func execAnswerBytes(m int) int64 { return 2*int64((m+2)/3*4) + maxExecHeadBytes
 // defaultCallTimeout bounds a call whose context has no deadline.
 const defaultCallTimeout = 30 * time.Second
 
-// NewClient returns a client whose connections come from dial, kept alive between calls.
+// New returns a client whose connections come from dial, kept alive between calls.
 func New(dial func(ctx context.Context) (net.Conn, error)) *Client {
 	return NewWire(dial, DefaultWire)
 }
@@ -108,7 +108,7 @@ func NewWire(dial func(ctx context.Context) (net.Conn, error), w Wire) *Client {
 	return &Client{t: agenthttp.New(dial), wire: w}
 }
 
-// NewUnixClient returns a client of the agent listening on the unix socket at path.
+// NewUnix returns a client of the agent listening on the unix socket at path.
 func NewUnix(path string) *Client {
 	var d net.Dialer
 	return New(func(ctx context.Context) (net.Conn, error) { return d.DialContext(ctx, "unix", path) })
@@ -217,8 +217,8 @@ func (c *Client) WriteFile(ctx context.Context, path string, data []byte) error 
 	return c.call(ctx, http.MethodPut, protocol.PathFile, url.Values{"path": {path}}, "", data, agenthttp.MaxErrorBytes, nil)
 }
 
-// List lists the directory at path inside the sandbox: at most protocol.MaxListEntries entries, in an answer of
-// at most protocol.MaxListBytes.
+// List lists the directory at path inside the sandbox: at most protocol.MaxListEntries entries, in an
+// answer of at most protocol.MaxListBytes.
 func (c *Client) List(ctx context.Context, path string) ([]sandbox.FileEntry, error) {
 	var entries []sandbox.FileEntry
 	err := c.call(ctx, http.MethodGet, protocol.PathList, url.Values{"path": {path}}, "", nil, protocol.MaxListBytes, func(a *agenthttp.Answer) error {
@@ -312,8 +312,9 @@ func decodeStrict(path string, raw []byte, out any) error {
 	return nil
 }
 
-// do sends one request with the context's deadline in protocol.HeaderDeadline, for an answer of at most max bytes,
-// and turns a non-2xx answer into an error of the right class. The caller releases a 2xx answer.
+// do sends one request with the context's deadline in protocol.HeaderDeadline, for an answer of at
+// most max bytes, and turns a non-2xx answer into an error of the right class. The caller releases a
+// 2xx answer.
 func (c *Client) do(ctx context.Context, method, path string, q url.Values, accept string, body []byte, max int64) (*agenthttp.Answer, error) {
 	deadline, ok := ctx.Deadline()
 	if !ok {
