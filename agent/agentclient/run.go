@@ -26,14 +26,7 @@ func (c *Client) Run(ctx context.Context, cmd sandbox.Command, slack, cancelWait
 	if err != nil {
 		return sandbox.CommandResult{}, err
 	}
-	req := protocol.ExecRequest{
-		ID:             runID(),
-		Argv:           cmd.Argv,
-		Cwd:            cmd.Cwd,
-		Env:            cmd.Env,
-		TimeoutMs:      max(cmd.Timeout.Milliseconds(), 1),
-		MaxOutputBytes: cmd.MaxOutputBytes,
-	}
+	req := protocol.NewExecRequest(runID(), cmd)
 	// The call outlives a cancelled caller just long enough to collect the cancelled result: when ctx
 	// ends, the run is cancelled by its id, and the call dropped if no answer follows within cancelWait.
 	callCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cmd.Timeout+slack)

@@ -56,6 +56,19 @@ type ExecRequest struct {
 	MaxOutputBytes int               `json:"maxOutputBytes"`
 }
 
+// NewExecRequest is the request of the run named id of cmd, a normalised command: the one mapping of
+// the domain's command to the wire, which Command reverses.
+func NewExecRequest(id string, cmd sandbox.Command) ExecRequest {
+	return ExecRequest{
+		ID:             id,
+		Argv:           cmd.Argv,
+		Cwd:            cmd.Cwd,
+		Env:            cmd.Env,
+		TimeoutMs:      max(cmd.Timeout.Milliseconds(), 1),
+		MaxOutputBytes: cmd.MaxOutputBytes,
+	}
+}
+
 // Command is the domain command req carries: the one mapping of the wire request to the domain's
 // command, which the agent runs and the client checks the answer against.
 func (req ExecRequest) Command() sandbox.Command {
