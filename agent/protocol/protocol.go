@@ -27,11 +27,11 @@ const (
 	HeaderDeadline = "Sandbox-Deadline"
 )
 
-// Version is the version of this wire protocol: the routes, headers and bodies of this package.
-// An agent says which it speaks in its health answer, and the client refuses another
-// (ErrMismatch). An answer that names none is of protocol 1, the one before the field, which an
-// oci sandbox started by an older daemon still speaks after an upgrade. Raise it with a change an agent
-// of the version before cannot follow.
+// Version is the version of this wire protocol: the routes, headers and bodies of this package, and
+// the compact exec answer of internal/agentwire. An agent says which it speaks in its health answer,
+// and the client refuses another (ErrMismatch). An answer that names none is of protocol 1, the one
+// before the field, which an oci sandbox started by an older daemon still speaks after an upgrade.
+// Raise it with a change an agent of the version before cannot follow.
 const Version = 1
 
 // ErrMismatch: the agent speaks another version of the protocol than this daemon (an agent image, or
