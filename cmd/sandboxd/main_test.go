@@ -85,6 +85,15 @@ func TestFlagsAndEnvironment(t *testing.T) {
 		t.Error("a bad environment value was accepted")
 	}
 	t.Setenv("SANDBOXD_EVENT_RETENTION", "42")
+	t.Setenv("SANDBOXD_AGENT_PLAIN", "transport,json") // the agent client's plain paths: transport, exec
+	if err := NewMain(io.Discard).ParseFlags(nil); err == nil {
+		t.Error("an agent path the client does not know was accepted")
+	}
+	t.Setenv("SANDBOXD_AGENT_PLAIN", "transport,exec")
+	if err := NewMain(io.Discard).ParseFlags(nil); err != nil {
+		t.Errorf("both plain paths: %v", err)
+	}
+	t.Setenv("SANDBOXD_AGENT_PLAIN", "")
 	m = NewMain(io.Discard)
 	if err := m.ParseFlags([]string{"--provider", "warp"}); err != nil {
 		t.Fatal(err)
