@@ -119,59 +119,77 @@ func (p *Provider) create(ctx context.Context, b *box, res sandbox.Resources) er
 		return err
 	}
 	b.cid.Store(nil)
-	return p.start(ctx, b.l, m, b.ref.Name(), ns)
+	b.settled, err = p.start(ctx, b.l, m, b.ref.Name(), ns)
+	return err
 }
 
 // start writes the bundle of the container name of l for m and runs it: in a user namespace made for
 // it (holdUserNS; ns, when not nil, is one being made already, which start ends in any case), the
 // agent's socket bound beforehand (listenAgent). A gVisor sandbox has runsc make its user namespace,
 // and its agent binds its socket itself (takeAgentSocket).
-func (p *Provider) start(ctx context.Context, l layout, m meta, name string, ns *pendingNS) error {
-	if ns != nil {
-		defer ns.release() // the container's processes hold the namespace once runc has returned
-	}
+//
+// It returns once the runtime has started the container. What is left to do on the host then, ending
+// the holder and detaching the host's mount of the disk (1-7 ms here, most of it waiting for the
+// holder to exit), is done while the agent starts, and settled closes once it is: whatever removes
+// the container or moves its directory waits for it first.
+func (p *Provider) start(ctx context.Context, l layout, m meta, name string, ns *pendingNS) (settled <-chan struct{}, err error) {
+	defer func() {
+		if err != nil && ns != nil {
+			ns.release()
+		}
+	}()
 	if p.runc.class == classGVisor {
-		return p.startGVisor(ctx, l, m, name)
+		return closed, p.startGVisor(ctx, l, m, name)
 	}
 	var userns string
 	if m.IDBase != 0 {
 		if ns == nil {
 			ns = p.holdUserNSAsync(m.IDBase)
-			defer ns.release()
 		}
 		h, err := ns.wait()
 		if err != nil {
-			return fmt.Errorf("user namespace: %w", err)
+			return nil, fmt.Errorf("user namespace: %w", err)
 		}
 		userns = h.path()
 	}
 	if err := p.writeBundle(l, m, userns); err != nil {
-		return err
+		return nil, err
 	}
 	ln, err := listenAgent(l)
 	if err != nil {
-		return fmt.Errorf("agent socket: %w", err)
+		return nil, fmt.Errorf("agent socket: %w", err)
 	}
 	defer ln.Close() // the container holds its own copy
 	filter, err := seccompFile()
 	if err != nil {
-		return fmt.Errorf("seccomp filter: %w", err)
+		return nil, fmt.Errorf("seccomp filter: %w", err)
 	}
 	defer filter.Close()
 	if err := p.runc.run(ctx, l, name, ln, filter); err != nil {
-		return err
+		return nil, err
 	}
-	if m.Disk {
-		// The container holds a mount of its disk of its own. Left mounted on the host too, each disk
-		// would be one more line of the host's mount table, which every runtime call reads through:
-		// 1000 of them cost each `runc run` ≈14 ms. The loop device frees itself once the
-		// container's mount is gone.
-		if err := unix.Unmount(l.diskDir(), unix.MNT_DETACH); err != nil {
-			return fmt.Errorf("unmount the disk on the host: %w", err)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if ns != nil {
+			ns.release() // the container's processes hold the namespace once runc has returned
 		}
-	}
-	return nil
+		if m.Disk {
+			// The container holds a mount of its disk of its own. Left mounted on the host too, each
+			// disk would be one more line of the host's mount table, which every runtime call reads
+			// through: 1000 of them cost each `runc run` ≈14 ms. The loop device frees itself once
+			// the container's mount is gone. Should this fail, the disk stays mounted on the host
+			// until the sandbox is removed (removeDisk), which costs the host, not the sandbox.
+			if err := unix.Unmount(l.diskDir(), unix.MNT_DETACH); err != nil {
+				p.log.Warn("unmounting a started sandbox's disk on the host", "dir", l.diskDir(), "err", err)
+			}
+		}
+	}()
+	return done, nil
 }
+
+// closed is a settled channel with nothing to wait for.
+var closed = func() <-chan struct{} { c := make(chan struct{}); close(c); return c }()
 
 func (p *Provider) startGVisor(ctx context.Context, l layout, m meta, name string) error {
 	if err := p.writeBundle(l, m, ""); err != nil {
@@ -391,6 +409,10 @@ func (p *Provider) Release(ctx context.Context, ref sandbox.Ref) error {
 
 func (p *Provider) releaseLocked(ctx context.Context, b *box) error {
 	b.gone.Store(true)
+	if b.settled != nil {
+		<-b.settled
+		b.settled = nil
+	}
 	if err := p.remove(ctx, b.l, b.container()); err != nil {
 		return err
 	}

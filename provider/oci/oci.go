@@ -127,6 +127,9 @@ type box struct {
 	known  atomic.Bool // paused reflects the container (set after the first look at it)
 	gone   atomic.Bool
 	client *agentclient.Client
+	// settled closes once what start left to do on the host for the container is done (nil: nothing
+	// is left); guarded by mu.
+	settled <-chan struct{}
 }
 
 // saw records the container's status (runc's: created, running, paused, stopped) as the box's

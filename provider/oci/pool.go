@@ -174,14 +174,16 @@ func (p *Provider) warm(ctx context.Context) (poolEntry, error) {
 	e := poolEntry{name: name, l: layout{dir: filepath.Join(p.pool.dir, name)}}
 	res := sandbox.Resources{DiskMiB: p.cfg.DefaultDiskMiB}
 	m, ns, err := p.lay(ctx, e.l, meta{Container: name, CgroupPath: p.cgroupPath(name), Resources: res, Disk: true})
+	var settled <-chan struct{}
 	if err == nil {
-		err = p.start(ctx, e.l, m, name, ns)
+		settled, err = p.start(ctx, e.l, m, name, ns)
 	}
 	if err == nil {
 		e.client = agentclient.New(dialAgent(e.l))
 		hctx, cancel := context.WithTimeout(ctx, p.cfg.ReadyTimeout)
 		_, err = e.client.Health(hctx)
 		cancel()
+		<-settled // before the entry's directory can be renamed or removed
 		if err != nil {
 			e.client.Close()
 		}
