@@ -4,6 +4,9 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"net/url"
+	"strconv"
+	"sync"
 	"time"
 )
 
@@ -21,23 +24,30 @@ type Paired struct {
 	Faster float64 `json:"candidateFasterShare"`
 }
 
-// fourKiB and oneMiB are the contents of the paired file writes.
+// The contents of the paired file writes and reads.
 var (
 	fourKiB = make([]byte, 4<<10)
-	oneMiB  = bytes.Repeat([]byte("sandboxd"), 1<<17)
+	oneMiB  = bytes.Repeat([]byte("sandboxd"), 1<<20/8)
 )
 
-// side is one daemon of a comparison and the sandbox the bench keeps on it.
+// side is one daemon of a comparison, the sandbox the bench keeps on it and the event streams open on
+// that sandbox's events.
 type side struct {
-	c  *client
-	sb sandboxDoc
+	c       *client
+	sb      sandboxDoc
+	events  chan receipt // what the streams of the event case read
+	streams int
 }
 
 // compare measures the paired cases on the candidate daemon a and the baseline daemon b: exec of true
-// and of a command printing 1 MiB, a write and a read of 4 KiB and of 1 MiB, GET of one sandbox,
-// create-to-ready.
+// and of a command printing 1 MiB, writes and reads of 4 KiB and 1 MiB, GET of one sandbox, the
+// delivery of a file write's event to 1 and to 100 streams (until the last has read it), create-to-ready.
 func compare(ctx context.Context, a, b *client, bounds Bounds, prefix string) ([]Paired, error) {
 	sides := [2]*side{{c: a}, {c: b}}
+	sctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer cancel()
 	for i, s := range sides {
 		sb, err := s.c.create(ctx, fmt.Sprintf("%s-cmp-%d", prefix, i))
 		if err != nil {
@@ -45,30 +55,96 @@ func compare(ctx context.Context, a, b *client, bounds Bounds, prefix string) ([
 		}
 		s.sb = sb
 		defer s.c.terminate(context.WithoutCancel(ctx), sb)
-	}
-	var out []Paired
-	// readPaired reads the file the write case before it wrote.
-	readPaired := func(path string, size int) func(s *side, _ int) (time.Duration, error) {
-		return func(s *side, _ int) (time.Duration, error) {
-			t := time.Now()
-			got, err := s.c.readFile(ctx, s.sb, path)
-			d := time.Since(t)
-			if err == nil && len(got) != size {
-				err = fmt.Errorf("read %d bytes of %s, wrote %d", len(got), path, size)
+		for _, f := range []struct {
+			path string
+			data []byte
+		}{{"paired-4k.bin", fourKiB}, {"paired-1m.bin", oneMiB}} {
+			if err := s.c.writeFile(ctx, sb, f.path, f.data); err != nil {
+				return nil, err
 			}
-			return d, err
 		}
 	}
+	// n streams on each side, opened just before an event case, so that no earlier case's events wait
+	// in them; those of the case before are closed.
+	var closeStreams context.CancelFunc = func() {}
+	defer func() { closeStreams() }()
+	openStreams := func(n int) func() error {
+		return func() error {
+			closeStreams()
+			sctx, cancel := context.WithCancel(sctx)
+			closeStreams = cancel
+			for _, s := range sides {
+				after, err := s.c.lastCursor(ctx, s.sb.ID)
+				if err != nil {
+					return err
+				}
+				ready := make(chan error, n)
+				s.events, s.streams = make(chan receipt, 4*n), n
+				q := url.Values{"after": {strconv.FormatInt(after, 10)}, "sandboxId": {s.sb.ID}}
+				for range n {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						subscribe(sctx, s.c, "/v1/events/stream?"+q.Encode(), ready, s.events)
+					}()
+				}
+				for range n {
+					if err := <-ready; err != nil {
+						return err
+					}
+				}
+			}
+			return nil
+		}
+	}
+	// deliver writes a small file and times until every stream of the side has read its event.
+	deliver := func(s *side, i int) (time.Duration, error) {
+		path := fmt.Sprintf("paired-ev-%d-%d.txt", s.streams, i)
+		t := time.Now()
+		if err := s.c.writeFile(ctx, s.sb, path, []byte("x")); err != nil {
+			return 0, err
+		}
+		var last time.Duration
+		timeout := time.After(10 * time.Second)
+		for seen := 0; seen < s.streams; {
+			select {
+			case rc := <-s.events:
+				if rc.path == path {
+					last = max(last, rc.at.Sub(t))
+					seen++
+				}
+			case <-timeout:
+				return 0, fmt.Errorf("%d of %d streams saw the event of %s within 10s", seen, s.streams, path)
+			}
+		}
+		return last, nil
+	}
+	write := func(s *side, path string, data []byte) (time.Duration, error) {
+		t := time.Now()
+		err := s.c.writeFile(ctx, s.sb, path, data)
+		return time.Since(t), err
+	}
+	read := func(s *side, path string, size int) (time.Duration, error) {
+		t := time.Now()
+		got, err := s.c.readFile(ctx, s.sb, path)
+		d := time.Since(t)
+		if err == nil && len(got) != size {
+			err = fmt.Errorf("read %d bytes of %s, wrote %d", len(got), path, size)
+		}
+		return d, err
+	}
+	var out []Paired
 	cases := []struct {
-		name string
-		op   func(s *side, i int) (time.Duration, error)
+		name  string
+		setup func() error
+		op    func(s *side, i int) (time.Duration, error)
 	}{
-		{"exec true", func(s *side, _ int) (time.Duration, error) {
+		{"exec true", nil, func(s *side, _ int) (time.Duration, error) {
 			t := time.Now()
 			_, err := s.c.exec(ctx, s.sb, "true")
 			return time.Since(t), err
 		}},
-		{"exec 1 MiB output", func(s *side, _ int) (time.Duration, error) {
+		{"exec 1 MiB output", nil, func(s *side, _ int) (time.Duration, error) {
 			t := time.Now()
 			res, err := s.c.exec(ctx, s.sb, oneMiBCommand...)
 			if err == nil && len(res.Stdout) != 1<<20 {
@@ -76,24 +152,18 @@ func compare(ctx context.Context, a, b *client, bounds Bounds, prefix string) ([
 			}
 			return time.Since(t), err
 		}},
-		{"file write 4 KiB", func(s *side, _ int) (time.Duration, error) {
-			t := time.Now()
-			err := s.c.writeFile(ctx, s.sb, "paired.bin", fourKiB)
-			return time.Since(t), err
-		}},
-		{"file read 4 KiB", readPaired("paired.bin", len(fourKiB))},
-		{"file write 1 MiB", func(s *side, _ int) (time.Duration, error) {
-			t := time.Now()
-			err := s.c.writeFile(ctx, s.sb, "paired-1MiB.bin", oneMiB)
-			return time.Since(t), err
-		}},
-		{"file read 1 MiB", readPaired("paired-1MiB.bin", len(oneMiB))},
-		{"get one sandbox", func(s *side, _ int) (time.Duration, error) {
+		{"file write 4 KiB", nil, func(s *side, _ int) (time.Duration, error) { return write(s, "paired-4k.bin", fourKiB) }},
+		{"file write 1 MiB", nil, func(s *side, _ int) (time.Duration, error) { return write(s, "paired-1m.bin", oneMiB) }},
+		{"file read 4 KiB", nil, func(s *side, _ int) (time.Duration, error) { return read(s, "paired-4k.bin", len(fourKiB)) }},
+		{"file read 1 MiB", nil, func(s *side, _ int) (time.Duration, error) { return read(s, "paired-1m.bin", len(oneMiB)) }},
+		{"get one sandbox", nil, func(s *side, _ int) (time.Duration, error) {
 			t := time.Now()
 			_, err := s.c.get(ctx, s.sb.ID)
 			return time.Since(t), err
 		}},
-		{"create-to-ready", func(s *side, i int) (time.Duration, error) {
+		{"event delivery, 1 stream", openStreams(1), deliver},
+		{"event delivery, 100 streams (the last)", openStreams(100), deliver},
+		{"create-to-ready", nil, func(s *side, i int) (time.Duration, error) {
 			t := time.Now()
 			sb, err := s.c.create(ctx, fmt.Sprintf("%s-cmp-ctr-%d", prefix, i)) // one key per daemon
 			d := time.Since(t)
@@ -105,6 +175,11 @@ func compare(ctx context.Context, a, b *client, bounds Bounds, prefix string) ([
 		}},
 	}
 	for _, k := range cases {
+		if k.setup != nil {
+			if err := k.setup(); err != nil {
+				return out, fmt.Errorf("%s: %w", k.name, err)
+			}
+		}
 		p, err := paired(ctx, k.name, bounds, func(which, i int) (time.Duration, error) { return k.op(sides[which], i) })
 		if err != nil {
 			return out, fmt.Errorf("%s: %w", k.name, err)

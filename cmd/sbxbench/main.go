@@ -148,7 +148,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.burst, "burst", 0, "with --start and the oci provider, also create this many sandboxes at once (--burst-clients callers) on a daemon keeping as many warm, and report creates per second")
 	fs.IntVar(&o.burstClients, "burst-clients", 20, "concurrent callers of --burst")
 	fs.StringVar(&o.ociRuntime, "oci-runtime", "", "the OCI runtime binary of every oci daemon started and of the floors (e.g. a runsc for the gvisor class; default: runc from PATH)")
-	fs.StringVar(&o.baseline, "baseline", "", "with --start, compare --sandboxd with this daemon binary instead: exec (true, 1 MiB of output), file writes and reads of 4 KiB and 1 MiB, get and create-to-ready on both, samples taken in alternation")
+	fs.StringVar(&o.baseline, "baseline", "", "with --start, compare --sandboxd with this daemon binary instead: exec (true, 1 MiB of output), file writes and reads of 4 KiB and 1 MiB, get, event delivery and create-to-ready on both, samples taken in alternation")
 	growth := fs.String("growth", "10,100,1000", "live sandbox counts of the growth steps; empty skips them")
 	fs.DurationVar(&o.idleWindow, "idle-window", 0, "at each growth step, measure the daemon's CPU, its runtime processes included, while its sandboxes idle this long (cover a reconcile interval: 30s by default); 0 skips")
 	if err := fs.Parse(args); err != nil {

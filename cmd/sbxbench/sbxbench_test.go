@@ -133,8 +133,8 @@ func TestCompare(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []string{"exec true", "exec 1 MiB output", "file write 4 KiB", "file read 4 KiB", "file write 1 MiB", "file read 1 MiB",
-		"get one sandbox", "create-to-ready"}
+	want := []string{"exec true", "exec 1 MiB output", "file write 4 KiB", "file write 1 MiB", "file read 4 KiB",
+		"file read 1 MiB", "get one sandbox", "event delivery, 1 stream", "event delivery, 100 streams (the last)", "create-to-ready"}
 	if len(ps) != len(want) {
 		t.Fatalf("got %d paired cases, want %d", len(ps), len(want))
 	}
