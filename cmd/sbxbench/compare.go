@@ -65,7 +65,7 @@ func compare(ctx context.Context, a, b *client, bounds Bounds, prefix string) ([
 		}
 	}
 	// n streams on each side, opened just before an event case, so that no earlier case's events wait
-	// in them; those of the case before are closed.
+	// in them, and closed after it.
 	var closeStreams context.CancelFunc = func() {}
 	defer func() { closeStreams() }()
 	openStreams := func(n int) func() error {
@@ -181,6 +181,7 @@ func compare(ctx context.Context, a, b *client, bounds Bounds, prefix string) ([
 			}
 		}
 		p, err := paired(ctx, k.name, bounds, func(which, i int) (time.Duration, error) { return k.op(sides[which], i) })
+		closeStreams() // no case after an event case meets its streams
 		if err != nil {
 			return out, fmt.Errorf("%s: %w", k.name, err)
 		}
