@@ -8,7 +8,7 @@ import (
 
 	"github.com/sandboxd/sandbox"
 	"github.com/sandboxd/sandbox/core"
-	"github.com/sandboxd/sandbox/internal/testenv/stack"
+	"github.com/sandboxd/sandbox/internal/testenv/corestack"
 )
 
 // nopProvider answers every call at once and holds nothing but a set of refs: the benchmarks below
@@ -38,7 +38,7 @@ func (nopProvider) ListFiles(context.Context, sandbox.Ref, string) ([]sandbox.Fi
 // benchRuntime is a runtime over a real SQLite file and nopProvider.
 func benchRuntime(b *testing.B) *core.Runtime {
 	b.Helper()
-	return stack.New(b, nopProvider{}, stack.Unstarted(), stack.Core(func(c *core.Config) {
+	return corestack.New(b, nopProvider{}, corestack.Unstarted(), corestack.Core(func(c *core.Config) {
 		c.Logger, c.ReconcileInterval = slog.New(slog.DiscardHandler), -1
 	})).Runtime
 }

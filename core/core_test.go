@@ -14,7 +14,7 @@ import (
 	"github.com/sandboxd/sandbox"
 	"github.com/sandboxd/sandbox/core"
 	"github.com/sandboxd/sandbox/internal/testenv"
-	"github.com/sandboxd/sandbox/internal/testenv/stack"
+	"github.com/sandboxd/sandbox/internal/testenv/corestack"
 	"github.com/sandboxd/sandbox/provider/fault"
 	"github.com/sandboxd/sandbox/provider/host"
 )
@@ -34,7 +34,7 @@ func newEnv(t *testing.T, tweak ...func(*core.Config)) *env {
 		t.Fatal(err)
 	}
 	prov := fault.New(inner)
-	s := stack.New(t, prov, stack.Unstarted(), stack.Core(func(c *core.Config) {
+	s := corestack.New(t, prov, corestack.Unstarted(), corestack.Core(func(c *core.Config) {
 		c.ReconcileInterval, c.ProviderTimeout = -1, 2*time.Second
 		for _, f := range tweak {
 			f(c)

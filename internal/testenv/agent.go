@@ -1,31 +1,44 @@
 package testenv
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
+	"strings"
 	"sync"
 	"testing"
 )
 
-// agent is the daemon binary BuildAgent builds, once per test process, and Main removes.
-var agent struct {
-	main bool // Main runs the tests, so the binary goes when they end
+// builds are the daemon binaries Build makes, one per set of build tags and test process, which Main
+// removes.
+var builds struct {
+	main bool // Main runs the tests, so the binaries go when they end
+	mu   sync.Mutex
+	by   map[string]*build // by the tags, sorted and joined
+}
+
+type build struct {
 	once sync.Once
 	dir  string
 	path string
 	err  error
 }
 
-// Main runs the package's tests and then removes what BuildAgent built. The TestMain of a package whose
-// tests call BuildAgent calls it, last.
+// Main runs the package's tests and then removes what BuildAgent and Build built. The TestMain of a
+// package whose tests call them calls it, last.
 func Main(m *testing.M) {
-	agent.main = true
+	builds.main = true
 	code := m.Run()
-	if agent.dir != "" {
-		os.RemoveAll(agent.dir)
+	builds.mu.Lock()
+	for _, b := range builds.by {
+		if b.dir != "" {
+			os.RemoveAll(b.dir)
+		}
 	}
+	builds.mu.Unlock()
 	os.Exit(code)
 }
 
@@ -35,17 +48,42 @@ func Main(m *testing.M) {
 // and open it. The package's TestMain must call Main, which removes it.
 func BuildAgent(t testing.TB) string {
 	t.Helper()
-	if !agent.main {
-		t.Fatal("testenv.BuildAgent: the package's TestMain must call testenv.Main, which removes the binary")
-	}
-	agent.once.Do(func() { agent.dir, agent.path, agent.err = buildAgent() })
-	if agent.err != nil {
-		t.Fatal(agent.err)
-	}
-	return agent.path
+	return BuildDaemon(t)
 }
 
-func buildAgent() (dir, path string, err error) {
+// BuildDaemon is BuildAgent built with the given build tags (kubernetes, say), once per set of tags.
+func BuildDaemon(t testing.TB, tags ...string) string {
+	t.Helper()
+	path, err := Build(tags...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// Build is BuildDaemon for a caller without a test at hand (a cluster's set-up, once for all its
+// tests): the path, or why it could not be built.
+func Build(tags ...string) (string, error) {
+	if !builds.main {
+		return "", errors.New("testenv: the package's TestMain must call testenv.Main, which removes the binary")
+	}
+	tags = slices.Sorted(slices.Values(tags))
+	key := strings.Join(tags, ",")
+	builds.mu.Lock()
+	if builds.by == nil {
+		builds.by = map[string]*build{}
+	}
+	b := builds.by[key]
+	if b == nil {
+		b = &build{}
+		builds.by[key] = b
+	}
+	builds.mu.Unlock()
+	b.once.Do(func() { b.dir, b.path, b.err = buildDaemon(key) })
+	return b.path, b.err
+}
+
+func buildDaemon(tags string) (dir, path string, err error) {
 	dir, err = os.MkdirTemp("", "sandboxd-agent")
 	if err != nil {
 		return "", "", err
@@ -54,10 +92,14 @@ func buildAgent() (dir, path string, err error) {
 		return dir, "", err
 	}
 	path = filepath.Join(dir, "sandboxd")
-	build := exec.Command("go", "build", "-o", path, "github.com/sandboxd/sandbox/cmd/sandboxd")
+	args := []string{"build", "-o", path}
+	if tags != "" {
+		args = append(args, "-tags", tags)
+	}
+	build := exec.Command("go", append(args, "github.com/sandboxd/sandbox/cmd/sandboxd")...)
 	build.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := build.CombinedOutput(); err != nil {
-		return dir, "", fmt.Errorf("building the agent: %v\n%s", err, out)
+		return dir, "", fmt.Errorf("building the daemon (tags %q): %v\n%s", tags, err, out)
 	}
 	return dir, path, nil
 }
