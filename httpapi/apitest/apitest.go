@@ -1,6 +1,7 @@
 // Package apitest is the HTTP conformance suite of sandboxd: Run starts the real stack (core over a SQLite
-// store under t.TempDir(), the given provider, httpapi) on a real listener at 127.0.0.1:0 and drives every
-// path and every documented status of the contract through a real HTTP client.
+// store under t.TempDir(), the given provider, httpapi; testenv/stack wires them) on a real listener at
+// 127.0.0.1:0 and drives every path and every documented status of the contract through a real HTTP
+// client.
 //
 // Its invariant: every response the suite receives is checked against the contract. A test-only
 // RoundTripper validates each response with openapi3filter.ValidateResponse for its operation (statuses the
@@ -15,7 +16,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"slices"
 	"strings"
@@ -32,6 +32,7 @@ import (
 	"github.com/sandboxd/sandbox/core"
 	"github.com/sandboxd/sandbox/httpapi"
 	"github.com/sandboxd/sandbox/internal/errhttp"
+	teststack "github.com/sandboxd/sandbox/internal/testenv/stack"
 	"github.com/sandboxd/sandbox/store/sqlite"
 )
 
@@ -43,10 +44,11 @@ var unreachable = map[string]string{
 }
 
 // Run runs the suite against providers made by newProvider; each call must return a fresh provider whose
-// resources are released when t ends.
-func Run(t *testing.T, newProvider func(t *testing.T) sandbox.Provider) {
+// resources are released when t ends. Every stack of the suite is wired with opts (a plain path of the
+// store or the API, say), then the suite's own settings.
+func Run(t *testing.T, newProvider func(t *testing.T) sandbox.Provider, opts ...teststack.Option) {
 	cov := newCoverage(t)
-	s := &suite{newProvider: newProvider, cov: cov}
+	s := &suite{newProvider: newProvider, cov: cov, opts: opts}
 	t.Run("Health", s.testHealth)
 	t.Run("Routing", s.testRouting)
 	t.Run("BodyLimit", s.testBodyLimit)
@@ -79,6 +81,7 @@ func Run(t *testing.T, newProvider func(t *testing.T) sandbox.Provider) {
 type suite struct {
 	newProvider func(t *testing.T) sandbox.Provider
 	cov         *coverage
+	opts        []teststack.Option
 }
 
 // options adjust one stack.
@@ -96,49 +99,22 @@ type stack struct {
 	c    *client
 }
 
-// newStack starts core, store and server for prov on 127.0.0.1:0 and stops them when t ends.
+// newStack starts core, store and server for prov on 127.0.0.1:0, with the suite's stack options and
+// then o's, and stops them when t ends.
 func (s *suite) newStack(t *testing.T, prov sandbox.Provider, o options) *stack {
 	t.Helper()
-	ctx := context.Background()
 	logger := slog.New(slog.DiscardHandler)
-	st, err := sqlite.Open(ctx, sqlite.Config{Path: t.TempDir() + "/sandboxd.db", Retention: o.retention})
-	if err != nil {
-		t.Fatalf("open store: %v", err)
-	}
-	t.Cleanup(func() { _ = st.Close() })
-	rt, err := core.New(core.Config{Store: st, Provider: prov, Logger: logger})
-	if err != nil {
-		t.Fatalf("core.New: %v", err)
-	}
-	if err := rt.Start(ctx); err != nil {
-		t.Fatalf("core start: %v", err)
-	}
-	t.Cleanup(func() { _ = rt.Close() })
-	api := httpapi.New(httpapi.Config{Runtime: rt, Logger: logger, HeartbeatInterval: o.heartbeat, MaxBodyBytes: o.maxBodyBytes})
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatalf("listen: %v", err)
-	}
-	srv := &http.Server{Handler: api, ReadHeaderTimeout: 10 * time.Second}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_ = srv.Serve(ln)
-	}()
-	t.Cleanup(func() {
-		_ = api.Close()
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if err := srv.Shutdown(ctx); err != nil {
-			t.Errorf("server shutdown: %v", err)
-		}
-		<-done
-	})
-	base := "http://" + ln.Addr().String()
+	opts := append(slices.Clone(s.opts),
+		teststack.StoreConfig(func(c *sqlite.Config) { c.Retention = o.retention }),
+		teststack.Core(func(c *core.Config) { c.Logger = logger }),
+		teststack.API(func(c *httpapi.Config) {
+			c.Logger, c.HeartbeatInterval, c.MaxBodyBytes = logger, o.heartbeat, o.maxBodyBytes
+		}))
+	w := teststack.New(t, prov, opts...)
 	tr := &http.Transport{}
 	t.Cleanup(tr.CloseIdleConnections)
-	c := &client{t: t, base: base, hc: &http.Client{Transport: &validatingTransport{t: t, next: tr, cov: s.cov}}}
-	return &stack{t: t, rt: rt, base: base, c: c}
+	c := &client{t: t, base: w.URL, hc: &http.Client{Transport: &validatingTransport{t: t, next: tr, cov: s.cov}}}
+	return &stack{t: t, rt: w.Runtime, base: w.URL, c: c}
 }
 
 // client is a JSON client whose every response is validated against the contract.
