@@ -15,9 +15,7 @@ import (
 
 func authServer(t *testing.T, tokens *Tokens) *httptest.Server {
 	t.Helper()
-	s := New(Config{Runtime: newRuntime(t), Tokens: tokens})
-	srv := httptest.NewServer(s)
-	t.Cleanup(srv.Close)
+	_, srv := serve(t, Config{Tokens: tokens})
 	return srv
 }
 

@@ -13,24 +13,18 @@ import (
 
 	"github.com/sandboxd/sandbox"
 	"github.com/sandboxd/sandbox/core"
+	"github.com/sandboxd/sandbox/internal/testenv/corestack"
 	"github.com/sandboxd/sandbox/provider/host"
-	"github.com/sandboxd/sandbox/store/sqlite"
-	"github.com/sandboxd/sandbox/store/sqlite/sqlitetest"
 )
 
 // hostServer is the real stack over the host provider, for the fuzz targets that need real files.
 func hostServer(f testing.TB) (*Server, string) {
 	dir := f.TempDir()
-	st := sqlitetest.Open(f, sqlite.Config{})
 	prov, err := host.New(host.Config{Dir: filepath.Join(dir, "host")})
 	if err != nil {
 		f.Fatal(err)
 	}
-	rt, err := core.New(core.Config{Store: st, Provider: prov, ReconcileInterval: -1})
-	if err != nil {
-		f.Fatal(err)
-	}
-	f.Cleanup(func() { rt.Close() })
+	rt := corestack.New(f, prov, corestack.Unstarted(), corestack.Core(func(c *core.Config) { c.ReconcileInterval = -1 })).Runtime
 	return New(Config{Runtime: rt, Logger: slog.New(slog.DiscardHandler)}), filepath.Join(dir, "host")
 }
 

@@ -23,8 +23,7 @@ func originServer(t *testing.T, cfg Config) (*httptest.Server, string, *core.Run
 	t.Helper()
 	rt := newRuntime(t)
 	cfg.Runtime = rt
-	srv := httptest.NewServer(New(cfg))
-	t.Cleanup(srv.Close)
+	_, srv := serve(t, cfg)
 	_, port, err := net.SplitHostPort(srv.Listener.Addr().String())
 	if err != nil {
 		t.Fatal(err)

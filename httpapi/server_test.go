@@ -20,8 +20,8 @@ import (
 	"github.com/sandboxd/sandbox/api"
 	"github.com/sandboxd/sandbox/core"
 	"github.com/sandboxd/sandbox/internal/errhttp"
-	"github.com/sandboxd/sandbox/store/sqlite"
-	"github.com/sandboxd/sandbox/store/sqlite/sqlitetest"
+	"github.com/sandboxd/sandbox/internal/testenv"
+	"github.com/sandboxd/sandbox/internal/testenv/corestack"
 )
 
 // stubProvider is an edge fake for the tests of this package: every generation it is asked for exists at
@@ -71,16 +71,23 @@ func (p *stubProvider) Resources(context.Context) ([]sandbox.Ref, error) {
 // newRuntime starts a real core over a SQLite store under t.TempDir() and the stub provider.
 func newRuntime(tb testing.TB) *core.Runtime {
 	tb.Helper()
-	st := sqlitetest.Open(tb, sqlite.Config{})
-	rt, err := core.New(core.Config{Store: st, Provider: &stubProvider{refs: map[sandbox.Ref]bool{}}})
-	if err != nil {
-		tb.Fatal(err)
+	return corestack.New(tb, &stubProvider{refs: map[sandbox.Ref]bool{}}).Runtime
+}
+
+// serve runs New(cfg) on a loopback test server, over a fresh runtime (newRuntime) when cfg names none,
+// and closes both when the test ends, the server's event streams first.
+func serve(tb testing.TB, cfg Config) (*Server, *httptest.Server) {
+	tb.Helper()
+	if cfg.Runtime == nil {
+		cfg.Runtime = newRuntime(tb)
 	}
-	if err := rt.Start(context.Background()); err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() { _ = rt.Close() })
-	return rt
+	s := New(cfg)
+	srv := httptest.NewServer(s)
+	tb.Cleanup(func() {
+		_ = s.Close()
+		srv.Close()
+	})
+	return s, srv
 }
 
 // fromLoopback is r as a client on loopback sends it to 127.0.0.1:4311, for a test that calls ServeHTTP
@@ -175,9 +182,8 @@ func TestCommandDefaults(t *testing.T) {
 }
 
 func TestCloseEndsStreams(t *testing.T) {
-	s := New(Config{Runtime: newRuntime(t), HeartbeatInterval: time.Hour})
-	srv := httptest.NewServer(s)
-	defer srv.Close()
+	testenv.NoLeaks(t)
+	s, srv := serve(t, Config{HeartbeatInterval: time.Hour})
 	resp, err := http.Get(srv.URL + "/v1/events/stream")
 	if err != nil {
 		t.Fatal(err)
@@ -263,9 +269,7 @@ func FuzzQueryCursor(f *testing.F) {
 	for _, seed := range [][2]string{{"0", ""}, {"-1", ""}, {"1.5", "x"}, {"99999999999999999999", "3"}, {"", "-7"}, {"%zz", " 5 "}, {"1&after=2", "0"}} {
 		f.Add(seed[0], seed[1])
 	}
-	s := New(Config{Runtime: newRuntime(f), Logger: slog.New(slog.DiscardHandler)})
-	srv := httptest.NewServer(s)
-	f.Cleanup(srv.Close)
+	s, srv := serve(f, Config{Logger: slog.New(slog.DiscardHandler)})
 	f.Fuzz(func(t *testing.T, after, lastEventID string) {
 		// Requests are built with http.NewRequest, which refuses what no client could send (httptest's
 		// panics on it): the server is under test here, not URL parsing.

@@ -4,15 +4,15 @@ import (
 	"bufio"
 	"context"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/sandboxd/sandbox"
 	"github.com/sandboxd/sandbox/core"
+	"github.com/sandboxd/sandbox/internal/testenv"
+	"github.com/sandboxd/sandbox/internal/testenv/corestack"
 	"github.com/sandboxd/sandbox/store/sqlite"
-	"github.com/sandboxd/sandbox/store/sqlite/sqlitetest"
 )
 
 // streamLines opens the event stream at url and returns its status and its lines, a channel closed when
@@ -40,15 +40,12 @@ func streamLines(t *testing.T, url string) (int, <-chan string) {
 // deliver the idle sandbox's next event, not fall behind the history and end. (What it cannot outlive
 // is its own sandbox's events being pruned before it reads them: that is a 410, as for any reader.)
 func TestFilteredStreamOutlivesShortHistory(t *testing.T) {
+	testenv.NoLeaks(t) // nor does the stream, its Watch or its heartbeat outlive the test
 	ctx := context.Background()
-	st := sqlitetest.Open(t, sqlite.Config{Retention: 8})
-	rt, err := core.New(core.Config{Store: st, Provider: &stubProvider{refs: map[sandbox.Ref]bool{}}, ReconcileInterval: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = rt.Close() })
-	srv := httptest.NewServer(New(Config{Runtime: rt, HeartbeatInterval: 5 * time.Millisecond}))
-	t.Cleanup(srv.Close)
+	rt := corestack.New(t, &stubProvider{refs: map[sandbox.Ref]bool{}}, corestack.Unstarted(),
+		corestack.Store(sqlite.Config{Retention: 8}),
+		corestack.Core(func(c *core.Config) { c.ReconcileInterval = -1 })).Runtime
+	_, srv := serve(t, Config{Runtime: rt, HeartbeatInterval: 5 * time.Millisecond})
 
 	idle, err := rt.Create(ctx, sandbox.Spec{ClientRequestID: "idle"})
 	if err != nil {
