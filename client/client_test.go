@@ -15,11 +15,17 @@ import (
 
 	"github.com/sandboxd/sandbox"
 	"github.com/sandboxd/sandbox/client"
+	"github.com/sandboxd/sandbox/internal/testenv"
 )
 
+// newClient is a client of base with quick retries, on connections of its own that are closed when the
+// test ends.
 func newClient(t *testing.T, base string, opts ...client.Option) *client.Client {
 	t.Helper()
-	c, err := client.New(base, append([]client.Option{client.WithRetry(4, time.Millisecond, 10*time.Millisecond)}, opts...)...)
+	tr := &http.Transport{}
+	t.Cleanup(tr.CloseIdleConnections)
+	c, err := client.New(base, append([]client.Option{client.WithHTTPClient(&http.Client{Transport: tr}),
+		client.WithRetry(4, time.Millisecond, 10*time.Millisecond)}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -227,6 +233,7 @@ func TestEventsList(t *testing.T) {
 }
 
 func TestEventHistoryUnavailable(t *testing.T) {
+	testenv.NoLeaks(t) // the refused stream leaves nothing running, in the client or the daemon
 	c := newClient(t, newDaemon(t, 1))
 	ctx := t.Context()
 	ready(t, c)
@@ -247,8 +254,10 @@ func TestEventHistoryUnavailable(t *testing.T) {
 }
 
 // TestStreamResume cuts the connection under a live stream and checks the stream resumes where it was,
-// with no event lost or repeated.
+// with no event lost or repeated, and that neither the streams nor the daemon's handlers of them
+// outlive the test.
 func TestStreamResume(t *testing.T) {
+	testenv.NoLeaks(t)
 	base := newDaemon(t, 0)
 	direct := newClient(t, base)
 	u, _ := url.Parse(base)

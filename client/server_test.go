@@ -1,12 +1,10 @@
 package client_test
 
 import (
-	"context"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
-	"net/http"
 	"os"
 	"path/filepath"
 	"sync"
@@ -14,6 +12,7 @@ import (
 
 	"github.com/sandboxd/sandbox/core"
 	"github.com/sandboxd/sandbox/httpapi"
+	"github.com/sandboxd/sandbox/internal/testenv/stack"
 	"github.com/sandboxd/sandbox/provider/host"
 	"github.com/sandboxd/sandbox/store/sqlite"
 )
@@ -42,43 +41,20 @@ func TestMain(m *testing.M) {
 // startDaemon runs the real stack (SQLite store under dir, host provider, runtime core, HTTP API) on a
 // free loopback port and returns its URL and a function that stops it.
 func startDaemon(dir string, retention int) (string, func(), error) {
-	ctx := context.Background()
 	logger := slog.New(slog.DiscardHandler)
-	st, err := sqlite.Open(ctx, sqlite.Config{Path: filepath.Join(dir, "sandboxd.db"), Retention: retention})
-	if err != nil {
-		return "", nil, err
-	}
 	prov, err := host.New(host.Config{Dir: filepath.Join(dir, "sandboxes"), Logger: logger})
 	if err != nil {
-		st.Close()
 		return "", nil, err
 	}
-	rt, err := core.New(core.Config{Store: st, Provider: prov, Logger: logger})
+	s, err := stack.Start(dir, prov,
+		stack.StoreConfig(func(c *sqlite.Config) { c.Retention = retention }),
+		stack.Core(func(c *core.Config) { c.Logger = logger }),
+		// The tests' proxies pass the Host they were reached at, on a port of their own.
+		stack.API(func(c *httpapi.Config) { c.Logger, c.AllowedHosts = logger, []string{"127.0.0.1"} }))
 	if err != nil {
-		st.Close()
 		return "", nil, err
 	}
-	if err := rt.Start(ctx); err != nil {
-		st.Close()
-		return "", nil, err
-	}
-	// The tests' proxies pass the Host they were reached at, on a port of their own.
-	api := httpapi.New(httpapi.Config{Runtime: rt, Logger: logger, AllowedHosts: []string{"127.0.0.1"}})
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		rt.Close()
-		st.Close()
-		return "", nil, err
-	}
-	srv := &http.Server{Handler: api}
-	go srv.Serve(ln)
-	stop := func() {
-		api.Close()
-		srv.Close()
-		rt.Close()
-		st.Close()
-	}
-	return "http://" + ln.Addr().String(), stop, nil
+	return s.URL, s.Close, nil
 }
 
 // newDaemon starts a daemon for one test and stops it when the test ends.

@@ -1,10 +1,7 @@
 package main
 
 import (
-	"context"
 	"log/slog"
-	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,6 +12,7 @@ import (
 
 	"github.com/sandboxd/sandbox/core"
 	"github.com/sandboxd/sandbox/httpapi"
+	"github.com/sandboxd/sandbox/internal/testenv/stack"
 	"github.com/sandboxd/sandbox/provider/host"
 	"github.com/sandboxd/sandbox/store/sqlite"
 )
@@ -45,46 +43,24 @@ func TestScripts(t *testing.T) {
 
 // setupDaemon starts the daemon of one script and stops it when the script ends.
 func setupDaemon(env *testscript.Env) error {
-	ctx := context.Background()
 	dir := filepath.Join(env.WorkDir, ".sandboxd")
 	logger := slog.New(slog.DiscardHandler)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return err
 	}
-	st, err := sqlite.Open(ctx, sqlite.Config{Path: filepath.Join(dir, "sandboxd.db"), Retention: 1000})
-	if err != nil {
-		return err
-	}
 	prov, err := host.New(host.Config{Dir: filepath.Join(dir, "sandboxes"), Logger: logger})
 	if err != nil {
-		st.Close()
 		return err
 	}
-	rt, err := core.New(core.Config{Store: st, Provider: prov, Logger: logger})
+	s, err := stack.Start(dir, prov,
+		stack.StoreConfig(func(c *sqlite.Config) { c.Retention = 1000 }),
+		stack.Core(func(c *core.Config) { c.Logger = logger }),
+		stack.API(func(c *httpapi.Config) { c.Logger = logger }))
 	if err != nil {
-		st.Close()
 		return err
 	}
-	if err := rt.Start(ctx); err != nil {
-		st.Close()
-		return err
-	}
-	api := httpapi.New(httpapi.Config{Runtime: rt, Logger: logger})
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		rt.Close()
-		st.Close()
-		return err
-	}
-	srv := &http.Server{Handler: api}
-	go srv.Serve(ln)
-	env.Defer(func() {
-		api.Close()
-		srv.Close()
-		rt.Close()
-		st.Close()
-	})
-	env.Setenv("SANDBOXD_URL", "http://"+ln.Addr().String())
+	env.Defer(s.Close)
+	env.Setenv("SANDBOXD_URL", s.URL)
 	return nil
 }
 
