@@ -8,12 +8,12 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/sandboxd/sandbox"
+	"github.com/sandboxd/sandbox/internal/testenv"
 	"github.com/sandboxd/sandbox/provider/kubernetes"
 )
 
@@ -31,12 +31,7 @@ func TestKubernetesSandboxesSurviveDaemonSIGKILL(t *testing.T) {
 		t.Skip("no kubernetes cluster: run scripts/test, or set KUBECONFIG, KUBECTL and SANDBOXD_K8S_AGENT_IMAGE")
 	}
 	ctx := context.Background()
-	bin := filepath.Join(t.TempDir(), "sandboxd-k8s")
-	build := exec.Command("go", "build", "-tags", "kubernetes", "-o", bin, ".")
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("building sandboxd with -tags kubernetes: %v\n%s", err, out)
-	}
+	bin := testenv.BuildDaemon(t, "kubernetes")
 	ns := fmt.Sprintf("sbx-restart-%d", time.Now().UnixNano()%1_000_000)
 	kc := func(args ...string) string {
 		out, err := exec.Command(kubectl, append([]string{"--kubeconfig", kubeconfig}, args...)...).CombinedOutput()

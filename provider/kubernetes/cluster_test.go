@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"runtime"
 	"strings"
 	"sync"
@@ -20,8 +19,11 @@ import (
 	k8s "k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
+	"github.com/sandboxd/sandbox/internal/testenv"
 	"github.com/sandboxd/sandbox/provider/kubernetes"
 )
+
+func TestMain(m *testing.M) { testenv.Main(m) }
 
 // The cluster tests run against the cluster of $KUBECONFIG (scripts/k8s/cluster.sh up makes one). Each
 // test gets a namespace of its own. The agent image is $SANDBOXD_K8S_AGENT_IMAGE, or, when unset, one
@@ -88,16 +90,9 @@ func setupCluster() error {
 
 // importAgentImage builds a static sandboxd from this tree and imports it as an image named by its hash.
 func importAgentImage() (string, error) {
-	dir, err := os.MkdirTemp("", "sandboxd-k8s")
+	bin, err := testenv.Build()
 	if err != nil {
 		return "", err
-	}
-	defer os.RemoveAll(dir)
-	bin := filepath.Join(dir, "sandboxd")
-	build := exec.Command("go", "build", "-o", bin, "../../cmd/sandboxd")
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("build sandboxd: %v\n%s", err, out)
 	}
 	data, err := os.ReadFile(bin)
 	if err != nil {

@@ -3,7 +3,6 @@ package kubernetes_test
 import (
 	"context"
 	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -11,6 +10,7 @@ import (
 
 	"github.com/sandboxd/sandbox"
 	"github.com/sandboxd/sandbox/core"
+	"github.com/sandboxd/sandbox/internal/testenv/corestack"
 	"github.com/sandboxd/sandbox/store/sqlite"
 )
 
@@ -28,23 +28,17 @@ type daemon struct {
 	stop  func()
 }
 
+// startDaemon starts a daemon whose store is in dir; its stop ends it as a crash would, releasing
+// nothing.
 func startDaemon(t *testing.T, dir, ns string) *daemon {
 	t.Helper()
-	ctx := context.Background()
-	st, err := sqlite.Open(ctx, sqlite.Config{Path: filepath.Join(dir, "sandboxd.db")})
-	if err != nil {
-		t.Fatal(err)
-	}
 	p := newProviderIn(t, config(t, ns))
-	rt, err := core.New(core.Config{Store: st, Provider: p, ReconcileInterval: -1, ReadyTimeout: 2 * time.Minute})
+	s, err := corestack.Open(dir, p, corestack.Core(func(c *core.Config) { c.ReconcileInterval, c.ReadyTimeout = -1, 2*time.Minute }))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := rt.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	d := &daemon{rt: rt, store: st}
-	d.stop = func() { rt.Close(); p.Close(); st.Close() }
+	d := &daemon{rt: s.Runtime, store: s.Store}
+	d.stop = func() { s.Runtime.Close(); p.Close(); s.Store.Close() }
 	t.Cleanup(d.stop)
 	return d
 }
