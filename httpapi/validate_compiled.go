@@ -12,7 +12,7 @@ import (
 
 	"github.com/sandboxd/sandbox"
 	"github.com/sandboxd/sandbox/api"
-	"github.com/sandboxd/sandbox/httpapi/schema"
+	"github.com/sandboxd/sandbox/internal/schema"
 	"github.com/sandboxd/sandbox/internal/jsondoc"
 )
 
