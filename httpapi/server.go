@@ -34,6 +34,8 @@ import (
 
 	"github.com/sandboxd/sandbox"
 	"github.com/sandboxd/sandbox/core"
+	"github.com/sandboxd/sandbox/internal/jsondoc"
+	"github.com/sandboxd/sandbox/internal/schema"
 )
 
 // DefaultMaxBodyBytes is the request body limit when Config.MaxBodyBytes is zero: room for a file write
@@ -68,6 +70,13 @@ type Config struct {
 	// ReadBodyTimeout is how long a client may take to send a request body, plus a second for every
 	// 64 KiB of it; DefaultReadBodyTimeout if zero.
 	ReadBodyTimeout time.Duration
+	// Schemas compiles the contract's request schemas; nil is package schema's own compiler, whose
+	// validators are compiled once per process. The daemon built with -tags plainschema passes the JSON
+	// Schema library's (docs/design/request-validation.md).
+	Schemas schema.Compiler
+	// PlainJSON parses request bodies with encoding/json instead of jsondoc's one pass
+	// (docs/design/json-parser.md).
+	PlainJSON bool
 }
 
 // Server is the HTTP handler of the API. It is safe for concurrent use.
@@ -82,6 +91,8 @@ type Server struct {
 	bodyTimeout  time.Duration
 	mux          *http.ServeMux
 	handler      http.Handler
+	validators   validators
+	decodeFirst  func([]byte) (any, []byte, error) // a request body's first JSON value, and what follows it
 
 	// done is closed by Close and ends every event stream.
 	done      chan struct{}
@@ -133,8 +144,10 @@ func New(cfg Config) *Server {
 		}
 		s.allowedHosts = append(s.allowedHosts, h)
 	}
-	if _, err := requestValidators(); err != nil {
-		panic(fmt.Sprintf("httpapi: embedded contract: %v", err))
+	s.validators = contractValidators(cfg.Schemas)
+	s.decodeFirst = jsondoc.DecodeFirst
+	if cfg.PlainJSON {
+		s.decodeFirst = stdDecodeFirst
 	}
 	s.routes()
 	s.handler = s.recoverer(s.bodyDeadline(s.originGuard(s.mux)))
@@ -164,7 +177,7 @@ func (s *Server) routes() {
 	allowed := map[string][]string{}
 	var paths []string
 	for _, rt := range routes {
-		op := s.operation(rt.method, rt.path)
+		op := s.validators.operation(rt.method, rt.path)
 		s.mux.Handle(rt.method+" "+rt.path, s.guard(rt.path, s.endpoint(op, rt.h)))
 		if _, ok := allowed[rt.path]; !ok {
 			paths = append(paths, rt.path)

@@ -16,13 +16,6 @@ import (
 	"github.com/sandboxd/sandbox"
 )
 
-// operation returns the contract's precompiled validator for method and path; it panics when the
-// contract has none or does not compile, which only a mismatch between the route table and the embedded
-// document can cause.
-func (s *Server) operation(method, path string) *requestValidator {
-	return validatorFor(method, path)
-}
-
 // endpoint wraps an operation's handler with the media type check, the body limit and request
 // validation, and writes any error. The operation's validator is compiled before the first request, never
 // per request.
@@ -41,7 +34,7 @@ func (s *Server) endpoint(v *requestValidator, h handlerFunc) http.Handler {
 				return
 			}
 		}
-		doc, err := v.validate(r, body)
+		doc, err := v.validate(r, body, s.decodeFirst)
 		if err != nil {
 			s.writeError(w, r, err)
 			return

@@ -2,6 +2,8 @@ package httpapi
 
 import (
 	"context"
+	"encoding/base64"
+	"encoding/json"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -9,34 +11,46 @@ import (
 	"testing"
 
 	"github.com/sandboxd/sandbox"
+	"github.com/sandboxd/sandbox/api"
 )
 
 const benchCreateBody = `{"clientRequestId":"bench-1","image":"docker.io/library/alpine:3","resources":{"cpuMillis":500,"memoryMiB":256},"requiredCapabilities":["commandExecution","fileAccess"],"extensions":{"acme.tier":"gold"}}`
 
-// BenchmarkValidateCreate is the contract check of one create body, without the handler.
+// BenchmarkValidateCreate is the contract check of one create body, without the handler, each way.
 func BenchmarkValidateCreate(b *testing.B) {
-	v := validatorFor(http.MethodPost, "/v1/sandboxes")
-	body := []byte(benchCreateBody)
 	r := httptest.NewRequest(http.MethodPost, "/v1/sandboxes", nil)
-	b.ReportAllocs()
-	for b.Loop() {
-		if _, err := v.validate(r, body); err != nil {
-			b.Fatal(err)
-		}
-	}
+	benchValidate(b, "POST /v1/sandboxes", r, []byte(benchCreateBody))
 }
 
 // BenchmarkValidateCommand is the contract check of one command body and its path parameter.
 func BenchmarkValidateCommand(b *testing.B) {
-	v := validatorFor(http.MethodPost, "/v1/sandboxes/{sandboxId}/commands")
-	body := []byte(`{"expectedGeneration":1,"argv":["sh","-c","true"],"env":{"A":"B"},"timeoutSeconds":30,"maxOutputBytes":65536}`)
 	r := httptest.NewRequest(http.MethodPost, "/v1/sandboxes/sbx_1/commands", nil)
 	r.SetPathValue("sandboxId", "sbx_1")
-	b.ReportAllocs()
-	for b.Loop() {
-		if _, err := v.validate(r, body); err != nil {
-			b.Fatal(err)
-		}
+	benchValidate(b, "POST /v1/sandboxes/{sandboxId}/commands", r,
+		[]byte(`{"expectedGeneration":1,"argv":["sh","-c","true"],"env":{"A":"B"},"timeoutSeconds":30,"maxOutputBytes":65536}`))
+}
+
+// BenchmarkValidateWrite1MiB is the contract check of a write of 1 MiB.
+func BenchmarkValidateWrite1MiB(b *testing.B) {
+	r := httptest.NewRequest(http.MethodPut, "/v1/sandboxes/sbx_1/files/content", nil)
+	r.SetPathValue("sandboxId", "sbx_1")
+	body, _ := json.Marshal(api.FileWriteRequest{ExpectedGeneration: 1, Path: "f.bin", ContentBase64: base64.StdEncoding.EncodeToString(make([]byte, 1<<20))})
+	benchValidate(b, "PUT /v1/sandboxes/{sandboxId}/files/content", r, body)
+}
+
+func benchValidate(b *testing.B, op string, r *http.Request, body []byte) {
+	method, pattern, _ := strings.Cut(op, " ")
+	for _, w := range validations {
+		v := w.all().operation(method, pattern)
+		b.Run(w.name, func(b *testing.B) {
+			b.ReportAllocs()
+			b.SetBytes(int64(len(body)))
+			for b.Loop() {
+				if _, err := v.validate(r, body, w.decode); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }
 

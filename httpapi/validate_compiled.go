@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -12,25 +13,31 @@ import (
 
 	"github.com/sandboxd/sandbox"
 	"github.com/sandboxd/sandbox/api"
-	"github.com/sandboxd/sandbox/internal/schema"
 	"github.com/sandboxd/sandbox/internal/jsondoc"
+	"github.com/sandboxd/sandbox/internal/schema"
 )
 
-// The contract's request schemas are compiled once per process by package schema, which enforces
-// exactly the JSON Schema keywords the contract uses and refuses to compile any other: a request only
-// runs the compiled trees.
+// The contract's request schemas are compiled once, by package schema's own compiler unless
+// Config.Schemas names another (the library path, docs/design/request-validation.md): a request only
+// runs the compiled validators.
 
-// requestValidators is every operation of the embedded contract, keyed by "METHOD /path/{param}".
-var requestValidators = sync.OnceValues(func() (map[string]*requestValidator, error) {
+// validators is every operation of the embedded contract, keyed by "METHOD /path/{param}".
+type validators map[string]*requestValidator
+
+// ownValidators are the contract's operations compiled by package schema, once per process.
+var ownValidators = sync.OnceValues(func() (validators, error) { return compileValidators(schema.Own) })
+
+// compileValidators compiles every operation of the embedded contract with compile.
+func compileValidators(compile schema.Compiler) (validators, error) {
 	doc, err := schema.Parse(api.OpenAPI)
 	if err != nil {
 		return nil, err
 	}
-	ops, err := doc.Operations()
+	ops, err := doc.Operations(compile)
 	if err != nil {
 		return nil, err
 	}
-	out := make(map[string]*requestValidator, len(ops))
+	out := make(validators, len(ops))
 	for key, op := range ops {
 		v := &requestValidator{params: op.Params}
 		for _, p := range op.Params {
@@ -42,15 +49,27 @@ var requestValidators = sync.OnceValues(func() (map[string]*requestValidator, er
 		out[key] = v
 	}
 	return out, nil
-})
+}
 
-// validatorFor returns the precompiled validator of an operation; it panics when the contract does not
-// have it or does not compile: a build defect caught by every test.
-func validatorFor(method, path string) *requestValidator {
-	all, err := requestValidators()
+// contractValidators returns the contract's operations compiled with compile (nil: package schema's
+// own, compiled once per process); it panics when the contract does not compile: a build defect
+// caught by every test.
+func contractValidators(compile schema.Compiler) validators {
+	var all validators
+	var err error
+	if compile == nil {
+		all, err = ownValidators()
+	} else {
+		all, err = compileValidators(compile)
+	}
 	if err != nil {
 		panic(fmt.Sprintf("httpapi: compiling the contract's request schemas: %v", err))
 	}
+	return all
+}
+
+// operation returns the validator of one operation; it panics when the contract does not have it.
+func (all validators) operation(method, path string) *requestValidator {
 	v := all[method+" "+path]
 	if v == nil {
 		panic(fmt.Sprintf("httpapi: the contract has no operation %s %s", method, path))
@@ -62,15 +81,15 @@ func validatorFor(method, path string) *requestValidator {
 type requestValidator struct {
 	params   []*schema.Param // path item's, then the operation's, in the contract's order
 	hasQuery bool
-	body     *schema.Schema // nil: the operation takes no body
+	body     schema.Validator // nil: the operation takes no body
 	bodyReq  bool
 }
 
 // validate checks r's parameters and body (nil without one) against the operation, and returns the
-// body as it decoded it (nil without one, or when something follows the document). Every error is
-// ErrInvalidRequest with a one-line message that says where and what. The body's media type is
-// checkMediaType's, before the body is read.
-func (v *requestValidator) validate(r *http.Request, body []byte) (any, error) {
+// body as decodeFirst decoded it (nil without one, or when something follows the document). Every
+// error is ErrInvalidRequest with a one-line message that says where and what. The body's media type
+// is checkMediaType's, before the body is read.
+func (v *requestValidator) validate(r *http.Request, body []byte, decodeFirst func([]byte) (any, []byte, error)) (any, error) {
 	var query url.Values
 	if v.hasQuery {
 		query = r.URL.Query()
@@ -91,7 +110,7 @@ func (v *requestValidator) validate(r *http.Request, body []byte) (any, error) {
 	}
 	// The first value is what is validated, as kin-openapi's decoder takes it; data after it is the
 	// handlers' to refuse (decodeStrict), so such a document is not handed to them.
-	doc, rest, err := jsondoc.DecodeFirst(body)
+	doc, rest, err := decodeFirst(body)
 	if err != nil {
 		return nil, fmt.Errorf("request body: not valid JSON: %s: %w", oneLine(err.Error()), sandbox.ErrInvalidRequest)
 	}
@@ -102,6 +121,18 @@ func (v *requestValidator) validate(r *http.Request, body []byte) (any, error) {
 		return nil, nil
 	}
 	return doc, nil
+}
+
+// stdDecodeFirst is jsondoc.DecodeFirst done with encoding/json, the plain path of Config.PlainJSON: the
+// same values, errors in encoding/json's words.
+func stdDecodeFirst(body []byte) (any, []byte, error) {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.UseNumber()
+	var doc any
+	if err := dec.Decode(&doc); err != nil {
+		return nil, nil, err
+	}
+	return doc, body[dec.InputOffset():], nil
 }
 
 // validateParam decodes and checks one parameter the way kin-openapi's request filter does: a query

@@ -17,6 +17,7 @@ import (
 
 	"github.com/sandboxd/sandbox"
 	"github.com/sandboxd/sandbox/api"
+	"github.com/sandboxd/sandbox/internal/jsondoc"
 )
 
 const (
@@ -157,12 +158,40 @@ func newValidationRequest(t testing.TB, tc validationCase) (*http.Request, []byt
 	return r, body
 }
 
+// validation is one way of validating a request: the body parsed by jsondoc or by encoding/json.
+type validation struct {
+	name   string
+	all    func() validators
+	decode func([]byte) (any, []byte, error)
+}
+
+var ownOnce = sync.OnceValue(func() validators { return contractValidators(nil) })
+
+// validations are every way, the default first.
+var validations = []validation{
+	{"own+jsondoc", ownOnce, jsondoc.DecodeFirst},
+	{"own+encoding/json", ownOnce, stdDecodeFirst},
+}
+
+// validate validates tc's request the way w does.
+func (w validation) validate(t testing.TB, tc validationCase) error {
+	t.Helper()
+	method, pattern, _ := strings.Cut(tc.op, " ")
+	r, body := newValidationRequest(t, tc)
+	_, err := w.all().operation(method, pattern).validate(r, body, w.decode)
+	return err
+}
+
 func TestValidatorRules(t *testing.T) {
+	for _, w := range validations {
+		t.Run(w.name, func(t *testing.T) { testValidatorRules(t, w) })
+	}
+}
+
+func testValidatorRules(t *testing.T, w validation) {
 	for _, tc := range validationCases {
 		t.Run(tc.name, func(t *testing.T) {
-			method, pattern, _ := strings.Cut(tc.op, " ")
-			r, body := newValidationRequest(t, tc)
-			_, err := validatorFor(method, pattern).validate(r, body)
+			err := w.validate(t, tc)
 			if tc.want == nil {
 				if err != nil {
 					t.Fatalf("refused: %v", err)
@@ -235,25 +264,49 @@ func kinValidate(t testing.TB, tc validationCase) (err error) {
 }
 
 // TestValidatorAgreesWithKinOpenAPI: every request the precompiled validators accept, kin-openapi's
-// per-request validation accepts, and the same for refusals.
+// per-request validation accepts, and the same for refusals, whichever way they validate.
 func TestValidatorAgreesWithKinOpenAPI(t *testing.T) {
 	for _, tc := range validationCases {
-		method, pattern, _ := strings.Cut(tc.op, " ")
-		r, body := newValidationRequest(t, tc)
-		_, ours := validatorFor(method, pattern).validate(r, body)
 		theirs := kinValidate(t, tc)
-		if (ours == nil) != (theirs == nil) {
-			t.Errorf("%s: precompiled %v, kin-openapi %v", tc.name, ours, theirs)
+		for _, w := range validations {
+			if ours := w.validate(t, tc); (ours == nil) != (theirs == nil) {
+				t.Errorf("%s, %s: precompiled %v, kin-openapi %v", tc.name, w.name, ours, theirs)
+			}
 		}
 	}
 }
 
+// TestValidationsAgree: every way of validating refuses a request with the same message.
+func TestValidationsAgree(t *testing.T) {
+	for _, tc := range validationCases {
+		want := validations[0].validate(t, tc)
+		for _, w := range validations[1:] {
+			got := w.validate(t, tc)
+			if (got == nil) != (want == nil) || got != nil && !sameRefusal(got, want) {
+				t.Errorf("%s: %s %v, %s %v", tc.name, w.name, got, validations[0].name, want)
+			}
+		}
+	}
+}
+
+// sameRefusal: two refusals say the same, but for the words of a JSON syntax error, which are each
+// parser's own.
+func sameRefusal(a, b error) bool {
+	const syntax = "request body: not valid JSON: "
+	if strings.HasPrefix(a.Error(), syntax) {
+		return strings.HasPrefix(b.Error(), syntax)
+	}
+	return a.Error() == b.Error()
+}
+
 // TestEveryOperationCompiles: each operation of the contract has a validator, and only those.
 func TestEveryOperationCompiles(t *testing.T) {
-	all, err := requestValidators()
-	if err != nil {
-		t.Fatal(err)
+	for _, w := range validations[:1] {
+		t.Run(w.name, func(t *testing.T) { testEveryOperationCompiles(t, w.all()) })
 	}
+}
+
+func testEveryOperationCompiles(t *testing.T, all validators) {
 	doc, err := kinContract()
 	if err != nil {
 		t.Fatal(err)
@@ -280,8 +333,8 @@ func TestEveryOperationCompiles(t *testing.T) {
 }
 
 // FuzzValidatorAgreesWithKinOpenAPI: for any body or query of the operations that take one, the
-// precompiled validators accept exactly what kin-openapi's per-request validation accepts, and every
-// refusal is ErrInvalidRequest with a one-line message.
+// precompiled validators accept exactly what kin-openapi's per-request validation accepts, whichever way
+// they validate, and every refusal is ErrInvalidRequest with a one-line message, the same each way.
 func FuzzValidatorAgreesWithKinOpenAPI(f *testing.F) {
 	ops := []validationCase{
 		{op: opCreate, target: "/v1/sandboxes"},
@@ -314,15 +367,19 @@ func FuzzValidatorAgreesWithKinOpenAPI(f *testing.F) {
 		} else {
 			tc.body = input
 		}
-		method, pattern, _ := strings.Cut(tc.op, " ")
-		r, body := newValidationRequest(t, tc)
-		_, ours := validatorFor(method, pattern).validate(r, body)
 		theirs := kinValidate(t, tc)
-		if (ours == nil) != (theirs == nil) {
-			t.Fatalf("%s %q: precompiled %v, kin-openapi %v", tc.op, input, ours, theirs)
-		}
-		if ours != nil && (!errors.Is(ours, sandbox.ErrInvalidRequest) || strings.ContainsAny(ours.Error(), "\r\n")) {
-			t.Fatalf("%s %q: %q", tc.op, input, ours)
+		first := validations[0].validate(t, tc)
+		for _, w := range validations {
+			ours := w.validate(t, tc)
+			if (ours == nil) != (theirs == nil) {
+				t.Fatalf("%s %q, %s: precompiled %v, kin-openapi %v", tc.op, input, w.name, ours, theirs)
+			}
+			if ours != nil && (!errors.Is(ours, sandbox.ErrInvalidRequest) || strings.ContainsAny(ours.Error(), "\r\n")) {
+				t.Fatalf("%s %q, %s: %q", tc.op, input, w.name, ours)
+			}
+			if ours != nil && !sameRefusal(ours, first) {
+				t.Fatalf("%s %q: %s %q, %s %q", tc.op, input, w.name, ours, validations[0].name, first)
+			}
 		}
 	})
 }

@@ -3,7 +3,6 @@ package schema
 import (
 	"encoding/json"
 	"errors"
-	"fmt"
 	"math/big"
 	"strconv"
 	"strings"
@@ -93,7 +92,6 @@ type bound struct {
 	// small: r is 0 or 1e-18 <= |r| <= 1e18, so that a number of a magnitude past ±19 compares to it by
 	// its sign alone.
 	small bool
-	text  string
 }
 
 func newBound(v any) (*bound, error) {
@@ -106,7 +104,7 @@ func newBound(v any) (*bound, error) {
 		return nil, errors.New("not a representable number")
 	}
 	r := d.rat()
-	b := &bound{r: r, text: ratString(r)}
+	b := &bound{r: r}
 	if r.IsInt() && r.Num().IsInt64() {
 		b.i, b.isInt = r.Num().Int64(), true
 	}
@@ -161,10 +159,10 @@ func (s *Schema) validateNumber(n json.Number, path []string) *Error {
 		}
 		c, ok := b.cmp(n)
 		if !ok {
-			return &Error{Path: clonePath(path), Message: "number out of the range this API accepts"}
+			return &Error{Path: clonePath(path), Message: OutOfRangeMessage}
 		}
 		if bad(c) {
-			return &Error{Path: clonePath(path), Message: fmt.Sprintf("must be %s %s, got %s", op, b.text, numberText(n))}
+			return &Error{Path: clonePath(path), Message: BoundMessage(op, b.r, n)}
 		}
 		return nil
 	}

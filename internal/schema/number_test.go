@@ -35,7 +35,7 @@ func checkDecimal(t *testing.T, s string, bounds []*bound) {
 	}
 	for _, b := range bounds {
 		if c, _ := b.cmp(json.Number(s)); c != r.Cmp(b.r) {
-			t.Errorf("%s compared with %s: %d, math/big %d", s, b.text, c, r.Cmp(b.r))
+			t.Errorf("%s compared with %s: %d, math/big %d", s, ratString(b.r), c, r.Cmp(b.r))
 		}
 	}
 }

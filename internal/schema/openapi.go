@@ -24,21 +24,42 @@ type Param struct {
 	Required        bool
 	AllowEmptyValue bool
 	Type            string // "string", "integer", "number" or "boolean"
-	Schema          *Schema
+	Schema          Validator
 }
 
 // Body is an application/json request body.
 type Body struct {
 	Required bool
-	Schema   *Schema
+	Schema   Validator
+}
+
+// Validator is one compiled schema: immutable, safe for concurrent use.
+type Validator interface {
+	// Validate checks v, a value as encoding/json with UseNumber decodes it, and returns the first
+	// rule it breaks, or nil.
+	Validate(v any) *Error
+}
+
+// Compiler compiles the schema at a "#/..." JSON Pointer of d. Own is this package's; package plain's
+// compiles with a JSON Schema library instead.
+type Compiler func(d *Document, ptr string) (Validator, error)
+
+// Own is this package's Compiler: Compile.
+func Own(d *Document, ptr string) (Validator, error) {
+	s, err := d.Compile(ptr)
+	if err != nil {
+		return nil, err
+	}
+	return s, nil
 }
 
 var methods = []string{"get", "put", "post", "delete", "options", "head", "patch", "trace"}
 
-// Operations compiles the request side of every operation of an OpenAPI 3.1 document, keyed by
-// "METHOD /path/{param}". It fails on anything it would not enforce: a parameter that is not a path or
-// query one of a primitive type, a body that is not JSON, a schema keyword it does not know.
-func (d *Document) Operations() (map[string]*Operation, error) {
+// Operations compiles the request side of every operation of an OpenAPI 3.1 document with compile,
+// keyed by "METHOD /path/{param}". It fails on anything it would not enforce: a parameter that is not a
+// path or query one of a primitive type, a body that is not JSON, a schema compile refuses (Own refuses
+// a keyword it does not know).
+func (d *Document) Operations(compile Compiler) (map[string]*Operation, error) {
 	paths, ok := d.root.(map[string]any)["paths"].(map[string]any)
 	if !ok {
 		return nil, errors.New("schema: the document has no paths")
@@ -60,7 +81,7 @@ func (d *Document) Operations() (map[string]*Operation, error) {
 			if !ok {
 				return nil, fmt.Errorf("%s: not an object", opPtr)
 			}
-			o, err := d.operation(item, itemPtr, op, opPtr)
+			o, err := d.operation(compile, item, itemPtr, op, opPtr)
 			if err != nil {
 				return nil, fmt.Errorf("%s %s: %w", strings.ToUpper(method), path, err)
 			}
@@ -71,13 +92,13 @@ func (d *Document) Operations() (map[string]*Operation, error) {
 	return out, nil
 }
 
-func (d *Document) operation(item map[string]any, itemPtr string, op map[string]any, opPtr string) (*Operation, error) {
+func (d *Document) operation(compile Compiler, item map[string]any, itemPtr string, op map[string]any, opPtr string) (*Operation, error) {
 	o := &Operation{}
-	own, err := d.params(op, opPtr)
+	own, err := d.params(compile, op, opPtr)
 	if err != nil {
 		return nil, err
 	}
-	inherited, err := d.params(item, itemPtr)
+	inherited, err := d.params(compile, item, itemPtr)
 	if err != nil {
 		return nil, err
 	}
@@ -102,7 +123,7 @@ func (d *Document) operation(item map[string]any, itemPtr string, op map[string]
 				return nil, fmt.Errorf("request body: media type field %q is not supported", k)
 			}
 		}
-		s, err := d.compile(media["schema"], Pointer(ptr, "content", "application/json", "schema"))
+		s, err := compile(d, Pointer(ptr, "content", "application/json", "schema"))
 		if err != nil {
 			return nil, err
 		}
@@ -113,7 +134,7 @@ func (d *Document) operation(item map[string]any, itemPtr string, op map[string]
 }
 
 // params compiles the "parameters" list of a path item or an operation.
-func (d *Document) params(holder map[string]any, ptr string) ([]*Param, error) {
+func (d *Document) params(compile Compiler, holder map[string]any, ptr string) ([]*Param, error) {
 	raw, ok := holder["parameters"]
 	if !ok {
 		return nil, nil
@@ -128,7 +149,7 @@ func (d *Document) params(holder map[string]any, ptr string) ([]*Param, error) {
 		if err != nil {
 			return nil, err
 		}
-		p, err := d.param(m, mptr)
+		p, err := d.param(compile, m, mptr)
 		if err != nil {
 			return nil, err
 		}
@@ -137,7 +158,7 @@ func (d *Document) params(holder map[string]any, ptr string) ([]*Param, error) {
 	return out, nil
 }
 
-func (d *Document) param(m map[string]any, ptr string) (*Param, error) {
+func (d *Document) param(compile Compiler, m map[string]any, ptr string) (*Param, error) {
 	p := &Param{}
 	p.In, _ = m["in"].(string)
 	p.Name, _ = m["name"].(string)
@@ -160,15 +181,27 @@ func (d *Document) param(m map[string]any, ptr string) (*Param, error) {
 	if !ok {
 		return nil, fmt.Errorf("parameter %q: no schema", p.Name)
 	}
-	s, err := d.compile(raw, Pointer(ptr, "schema"))
+	sptr := Pointer(ptr, "schema")
+	s, err := compile(d, sptr)
 	if err != nil {
 		return nil, err
 	}
-	if len(s.types) != 1 {
-		return nil, fmt.Errorf("parameter %q: only a schema of one type is supported", p.Name)
+	sm, _, err := d.Deref(raw, sptr)
+	if err != nil {
+		return nil, fmt.Errorf("parameter %q: %w", p.Name, err)
 	}
-	switch p.Type = s.types[0]; p.Type {
+	switch t := sm["type"].(type) {
+	case string:
+		p.Type = t
+	case []any:
+		if len(t) == 1 {
+			p.Type, _ = t[0].(string)
+		}
+	}
+	switch p.Type {
 	case "string", "integer", "number", "boolean":
+	case "":
+		return nil, fmt.Errorf("parameter %q: only a schema of one type is supported", p.Name)
 	default:
 		return nil, fmt.Errorf("parameter %q: type %s is not supported", p.Name, p.Type)
 	}

@@ -38,6 +38,9 @@ func Parse(src []byte) (*Document, error) {
 	return &Document{root: root, cache: map[string]*Schema{}}, nil
 }
 
+// Root is the parsed document, as YAML decodes it; it must not be changed.
+func (d *Document) Root() any { return d.root }
+
 // Lookup returns the value at a "#/..." JSON Pointer of the document.
 func (d *Document) Lookup(ptr string) (any, error) {
 	frag, ok := strings.CutPrefix(ptr, "#")
@@ -279,7 +282,7 @@ func (d *Document) keyword(s *Schema, k string, v any, ptr string) error {
 		if s.not, err = d.compile(v, Pointer(ptr, k)); err != nil {
 			return err
 		}
-		s.notMessage = notMessage(s.not, Pointer(ptr, k))
+		s.notMessage = NotMessage(v, Pointer(ptr, k))
 	case "pattern":
 		p, ok := v.(string)
 		if !ok {
@@ -300,19 +303,6 @@ func (d *Document) keyword(s *Schema, k string, v any, ptr string) error {
 		}
 	}
 	return err
-}
-
-// notMessage says what a "not" forbids: "a and b cannot both be set" for the "not: {required: [a, b]}"
-// shape, else the generic rule.
-func notMessage(not *Schema, ptr string) string {
-	onlyRequired := not.typeMask == 0 && not.properties == nil && !not.noAdditional && not.additional == nil &&
-		not.propertyNames == nil && not.items == nil && not.minItems < 0 && !not.uniqueItems && not.enum == nil &&
-		!not.hasConst && not.not == nil && not.minLength < 0 && not.pattern == nil && not.minimum == nil &&
-		not.maximum == nil && not.exclusiveMinimum == nil && not.exclusiveMaximum == nil
-	if req := not.required; onlyRequired && len(req) > 1 {
-		return strings.Join(req[:len(req)-1], ", ") + " and " + req[len(req)-1] + " cannot both be set"
-	}
-	return "matches a schema it must not (" + ptr + ")"
 }
 
 func count(v any) (int, error) {
@@ -451,32 +441,28 @@ func (s *Schema) Validate(v any) *Error {
 }
 
 func (s *Schema) validate(v any, path []string) *Error {
-	fail := func(format string, args ...any) *Error {
-		return &Error{Path: slices.Clone(path), Message: fmt.Sprintf(format, args...)}
+	fail := func(message string) *Error {
+		return &Error{Path: slices.Clone(path), Message: message}
 	}
 	if s.typeMask != 0 && !typeOK(v, s.typeMask) {
-		return fail("got %s, want %s", typeName(v), strings.Join(s.types, " or "))
+		return fail(TypeMessage(v, s.types))
 	}
 	if s.hasConst && !equal(v, s.constV) {
-		return fail("value must be %s", jsonText(s.constV))
+		return fail(ConstMessage(s.constV))
 	}
 	if s.enum != nil && !slices.ContainsFunc(s.enum, func(e any) bool { return equal(v, e) }) {
-		texts := make([]string, len(s.enum))
-		for i, e := range s.enum {
-			texts[i] = jsonText(e)
-		}
-		return fail("value must be one of %s", strings.Join(texts, ", "))
+		return fail(EnumMessage(s.enum))
 	}
 	if s.not != nil && s.not.validate(v, path) == nil {
-		return fail("%s", s.notMessage)
+		return fail(s.notMessage)
 	}
 	switch v := v.(type) {
 	case string:
 		if s.minLength >= 0 && utf8.RuneCountInString(v) < s.minLength {
-			return fail("minLength: got %d characters, want at least %d", utf8.RuneCountInString(v), s.minLength)
+			return fail(MinLengthMessage(utf8.RuneCountInString(v), s.minLength))
 		}
 		if s.pattern != nil && !s.pattern.MatchString(v) {
-			return fail("does not match pattern %s", strconv.Quote(s.pattern.String()))
+			return fail(PatternMessage(s.pattern.String()))
 		}
 	case json.Number:
 		return s.validateNumber(v, path)
@@ -490,13 +476,13 @@ func (s *Schema) validate(v any, path []string) *Error {
 
 func (s *Schema) validateArray(v []any, path []string) *Error {
 	if s.minItems >= 0 && len(v) < s.minItems {
-		return &Error{Path: slices.Clone(path), Message: fmt.Sprintf("minItems: got %d items, want at least %d", len(v), s.minItems)}
+		return &Error{Path: slices.Clone(path), Message: MinItemsMessage(len(v), s.minItems)}
 	}
 	if s.uniqueItems {
 		for i := 1; i < len(v); i++ {
 			for j := range i {
 				if equal(v[i], v[j]) {
-					return &Error{Path: slices.Clone(path), Message: fmt.Sprintf("uniqueItems: items %d and %d are equal", j, i)}
+					return &Error{Path: slices.Clone(path), Message: UniqueItemsMessage(j, i)}
 				}
 			}
 		}
@@ -519,7 +505,7 @@ func (s *Schema) validateObject(v map[string]any, path []string) *Error {
 		}
 	}
 	if missing != nil {
-		return &Error{Path: slices.Clone(path), Message: "missing required " + plural(len(missing), "field ", "fields ") + quoteAll(missing)}
+		return &Error{Path: slices.Clone(path), Message: RequiredMessage(missing)}
 	}
 	checkKeys := s.noAdditional || s.additional != nil || s.propertyNames != nil
 	if !checkKeys && s.properties == nil {
@@ -533,7 +519,7 @@ func (s *Schema) validateObject(v map[string]any, path []string) *Error {
 	if s.propertyNames != nil {
 		for _, k := range keys {
 			if err := s.propertyNames.validate(k, nil); err != nil {
-				return &Error{Path: slices.Clone(path), Message: "key " + strconv.Quote(k) + ": " + err.Message}
+				return &Error{Path: slices.Clone(path), Message: KeyMessage(k, err.Message)}
 			}
 		}
 	}
@@ -545,7 +531,7 @@ func (s *Schema) validateObject(v map[string]any, path []string) *Error {
 			}
 		}
 		if unknown != nil {
-			return &Error{Path: slices.Clone(path), Message: "unknown " + plural(len(unknown), "field ", "fields ") + quoteAll(unknown)}
+			return &Error{Path: slices.Clone(path), Message: UnknownMessage(unknown)}
 		}
 	}
 	for _, k := range keys {
@@ -560,28 +546,4 @@ func (s *Schema) validateObject(v map[string]any, path []string) *Error {
 		}
 	}
 	return nil
-}
-
-func plural(n int, one, many string) string {
-	if n == 1 {
-		return one
-	}
-	return many
-}
-
-func quoteAll(list []string) string {
-	q := make([]string, len(list))
-	for i, s := range list {
-		q[i] = strconv.Quote(s)
-	}
-	return strings.Join(q, ", ")
-}
-
-// jsonText is a compiled enum or const value as JSON.
-func jsonText(v any) string {
-	b, err := json.Marshal(v)
-	if err != nil {
-		return fmt.Sprint(v)
-	}
-	return string(b)
 }
