@@ -55,6 +55,7 @@ var bench = map[string]string{
 	module + "/store/...":             "the benchmark reaches the store only through the daemon's API",
 	module + "/httpapi/...":           "the benchmark is a client of the API, not a part of it",
 	module + "/internal/jsondoc":      "the API's request parser is the daemon's; the benchmark times it from outside",
+	module + "/internal/schema/...":   "the API's request validator is the daemon's; the benchmark times it from outside",
 	module + "/core":                  "the benchmark drives the core only through the daemon's API",
 	module + "/provider/host":         "the benchmark starts a daemon for the host provider; it runs none itself",
 	module + "/provider/fault":        "fault injection is for tests",

@@ -18,6 +18,7 @@ import (
 	"github.com/sandboxd/sandbox"
 	"github.com/sandboxd/sandbox/api"
 	"github.com/sandboxd/sandbox/internal/jsondoc"
+	"github.com/sandboxd/sandbox/internal/schema/plain"
 )
 
 const (
@@ -158,19 +159,25 @@ func newValidationRequest(t testing.TB, tc validationCase) (*http.Request, []byt
 	return r, body
 }
 
-// validation is one way of validating a request: the body parsed by jsondoc or by encoding/json.
+// validation is one way of validating a request: the contract compiled by package schema or by the
+// library (package plain), and the body parsed by jsondoc or by encoding/json.
 type validation struct {
 	name   string
 	all    func() validators
 	decode func([]byte) (any, []byte, error)
 }
 
-var ownOnce = sync.OnceValue(func() validators { return contractValidators(nil) })
+var (
+	ownOnce   = sync.OnceValue(func() validators { return contractValidators(nil) })
+	plainOnce = sync.OnceValue(func() validators { return contractValidators(plain.Compile) })
+)
 
 // validations are every way, the default first.
 var validations = []validation{
 	{"own+jsondoc", ownOnce, jsondoc.DecodeFirst},
+	{"plain+jsondoc", plainOnce, jsondoc.DecodeFirst},
 	{"own+encoding/json", ownOnce, stdDecodeFirst},
+	{"plain+encoding/json", plainOnce, stdDecodeFirst},
 }
 
 // validate validates tc's request the way w does.
@@ -299,9 +306,10 @@ func sameRefusal(a, b error) bool {
 	return a.Error() == b.Error()
 }
 
-// TestEveryOperationCompiles: each operation of the contract has a validator, and only those.
+// TestEveryOperationCompiles: each operation of the contract has a validator, and only those, with
+// either compiler.
 func TestEveryOperationCompiles(t *testing.T) {
-	for _, w := range validations[:1] {
+	for _, w := range validations[:2] {
 		t.Run(w.name, func(t *testing.T) { testEveryOperationCompiles(t, w.all()) })
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/sandboxd/sandbox/internal/schema"
+	"github.com/sandboxd/sandbox/internal/schema/plain"
 )
 
 // testDoc is a document with a schema for each supported keyword, under #/components/schemas.
@@ -35,11 +36,11 @@ components:
         kids: { type: array, items: { $ref: "#/components/schemas/Tree" } }
 `
 
-// compilers are the ways of compiling a schema.
+// compilers are the two ways of compiling a schema: this package's and the library's.
 var compilers = []struct {
 	name    string
 	compile schema.Compiler
-}{{"own", schema.Own}}
+}{{"own", schema.Own}, {"plain", plain.Compile}}
 
 func compileTest(t *testing.T, compile schema.Compiler, name string) schema.Validator {
 	t.Helper()
