@@ -114,6 +114,45 @@ func BenchmarkAppendEventsMaxAge(b *testing.B) {
 	benchAppend(b, time.Hour, time.Now()) // young for the whole run
 }
 
+// BenchmarkFanOut100 is one append followed by the reads of 100 event streams woken by it, each asking
+// for the page after the cursor it had, filtered on the sandbox it follows: from the tail (the default)
+// and from the file (Config.NoTail, the plain path).
+func BenchmarkFanOut100(b *testing.B) {
+	for _, p := range []struct {
+		name   string
+		noTail bool
+	}{{"tail", false}, {"NoTail", true}} {
+		b.Run(p.name, func(b *testing.B) {
+			s, err := sqlite.Open(context.Background(), sqlite.Config{Path: filepath.Join(b.TempDir(), "bench.db"), NoTail: p.noTail})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer s.Close()
+			ctx := context.Background()
+			ids := seed(b, s, 100)
+			at := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
+			code := 0
+			b.ReportAllocs()
+			i := 0
+			for b.Loop() {
+				id := ids[i%len(ids)]
+				i++
+				ev := sandbox.NewEvent(sandbox.EventCommandCompleted, sandbox.Ref{ID: id, Generation: 1}, at, sandbox.CommandCompletedData{ExitCode: &code})
+				evs, err := s.AppendEvents(ctx, []sandbox.Event{ev})
+				if err != nil {
+					b.Fatal(err)
+				}
+				for range 100 {
+					page, err := s.Events(ctx, sandbox.EventQuery{After: evs[0].Cursor - 1, SandboxID: id})
+					if err != nil || len(page) != 1 {
+						b.Fatalf("page: %d events, %v", len(page), err)
+					}
+				}
+			}
+		})
+	}
+}
+
 func benchAppend(b *testing.B, maxAge time.Duration, at time.Time) {
 	s, err := sqlite.Open(context.Background(), sqlite.Config{Path: filepath.Join(b.TempDir(), "bench.db"), Retention: 10000, MaxAge: maxAge})
 	if err != nil {

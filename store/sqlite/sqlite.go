@@ -49,6 +49,9 @@ type Config struct {
 	MaxAge time.Duration
 	// Now is the clock used for age pruning; nil means time.Now.
 	Now func() time.Time
+	// NoTail answers every read of the event log from the file, as a store without the in-memory
+	// tail of the newest events does: the tail's plain path (docs/design/event-tail.md).
+	NoTail bool
 }
 
 // Store is a sandbox.Store on one SQLite file. It is safe for concurrent use.
@@ -71,6 +74,7 @@ type Store struct {
 	slack     int64 // events above retention tolerated before a count prune
 	maxAge    time.Duration
 	now       func() time.Time
+	noTail    bool
 }
 
 var _ sandbox.Store = (*Store)(nil)
@@ -91,7 +95,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	if cfg.MaxAge < 0 {
 		return nil, fmt.Errorf("sqlite store: negative max age %s", cfg.MaxAge)
 	}
-	s := &Store{retention: int64(cfg.Retention), maxAge: cfg.MaxAge, now: cfg.Now}
+	s := &Store{retention: int64(cfg.Retention), maxAge: cfg.MaxAge, now: cfg.Now, noTail: cfg.NoTail}
 	if s.retention == 0 {
 		s.retention = DefaultRetention
 	}

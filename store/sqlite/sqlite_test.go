@@ -27,22 +27,51 @@ func open(t testing.TB, cfg sqlite.Config) *sqlite.Store {
 	return s
 }
 
+// paths are the two ways the store answers reads of the event log: the newest events from memory (the
+// tail, the default) and every read from the file (Config.NoTail, the plain path). The store's suites
+// run both.
+var paths = []struct {
+	name string
+	cfg  sqlite.Config
+}{
+	{"tail", sqlite.Config{}},
+	{"NoTail", sqlite.Config{NoTail: true}},
+}
+
+// withPath is cfg on path p.
+func withPath(cfg sqlite.Config, p sqlite.Config) sqlite.Config {
+	cfg.NoTail = p.NoTail
+	return cfg
+}
+
 func TestStore(t *testing.T) {
-	storetest.Run(t, func(t *testing.T) sandbox.Store {
-		return open(t, sqlite.Config{Path: filepath.Join(t.TempDir(), "sandboxd.db")})
-	})
+	for _, p := range paths {
+		t.Run(p.name, func(t *testing.T) {
+			storetest.Run(t, func(t *testing.T) sandbox.Store {
+				return open(t, withPath(sqlite.Config{Path: filepath.Join(t.TempDir(), "sandboxd.db")}, p.cfg))
+			})
+		})
+	}
 }
 
 func TestStoreDurable(t *testing.T) {
-	storetest.RunDurable(t, func(t *testing.T, dir string) sandbox.Store {
-		return open(t, sqlite.Config{Path: filepath.Join(dir, "sandboxd.db")})
-	})
+	for _, p := range paths {
+		t.Run(p.name, func(t *testing.T) {
+			storetest.RunDurable(t, func(t *testing.T, dir string) sandbox.Store {
+				return open(t, withPath(sqlite.Config{Path: filepath.Join(dir, "sandboxd.db")}, p.cfg))
+			})
+		})
+	}
 }
 
 func TestStoreRetention(t *testing.T) {
-	storetest.RunRetention(t, func(t *testing.T, dir string, retention int) sandbox.Store {
-		return open(t, sqlite.Config{Path: filepath.Join(dir, "sandboxd.db"), Retention: retention})
-	})
+	for _, p := range paths {
+		t.Run(p.name, func(t *testing.T) {
+			storetest.RunRetention(t, func(t *testing.T, dir string, retention int) sandbox.Store {
+				return open(t, withPath(sqlite.Config{Path: filepath.Join(dir, "sandboxd.db"), Retention: retention}, p.cfg))
+			})
+		})
+	}
 }
 
 // clock is a settable clock.

@@ -150,8 +150,12 @@ func (t *tail) learn(id sandbox.ID, c int64) int64 {
 	return c
 }
 
-// startTail reads the head of the log and starts the tail there.
+// startTail reads the head of the log and starts the tail there; with Config.NoTail the tail stays
+// unstarted, so that every read goes to the file.
 func (s *Store) startTail(ctx context.Context) error {
+	if s.noTail {
+		return nil
+	}
 	var pruned, last int64
 	if err := s.wc.QueryRowContext(ctx, qPruned).Scan(&pruned); err != nil {
 		return fmt.Errorf("event tail: %w", err)
