@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/sandboxd/sandbox"
+	"github.com/sandboxd/sandbox/internal/fastpath"
 )
 
 // startMain runs the whole daemon in-process on 127.0.0.1:0 with the host provider.
@@ -75,7 +76,18 @@ func TestFlagsAndEnvironment(t *testing.T) {
 	if m.EventRetention != 42 || m.Listen != "127.0.0.1:10" {
 		t.Fatalf("retention %d (env), listen %s (flag wins): %+v", m.EventRetention, m.Listen, m)
 	}
-	for _, bad := range [][]string{{"--event-retention", "0"}, {"--nope"}, {"extra"}, {"--oci-warm-pool", "-1"}, {"--oci-spares", "-1"}} {
+	m = NewMain(io.Discard)
+	if err := m.ParseFlags([]string{"--plain", "tail,json"}); err != nil || !m.Plain[fastpath.JSON] || !m.Plain[fastpath.Tail] || len(m.Plain) != 2 {
+		t.Fatalf("--plain tail,json: %v, %v", m.Plain, err)
+	}
+	bads := [][]string{{"--event-retention", "0"}, {"--nope"}, {"extra"}, {"--oci-warm-pool", "-1"}, {"--oci-spares", "-1"}, {"--plain", "jsn"}}
+	// The library path of validation is only in a build with -tags plainschema.
+	if m := NewMain(io.Discard); plainSchemas == nil {
+		bads = append(bads, []string{"--plain", "schema"}, []string{"--plain", "all"})
+	} else if err := m.ParseFlags([]string{"--plain", "all"}); err != nil || !m.Plain[fastpath.Schema] {
+		t.Fatalf("--plain all in a build with the library path: %v, %v", m.Plain, err)
+	}
+	for _, bad := range bads {
 		if err := NewMain(io.Discard).ParseFlags(bad); err == nil {
 			t.Errorf("%v accepted", bad)
 		}
@@ -157,5 +169,12 @@ func TestDefaultBuildIsLean(t *testing.T) {
 	}
 	if !strings.Contains(string(out), "github.com/sandboxd/sandbox/provider/kubernetes") {
 		t.Error("-tags kubernetes does not build the kubernetes provider in")
+	}
+	out, err = exec.Command("go", "list", "-tags", "plainschema", "-deps", ".").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(out), "github.com/sandboxd/sandbox/internal/schema/plain") {
+		t.Error("-tags plainschema does not build the library path of validation in")
 	}
 }

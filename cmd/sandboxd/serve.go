@@ -22,6 +22,7 @@ import (
 	"github.com/sandboxd/sandbox/agent/agentclient"
 	"github.com/sandboxd/sandbox/core"
 	"github.com/sandboxd/sandbox/httpapi"
+	"github.com/sandboxd/sandbox/internal/fastpath"
 	"github.com/sandboxd/sandbox/internal/version"
 	"github.com/sandboxd/sandbox/provider/host"
 	"github.com/sandboxd/sandbox/provider/oci"
@@ -41,16 +42,17 @@ type Main struct {
 	ReconcileInterval time.Duration
 	LogFormat         string
 	OCIRuntime        string
-	OCIWarmPool       int           // started containers the oci provider keeps ready for new sandboxes
-	OCISpares         int           // sandbox directories (uid range, user namespace, disk) the oci provider lays out ahead
-	OCILimits         OCILimits     // what an oci sandbox gets when its spec says nothing, and the most it may ask
-	K8s               K8sFlags      // the kubernetes provider's settings
-	AuthTokenFile     string        // bearer tokens, one a line; required unless Listen is loopback
-	ReadHeaderTimeout time.Duration // a client slower than this to send its headers is cut off
-	ReadBodyTimeout   time.Duration // ... or its body, with a second more for every 64 KiB of it
-	IdleTimeout       time.Duration // a kept-alive connection idle this long is closed
-	MaxConnections    int           // connections served at once; more wait to be accepted
-	AllowedHosts      []string      // hosts requests may name besides the address they reached
+	OCIWarmPool       int            // started containers the oci provider keeps ready for new sandboxes
+	OCISpares         int            // sandbox directories (uid range, user namespace, disk) the oci provider lays out ahead
+	OCILimits         OCILimits      // what an oci sandbox gets when its spec says nothing, and the most it may ask
+	K8s               K8sFlags       // the kubernetes provider's settings
+	AuthTokenFile     string         // bearer tokens, one a line; required unless Listen is loopback
+	ReadHeaderTimeout time.Duration  // a client slower than this to send its headers is cut off
+	ReadBodyTimeout   time.Duration  // ... or its body, with a second more for every 64 KiB of it
+	IdleTimeout       time.Duration  // a kept-alive connection idle this long is closed
+	MaxConnections    int            // connections served at once; more wait to be accepted
+	AllowedHosts      []string       // hosts requests may name besides the address they reached
+	Plain             fastpath.Plain // fast paths switched back to their plain path (docs/design)
 
 	logOut io.Writer
 	log    *slog.Logger
@@ -146,6 +148,16 @@ func (m *Main) ParseFlags(args []string) error {
 	fs.Int64Var(&m.OCILimits.MaxMemoryMiB, "oci-max-memory-mib", 0, "oci provider: the most memory a spec may ask for (default: the machine's)")
 	fs.Int64Var(&m.OCILimits.DiskMiB, "oci-disk-mib", 0, "oci provider: size of the /workspace disk of a sandbox whose spec sets none (default 1024)")
 	fs.Int64Var(&m.OCILimits.MaxDiskMiB, "oci-max-disk-mib", 0, "oci provider: the largest disk a spec may ask for (default 65536)")
+	fs.Func("plain", "fast paths to run on their plain path instead, a list of "+strings.Join(fastpath.Names, ", ")+" or all: json (encoding/json parses request bodies), schema (the JSON Schema library validates them; needs a build with -tags plainschema), tail (every event read comes from the database) (docs/design)", func(v string) error {
+		p, err := fastpath.Parse(v)
+		if err == nil && p[fastpath.Schema] && plainSchemas == nil {
+			err = errors.New("this sandboxd is built without the library path of validation: build it with -tags plainschema")
+		}
+		if err == nil {
+			m.Plain = p
+		}
+		return err
+	})
 	m.K8s.register(fs)
 	var envErr error
 	fs.VisitAll(func(f *flag.Flag) {
@@ -216,7 +228,8 @@ func (m *Main) Run(ctx context.Context) error {
 	if err := makeDataDir(m.DataDir); err != nil {
 		return fmt.Errorf("data dir: %w", err)
 	}
-	st, err := sqlite.Open(ctx, sqlite.Config{Path: filepath.Join(m.DataDir, "sandboxd.db"), Retention: m.EventRetention, MaxAge: m.EventMaxAge})
+	st, err := sqlite.Open(ctx, sqlite.Config{Path: filepath.Join(m.DataDir, "sandboxd.db"), Retention: m.EventRetention, MaxAge: m.EventMaxAge,
+		NoTail: m.Plain[fastpath.Tail]})
 	if err != nil {
 		return fmt.Errorf("open store: %w", err)
 	}
@@ -243,13 +256,18 @@ func (m *Main) Run(ctx context.Context) error {
 		return err
 	}
 	m.listener = ln
-	m.api = httpapi.New(httpapi.Config{
+	cfg := httpapi.Config{
 		Runtime:         rt,
 		Logger:          m.log,
 		Tokens:          tokens,
 		AllowedHosts:    m.allowedHosts(),
 		ReadBodyTimeout: m.ReadBodyTimeout,
-	})
+		PlainJSON:       m.Plain[fastpath.JSON],
+	}
+	if m.Plain[fastpath.Schema] {
+		cfg.Schemas = plainSchemas
+	}
+	m.api = httpapi.New(cfg)
 	// No ReadTimeout or WriteTimeout: they would cut event streams and long commands. The API bounds
 	// each request's body itself.
 	m.server = &http.Server{
