@@ -22,6 +22,7 @@ import (
 
 	"github.com/sandboxd/sandbox"
 	"github.com/sandboxd/sandbox/api"
+	"github.com/sandboxd/sandbox/internal/fastpath"
 )
 
 // DefaultURL is where sandboxd listens unless told otherwise.
@@ -35,6 +36,7 @@ type Client struct {
 	attempts   int
 	minBackoff time.Duration
 	maxBackoff time.Duration
+	plainJSON  bool // large answers decoded by encoding/json: SANDBOXD_PLAIN lists json (decode.go)
 }
 
 // Option configures a Client.
@@ -59,6 +61,8 @@ func WithRetry(attempts int, minBackoff, maxBackoff time.Duration) Option {
 
 // New returns a client of the sandboxd at baseURL, e.g. "http://127.0.0.1:4311". An empty baseURL is
 // DefaultURL. It returns an error wrapping sandbox.ErrInvalidRequest when baseURL is not an http(s) URL.
+// When the environment's SANDBOXD_PLAIN lists json, the client decodes every answer with encoding/json
+// (docs/design/json-parser.md).
 func New(baseURL string, opts ...Option) (*Client, error) {
 	if baseURL == "" {
 		baseURL = DefaultURL
@@ -67,7 +71,8 @@ func New(baseURL string, opts ...Option) (*Client, error) {
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return nil, fmt.Errorf("base URL %q: want http://host:port: %w", baseURL, sandbox.ErrInvalidRequest)
 	}
-	c := &Client{base: u, hc: http.DefaultClient, attempts: 4, minBackoff: 100 * time.Millisecond, maxBackoff: 2 * time.Second}
+	c := &Client{base: u, hc: http.DefaultClient, attempts: 4, minBackoff: 100 * time.Millisecond, maxBackoff: 2 * time.Second,
+		plainJSON: fastpath.FromEnv()[fastpath.JSON]}
 	for _, o := range opts {
 		o(c)
 	}
@@ -200,7 +205,7 @@ func (c *Client) do(ctx context.Context, k call, out any) error {
 		_, _ = io.Copy(io.Discard, resp.Body)
 		return nil
 	}
-	if bd, ok := out.(bodyDecoder); ok {
+	if bd, ok := out.(bodyDecoder); ok && !c.plainJSON {
 		body, err := io.ReadAll(resp.Body)
 		if err == nil {
 			err = bd.decodeBody(body)

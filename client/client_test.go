@@ -1,6 +1,7 @@
 package client_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/sandboxd/sandbox"
 	"github.com/sandboxd/sandbox/client"
+	"github.com/sandboxd/sandbox/internal/fastpath"
 	"github.com/sandboxd/sandbox/internal/testenv"
 )
 
@@ -377,5 +379,31 @@ func TestNonContractError(t *testing.T) {
 	var apiErr *client.Error
 	if !errors.As(err, &apiErr) || apiErr.Status != http.StatusTeapot || apiErr.Code != sandbox.CodeInternal {
 		t.Fatalf("error %v, want an internal *Error with the status", err)
+	}
+}
+
+// TestPlainJSONAnswers: a client on the plain path (SANDBOXD_PLAIN=json: encoding/json decodes every
+// answer) reads a file and a command's output as the default one, whose jsondoc decodes them, does.
+func TestPlainJSONAnswers(t *testing.T) {
+	base := newDaemon(t, 0)
+	fast := newClient(t, base)
+	t.Setenv(fastpath.Env, fastpath.JSON)
+	plain := newClient(t, base)
+	ctx := t.Context()
+	sb := ready(t, fast)
+	data := bytes.Repeat([]byte("caf\xc3\xa9 \x00\x01\"\\\n"), 1<<15)
+	if _, err := fast.WriteFile(ctx, sb.ID, sb.Generation, "f.bin", data); err != nil {
+		t.Fatal(err)
+	}
+	cmd := sandbox.Command{Argv: []string{"cat", "f.bin"}, MaxOutputBytes: 1 << 20, Timeout: time.Minute}
+	for _, c := range []*client.Client{fast, plain} {
+		got, err := c.ReadFile(ctx, sb.ID, sb.Generation, "f.bin")
+		if err != nil || !bytes.Equal(got, data) {
+			t.Fatalf("read %d bytes of %d: %v", len(got), len(data), err)
+		}
+		res, err := c.Exec(ctx, sb.ID, sb.Generation, cmd)
+		if err != nil || res.ExitCode == nil || *res.ExitCode != 0 || res.Stdout != string(data) || res.Truncated || res.StartedAt.IsZero() {
+			t.Fatalf("exec: %v, %+v", err, res)
+		}
 	}
 }

@@ -65,7 +65,8 @@ func setupDaemon(env *testscript.Env) error {
 }
 
 // TestImports checks that sbx depends on the client, the contract's wire types and the domain only (and
-// internal/jsondoc, the client's JSON parser, which depends on nothing), never on the daemon's internals.
+// internal/jsondoc, the client's JSON parser, and internal/fastpath, the names of the switches to the
+// plain paths, which depend on nothing), never on the daemon's internals.
 func TestImports(t *testing.T) {
 	out, err := exec.Command("go", "list", "-deps", ".").Output()
 	if err != nil {
@@ -79,7 +80,7 @@ func TestImports(t *testing.T) {
 		}
 		ours = append(ours, pkg)
 		switch rel := strings.TrimPrefix(pkg, mod); {
-		case rel == "client", rel == "api", rel == "cmd/sbx", rel == "internal/jsondoc":
+		case rel == "client", rel == "api", rel == "cmd/sbx", rel == "internal/jsondoc", rel == "internal/fastpath":
 		default:
 			t.Errorf("sbx depends on %s; it may use only the client package and the domain", pkg)
 		}
