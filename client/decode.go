@@ -16,10 +16,9 @@ import (
 // contract's documents: a member that is missing or null leaves its field zero, a member of another
 // type is an error, other members are ignored.
 //
-// It is kept because it buys well over a tenth of what a caller waits for. Measured with this package's
-// benchmarks against the real stack (host provider, 2 shared cores, 6 runs each, medians), against
-// encoding/json decoding the same api types: ReadFile of 1 MiB 15 ms here, 25 ms with encoding/json;
-// Exec of 1 MiB of output (NULs, escaped as \u0000) 64 ms here, 118 ms with encoding/json.
+// It is kept because it buys well over a tenth of what a caller waits for: BenchmarkReadFile1MiB and
+// BenchmarkExec1MiB run both ways (docs/design/json-parser.md has the figures). With SANDBOXD_PLAIN=json
+// the client decodes these answers with encoding/json as well.
 
 // bodyDecoder is an answer that decodes itself from its whole body.
 type bodyDecoder interface {
