@@ -18,8 +18,21 @@ func (s *Store) AppendEvents(ctx context.Context, events []sandbox.Event) ([]san
 	if len(events) == 0 {
 		return []sandbox.Event{}, nil
 	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("append events: %w", err)
+	}
+	for _, e := range events {
+		if err := checkEvent(e); err != nil {
+			return nil, fmt.Errorf("append events: %w", err)
+		}
+	}
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	if evs, ok := s.appendToJournal(events); ok {
+		return evs, nil
+	}
 	var cursors []int64
-	err := s.write(ctx, func() error {
+	err := s.writeLocked(ctx, func() error {
 		var err error
 		cursors, err = s.appendEvents(ctx, events)
 		return err
@@ -168,6 +181,10 @@ func (s *Store) Events(ctx context.Context, q sandbox.EventQuery) ([]sandbox.Eve
 	if out, ok := s.tail.page(q, limit); ok {
 		return out, nil
 	}
+	// The file answers, once it holds what the journal does. Should it fail to take them (a full
+	// disk), it answers what it holds: every event it lacks is newer than all it has, so a page
+	// from it is the start of the right one.
+	_ = s.flushJournal(ctx)
 	// One read transaction: the history check and the page see the same snapshot.
 	tx, err := s.r.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
 	if err != nil {

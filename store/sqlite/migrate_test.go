@@ -143,6 +143,9 @@ func TestMigrateEventsKeepCursors(t *testing.T) {
 			if err != nil || len(got) != 1 || got[0].Cursor != 6 {
 				t.Fatalf("append after the step: %+v, %v; want cursor 6", got, err)
 			}
+			if err := s.flushJournal(ctx); err != nil { // the append went to the journal
+				t.Fatal(err)
+			}
 			rows, err := s.wc.QueryContext(ctx, `SELECT cursor FROM events ORDER BY cursor`)
 			if err != nil {
 				t.Fatal(err)

@@ -5,7 +5,10 @@
 // transaction on a single write connection, held for the store's lifetime and driven with prepared
 // BEGIN IMMEDIATE, COMMIT and ROLLBACK, so a read-modify-write never loses an update; the store gives
 // each event its cursor, one past the newest ever assigned, so a cursor is never reused, not after
-// pruning and not after a restart. Sandboxes are also kept decoded in memory, updated after each commit under the write lock, so Get
+// pruning and not after a restart. Events that change no sandbox (a command completed, a file
+// written) are made durable in an append-only journal beside the file instead, and moved into it in
+// batches; every transaction moves them first, so the log in the file has no gap (journal.go).
+// Sandboxes are also kept decoded in memory, updated after each commit under the write lock, so Get
 // and List never wait for a writer nor decode JSON; the newest events are kept in memory too, and the
 // rest of the log is read through a separate pool of read-only connections. One Store at a time may
 // use a file.
@@ -39,7 +42,8 @@ const busyTimeout = 10 * time.Second
 // Config configures a Store.
 type Config struct {
 	// Path is the database file. Its directory must exist. Beside it live SQLite's -wal and -shm
-	// files and Path+"-lock", which keeps a second Store off the file.
+	// files, Path+"-events", the journal of events not yet in the database (journal.go), and
+	// Path+"-lock", which keeps a second Store off the file.
 	Path string
 	// Retention is the most events the log keeps; 0 means DefaultRetention. Pruning runs in batches,
 	// so the log may hold up to Retention/64 (at most 1024) events more for a while.
@@ -67,9 +71,10 @@ type Store struct {
 	ws        *stmts        // prepared on wc
 	rs        *stmts        // prepared on r
 	cache     cache
-	tail      tail    // the newest committed events
-	pend      pending // what the write in progress adds to tail; guarded by wmu
-	head      logHead // the event log's head as committed; guarded by wmu
+	tail      tail     // the newest committed events
+	jn        *journal // events appended but not yet in the database (journal.go)
+	pend      pending  // what the write in progress adds to tail; guarded by wmu
+	head      logHead  // the event log's head as committed; guarded by wmu
 	retention int64
 	slack     int64 // events above retention tolerated before a count prune
 	maxAge    time.Duration
@@ -114,10 +119,6 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		return nil, fmt.Errorf("sqlite store: open: %w", err)
 	}
 	s.lock = lock
-	if err := earlierJournal(cfg.Path + "-events"); err != nil {
-		lock.Close()
-		return nil, fmt.Errorf("sqlite store: open: %w", err)
-	}
 	w, err := sql.Open("sqlite", dsn(cfg.Path, "immediate", false))
 	if err != nil {
 		lock.Close()
@@ -128,10 +129,11 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	w.SetConnMaxLifetime(0)
 	w.SetConnMaxIdleTime(0)
 	s.w = w
-	if err := s.init(ctx); err != nil {
+	if err := s.init(ctx, cfg.Path+journalSuffix); err != nil {
 		s.Close()
 		return nil, fmt.Errorf("sqlite store: open %s: %w", cfg.Path, err)
 	}
+	s.startFlusher()
 
 	r, err := sql.Open("sqlite", dsn(cfg.Path, "deferred", true))
 	if err != nil {
@@ -184,8 +186,9 @@ func dsn(path, txlock string, readOnly bool) string {
 }
 
 // init checks the journal mode, migrates the schema, takes the write connection, prunes what the
-// retention bounds expire and loads the sandboxes.
-func (s *Store) init(ctx context.Context) error {
+// retention bounds expire, opens the event journal at journalPath and moves what a crash left in it
+// into the database, and loads the sandboxes.
+func (s *Store) init(ctx context.Context, journalPath string) error {
 	var mode string
 	if err := s.w.QueryRowContext(ctx, "PRAGMA journal_mode").Scan(&mode); err != nil {
 		return err
@@ -208,6 +211,9 @@ func (s *Store) init(ctx context.Context) error {
 		return err
 	}
 	if err := s.write(ctx, func() error { return s.prune(ctx) }, nil); err != nil {
+		return err
+	}
+	if err := s.replayJournal(ctx, journalPath); err != nil {
 		return err
 	}
 	return s.load(ctx)
@@ -233,9 +239,16 @@ func (s *Store) writeLocked(ctx context.Context, fn func() error, committed func
 	defer func() {
 		if !done {
 			s.rollback(ctx)
+			if s.jn != nil {
+				s.jn.moving = 0
+			}
 		}
 		s.pend = pending{}
 	}()
+	// Events appended to the journal go first, so that the log in the file has no gap (journal.go).
+	if err := s.moveJournal(ctx); err != nil {
+		return err
+	}
 	if err := fn(); err != nil {
 		return err
 	}
@@ -248,6 +261,9 @@ func (s *Store) writeLocked(ctx context.Context, fn func() error, committed func
 		return fmt.Errorf("commit: %w", err)
 	}
 	done = true
+	if s.jn != nil && s.jn.moving > 0 {
+		s.jn.moved()
+	}
 	if s.ck != nil {
 		s.ck.committed()
 	}
@@ -275,7 +291,7 @@ func (s *Store) Close() error {
 }
 
 func (s *Store) close() error {
-	var errs []error
+	errs := []error{s.closeJournal()} // moves what is pending, so first
 	if s.ck != nil {
 		s.ck.stop()
 		errs = append(errs, s.ck.db.Close())
@@ -298,28 +314,6 @@ func (s *Store) close() error {
 		errs = append(errs, s.lock.Close()) // closing the file releases the lock
 	}
 	return errors.Join(errs...)
-}
-
-// earlierJournalHeader starts the event journal an earlier version of the store kept beside the
-// database: it appended a command's or a file's event there first and moved it into the database soon
-// after (docs/performance.md says why it went).
-const earlierJournalHeader = "sandboxd event journal 1\n"
-
-// earlierJournal removes such a journal at path when it holds nothing (a clean stop left it so), and
-// refuses to open the store when it holds records, which the database may lack: their cursors would be
-// given again.
-func earlierJournal(path string) error {
-	st, err := os.Stat(path)
-	switch {
-	case errors.Is(err, os.ErrNotExist):
-		return nil
-	case err != nil:
-		return err
-	case st.Size() > int64(len(earlierJournalHeader)):
-		return fmt.Errorf("%s holds events an earlier sandboxd appended and may not have moved into the database: "+
-			"open this data directory once with that version, which moves them, then remove the file", path)
-	}
-	return os.Remove(path)
 }
 
 // ownerOnly makes the database file at path, or takes the one there, readable and writable by its owner

@@ -165,6 +165,9 @@ func (s *Store) startTail(ctx context.Context) error {
 	}
 	s.wmu.Lock()
 	s.tail.reset(last, pruned)
+	if s.jn != nil && len(s.jn.pending) > 0 {
+		s.tail.commit(pending{evs: s.jn.pending}) // replayed, not yet in the file (journal.go)
+	}
 	s.wmu.Unlock()
 	return nil
 }
