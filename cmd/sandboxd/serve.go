@@ -148,7 +148,7 @@ func (m *Main) ParseFlags(args []string) error {
 	fs.Int64Var(&m.OCILimits.MaxMemoryMiB, "oci-max-memory-mib", 0, "oci provider: the most memory a spec may ask for (default: the machine's)")
 	fs.Int64Var(&m.OCILimits.DiskMiB, "oci-disk-mib", 0, "oci provider: size of the /workspace disk of a sandbox whose spec sets none (default 1024)")
 	fs.Int64Var(&m.OCILimits.MaxDiskMiB, "oci-max-disk-mib", 0, "oci provider: the largest disk a spec may ask for (default 65536)")
-	fs.Func("plain", "fast paths to run on their plain path instead, a list of "+strings.Join(fastpath.Names, ", ")+" or all: json (encoding/json parses request bodies), schema (the JSON Schema library validates them; needs a build with -tags plainschema), tail (every event read comes from the database) (docs/design)", func(v string) error {
+	fs.Func("plain", "fast paths to run on their plain path instead, a list of "+strings.Join(fastpath.Names, ", ")+" or all: json (encoding/json parses request bodies), schema (the JSON Schema library validates them; needs a build with -tags plainschema), tail (every event read comes from the database), journal (every event appended in a SQLite transaction of its own) (docs/design)", func(v string) error {
 		p, err := fastpath.Parse(v)
 		if err == nil && p[fastpath.Schema] && plainSchemas == nil {
 			err = errors.New("this sandboxd is built without the library path of validation: build it with -tags plainschema")
@@ -229,7 +229,7 @@ func (m *Main) Run(ctx context.Context) error {
 		return fmt.Errorf("data dir: %w", err)
 	}
 	st, err := sqlite.Open(ctx, sqlite.Config{Path: filepath.Join(m.DataDir, "sandboxd.db"), Retention: m.EventRetention, MaxAge: m.EventMaxAge,
-		NoTail: m.Plain[fastpath.Tail]})
+		NoTail: m.Plain[fastpath.Tail], NoJournal: m.Plain[fastpath.Journal]})
 	if err != nil {
 		return fmt.Errorf("open store: %w", err)
 	}

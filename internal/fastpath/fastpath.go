@@ -17,12 +17,16 @@ const (
 	// Schema: request validation by package schema's own compiler; plain: the JSON Schema library,
 	// in a daemon built with -tags plainschema.
 	Schema = "schema"
-	// Tail: the newest events answered from the store's memory; plain: every read from the database.
+	// Tail: the newest events answered from the store's memory; plain: every read from the database
+	// (and so no journal either, whose events the tail serves until they are moved).
 	Tail = "tail"
+	// Journal: events that change no sandbox made durable in the store's journal beside the database;
+	// plain: each append a SQLite transaction.
+	Journal = "journal"
 )
 
 // Names are the fast paths a list may name, besides "all".
-var Names = []string{JSON, Schema, Tail}
+var Names = []string{JSON, Schema, Tail, Journal}
 
 // Env is the variable that lists the plain paths switched on.
 const Env = "SANDBOXD_PLAIN"

@@ -14,14 +14,14 @@ func TestParse(t *testing.T) {
 			t.Errorf("Parse(%q) = %q, %v; want %q", tc.list, p, err, tc.want)
 		}
 	}
-	if _, err := Parse("json,journal"); err == nil || !strings.Contains(err.Error(), `"journal"`) {
+	if _, err := Parse("json,jornal"); err == nil || !strings.Contains(err.Error(), `"jornal"`) {
 		t.Errorf("Parse of an unknown name: %v", err)
 	}
 }
 
 // TestFromEnv: the environment's list, its unknown names passed over.
 func TestFromEnv(t *testing.T) {
-	t.Setenv(Env, "journal, json")
+	t.Setenv(Env, "jornal, json")
 	if p := FromEnv(); p.String() != "json" {
 		t.Errorf("FromEnv = %q, want json", p)
 	}

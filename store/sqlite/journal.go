@@ -276,7 +276,7 @@ func decodeRecord(p []byte) (sandbox.Event, error) {
 // wmu and has checked the events.
 func (s *Store) appendToJournal(events []sandbox.Event) ([]sandbox.Event, bool) {
 	j := s.jn
-	if j == nil || j.broken || len(j.pending)+len(events) > journalMaxPending || !s.knowHead() || s.wouldPrune(len(events)) {
+	if j == nil || s.noJournal || j.broken || len(j.pending)+len(events) > journalMaxPending || !s.knowHead() || s.wouldPrune(len(events)) {
 		return nil, false
 	}
 	cursors := make([]int64, len(events))

@@ -56,6 +56,10 @@ type Config struct {
 	// NoTail answers every read of the event log from the file, as a store without the in-memory
 	// tail of the newest events does: the tail's plain path (docs/design/event-tail.md).
 	NoTail bool
+	// NoJournal appends every event in a SQLite transaction of its own, as a store without the event
+	// journal would (journal.go): the plain path of the journal, for comparisons. NoTail implies it,
+	// since the tail serves the journal's events until they are moved into the file.
+	NoJournal bool
 }
 
 // Store is a sandbox.Store on one SQLite file. It is safe for concurrent use.
@@ -80,6 +84,7 @@ type Store struct {
 	maxAge    time.Duration
 	now       func() time.Time
 	noTail    bool
+	noJournal bool // Config.NoJournal or NoTail
 }
 
 var _ sandbox.Store = (*Store)(nil)
@@ -100,7 +105,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	if cfg.MaxAge < 0 {
 		return nil, fmt.Errorf("sqlite store: negative max age %s", cfg.MaxAge)
 	}
-	s := &Store{retention: int64(cfg.Retention), maxAge: cfg.MaxAge, now: cfg.Now, noTail: cfg.NoTail}
+	s := &Store{retention: int64(cfg.Retention), maxAge: cfg.MaxAge, now: cfg.Now, noTail: cfg.NoTail, noJournal: cfg.NoJournal || cfg.NoTail}
 	if s.retention == 0 {
 		s.retention = DefaultRetention
 	}

@@ -27,20 +27,22 @@ func open(t testing.TB, cfg sqlite.Config) *sqlite.Store {
 	return s
 }
 
-// paths are the two ways the store answers reads of the event log: the newest events from memory (the
-// tail, the default) and every read from the file (Config.NoTail, the plain path). The store's suites
-// run both.
+// paths are the ways the store keeps and answers the event log: events journalled and the newest
+// answered from memory (the default), every append a transaction of its own (Config.NoJournal), and
+// every read from the file as well (Config.NoTail, which implies NoJournal). The store's suites run
+// each.
 var paths = []struct {
 	name string
 	cfg  sqlite.Config
 }{
 	{"tail", sqlite.Config{}},
+	{"NoJournal", sqlite.Config{NoJournal: true}},
 	{"NoTail", sqlite.Config{NoTail: true}},
 }
 
 // withPath is cfg on path p.
 func withPath(cfg sqlite.Config, p sqlite.Config) sqlite.Config {
-	cfg.NoTail = p.NoTail
+	cfg.NoTail, cfg.NoJournal = p.NoTail, p.NoJournal
 	return cfg
 }
 
