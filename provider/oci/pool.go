@@ -131,38 +131,51 @@ func (p *Provider) discardLeftovers(ctx context.Context) {
 
 // fill keeps WarmPool entries idle until ctx ends.
 func (p *Provider) fill(ctx context.Context) {
+	p.keepFilled(ctx, "starting a warm pool entry", p.pool.kick, func() bool {
+		p.pool.mu.Lock()
+		defer p.pool.mu.Unlock()
+		return len(p.pool.idle) < p.cfg.WarmPool
+	}, func() error {
+		e, err := p.warm(ctx)
+		p.refillSpares() // the entry may have taken one
+		if err == nil {
+			p.pool.mu.Lock()
+			p.pool.idle = append(p.pool.idle, e)
+			p.pool.mu.Unlock()
+		}
+		return err
+	})
+}
+
+// keepFilled runs add while short says more is wanted, and waits for kick once nothing is, until ctx
+// ends. After an add that failed it waits poolRetry, doubled after each failure in a row up to
+// poolRetryMax, and logs what failed as doing.
+func (p *Provider) keepFilled(ctx context.Context, doing string, kick <-chan struct{}, short func() bool, add func() error) {
 	retry := poolRetry
 	for {
-		p.pool.mu.Lock()
-		short := len(p.pool.idle) < p.cfg.WarmPool
-		p.pool.mu.Unlock()
-		if short {
-			e, err := p.warm(ctx)
-			p.refillSpares() // the entry may have taken one
-			if err == nil {
-				p.pool.mu.Lock()
-				p.pool.idle = append(p.pool.idle, e)
-				p.pool.mu.Unlock()
-				retry = poolRetry
-				continue
-			}
-			if ctx.Err() != nil {
-				return
-			}
-			p.log.Warn("starting a warm pool entry", "err", err, "retry_in", retry)
+		if !short() {
 			select {
 			case <-ctx.Done():
 				return
-			case <-time.After(retry):
+			case <-kick:
 			}
-			retry = min(2*retry, poolRetryMax)
 			continue
 		}
+		err := add()
+		if err == nil {
+			retry = poolRetry
+			continue
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		p.log.Warn(doing, "err", err, "retry_in", retry)
 		select {
 		case <-ctx.Done():
 			return
-		case <-p.pool.kick:
+		case <-time.After(retry):
 		}
+		retry = min(2*retry, poolRetryMax)
 	}
 }
 

@@ -10,7 +10,6 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
-	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -49,38 +48,19 @@ const sparePrefix = "spare-"
 // fillSpares keeps Config.Spares spares idle until ctx ends, backing off as the pool's filler does when
 // one cannot be made.
 func (p *Provider) fillSpares(ctx context.Context) {
-	retry := poolRetry
-	for {
+	p.keepFilled(ctx, "laying out a spare sandbox directory", p.spares.kick, func() bool {
 		p.spares.mu.Lock()
-		short := len(p.spares.idle) < p.cfg.Spares
-		p.spares.mu.Unlock()
-		if short {
-			s, err := p.makeSpare(ctx)
-			if err == nil {
-				p.spares.mu.Lock()
-				p.spares.idle = append(p.spares.idle, s)
-				p.spares.mu.Unlock()
-				retry = poolRetry
-				continue
-			}
-			if ctx.Err() != nil {
-				return
-			}
-			p.log.Warn("laying out a spare sandbox directory", "err", err, "retry_in", retry)
-			select {
-			case <-ctx.Done():
-				return
-			case <-time.After(retry):
-			}
-			retry = min(2*retry, poolRetryMax)
-			continue
+		defer p.spares.mu.Unlock()
+		return len(p.spares.idle) < p.cfg.Spares
+	}, func() error {
+		s, err := p.makeSpare(ctx)
+		if err == nil {
+			p.spares.mu.Lock()
+			p.spares.idle = append(p.spares.idle, s)
+			p.spares.mu.Unlock()
 		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-p.spares.kick:
-		}
-	}
+		return err
+	})
 }
 
 // makeSpare lays out one spare. On failure it leaves nothing behind.
