@@ -427,9 +427,6 @@ func (p *Provider) remove(ctx context.Context, l layout, name string) error {
 		return err
 	}
 	m, merr := readMetaFile(l)
-	if err := removeDisk(ctx, l.diskImg(), l.diskDir()); err != nil {
-		return err
-	}
 	if merr == nil {
 		if err := removeCgroups(m.CgroupPath); err != nil {
 			return err
@@ -437,13 +434,22 @@ func (p *Provider) remove(ctx context.Context, l layout, name string) error {
 	} else if !os.IsNotExist(merr) {
 		p.log.Warn("sandbox metadata unreadable; its cgroups may stay", "dir", l.dir, "err", merr)
 	}
+	return p.removeLayout(ctx, l, m, merr == nil)
+}
+
+// removeLayout removes what layOut made in l: the disk (unmounted, its loop device freed) and the
+// directory; with known, m is l's metadata and its uid range is given back.
+func (p *Provider) removeLayout(ctx context.Context, l layout, m meta, known bool) error {
+	if err := removeDisk(ctx, l.diskImg(), l.diskDir()); err != nil {
+		return err
+	}
 	if mounted(l.diskDir()) {
 		return fmt.Errorf("%s is still mounted", l.diskDir())
 	}
 	if err := os.RemoveAll(l.dir); err != nil {
 		return err
 	}
-	if merr == nil {
+	if known {
 		p.ids.give(m.IDBase)
 	}
 	return nil

@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -135,24 +134,12 @@ func (p *Provider) discardSpare(ctx context.Context, s spare) error {
 	return p.removeSpareDir(ctx, s.l)
 }
 
-// removeSpareDir removes the spare directory l, found by name: its disk and the directory, and gives
-// its uid range back. Nothing else is the spare's: its metadata may name a sandbox that took it when a
-// crash cut the take short, whose cgroups are not the spare's to remove.
+// removeSpareDir removes the spare directory l, found by name: its layout, and its uid range given
+// back. Nothing else is the spare's: its metadata may name a sandbox that took it when a crash cut the
+// take short, whose cgroups are not the spare's to remove.
 func (p *Provider) removeSpareDir(ctx context.Context, l layout) error {
-	m, merr := readMetaFile(l)
-	if err := removeDisk(ctx, l.diskImg(), l.diskDir()); err != nil {
-		return err
-	}
-	if mounted(l.diskDir()) {
-		return fmt.Errorf("%s is still mounted", l.diskDir())
-	}
-	if err := os.RemoveAll(l.dir); err != nil {
-		return err
-	}
-	if merr == nil {
-		p.ids.give(m.IDBase)
-	}
-	return nil
+	m, err := readMetaFile(l)
+	return p.removeLayout(ctx, l, m, err == nil)
 }
 
 // isSpareDir tells a spare's directory under <state>/pool from a pool entry's.
