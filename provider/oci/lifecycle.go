@@ -50,16 +50,15 @@ func (p *Provider) Allocate(ctx context.Context, ref sandbox.Ref, spec sandbox.S
 			return sandbox.Observation{}, fmt.Errorf("allocate %s: clearing a partial allocation: %v: %w", ref, err, sandbox.ErrProviderUnavailable)
 		}
 	}
+	// A create, failed or not, may have taken a spare: replaced once this allocation is done.
+	defer p.refillSpares()
 	if res.DiskMiB == p.cfg.DefaultDiskMiB && p.claim(ctx, b, res) {
 		defer p.refill()
 	} else if err := p.create(ctx, b, res); err != nil {
-		p.refillSpares()
 		if cerr := p.releaseLocked(context.WithoutCancel(ctx), b); cerr != nil {
 			p.log.Error("cleaning up a failed allocation", "sandbox", ref, "err", cerr)
 		}
 		return sandbox.Observation{}, fmt.Errorf("allocate %s: %v: %w", ref, err, sandbox.ErrProviderUnavailable)
-	} else {
-		defer p.refillSpares() // create may have taken one
 	}
 	b.saw("running")
 	b.gone.Store(false)
