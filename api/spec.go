@@ -11,3 +11,9 @@ import _ "embed"
 //
 //go:embed openapi.yaml
 var OpenAPI []byte
+
+// Extensions is the OpenAPI 3.1 document of sandboxd's operations beyond the contract, and of the
+// sandboxd.* keys of spec.extensions. It answers errors in the contract's ErrorResponse.
+//
+//go:embed extensions.yaml
+var Extensions []byte

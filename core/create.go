@@ -5,6 +5,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
+	"slices"
 
 	"github.com/sandboxd/sandbox"
 )
@@ -17,6 +19,11 @@ func (r *Runtime) validateSpec(spec sandbox.Spec) error {
 	}
 	if spec.Image != "" && spec.Template != "" {
 		return fmt.Errorf("spec names both an image and a template: %w", sandbox.ErrInvalidRequest)
+	}
+	for k := range spec.Extensions {
+		if _, ok := sandbox.ExtensionCapability(k); !ok && sandbox.IsOwnExtension(k) {
+			return fmt.Errorf("spec.extensions: %q is no extension of sandboxd: %w", k, sandbox.ErrInvalidRequest)
+		}
 	}
 	if v, ok := r.prov.(sandbox.SpecValidator); ok {
 		return v.ValidateSpec(spec)
@@ -32,6 +39,12 @@ func (r *Runtime) checkCapabilities(spec sandbox.Spec) error {
 	}
 	if spec.Template != "" {
 		caps = append(caps, sandbox.CapTemplateReference)
+	}
+	// A sandboxd.* key implies the capability it needs (semantics.md, "Extensions").
+	for _, k := range slices.Sorted(maps.Keys(spec.Extensions)) {
+		if c, ok := sandbox.ExtensionCapability(k); ok {
+			caps = append(caps, c)
+		}
 	}
 	return r.require(caps...)
 }

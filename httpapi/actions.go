@@ -48,6 +48,9 @@ func (s *Server) recreateSandbox(w http.ResponseWriter, r *http.Request, body []
 	if err := checkSpec(req.Spec); err != nil {
 		return err
 	}
+	if err := s.checkExtensions(req.Spec); err != nil {
+		return err
+	}
 	sb, err := s.rt.Recreate(r.Context(), sandboxID(r), req.ExpectedGeneration, req.Spec)
 	if err != nil {
 		return err

@@ -17,6 +17,9 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request, body []by
 	if err := checkSpec(spec); err != nil {
 		return err
 	}
+	if err := s.checkExtensions(spec); err != nil {
+		return err
+	}
 	sb, err := s.rt.Create(r.Context(), spec)
 	if err != nil {
 		return err

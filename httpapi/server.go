@@ -92,6 +92,7 @@ type Server struct {
 	mux          *http.ServeMux
 	handler      http.Handler
 	validators   validators
+	ext          *extensionDoc                     // api.Extensions, compiled
 	decodeFirst  func([]byte) (any, []byte, error) // a request body's first JSON value, and what follows it
 
 	// done is closed by Close and ends every event stream.
@@ -103,10 +104,10 @@ type Server struct {
 // contract; nil for operations without one. A returned error is written by writeError.
 type handlerFunc func(w http.ResponseWriter, r *http.Request, body []byte) error
 
-// route is one operation of the contract.
+// route is one operation of the contract or of api.Extensions.
 type route struct {
 	method string
-	path   string // as in the contract, with {sandboxId}
+	path   string // as in its document, with {sandboxId}
 	h      handlerFunc
 }
 
@@ -145,6 +146,7 @@ func New(cfg Config) *Server {
 		s.allowedHosts = append(s.allowedHosts, h)
 	}
 	s.validators = contractValidators(cfg.Schemas)
+	s.ext = extensionsDoc(cfg.Schemas)
 	s.decodeFirst = jsondoc.DecodeFirst
 	if cfg.PlainJSON {
 		s.decodeFirst = stdDecodeFirst
@@ -174,10 +176,18 @@ func (s *Server) routes() {
 		{http.MethodGet, "/v1/events", s.listEvents},
 		{http.MethodGet, "/v1/events/stream", s.streamEvents},
 	}
+	docs := map[string]validators{} // of each route's "METHOD /path": the contract's, or api.Extensions'
+	for _, rt := range routes {
+		docs[rt.method+" "+rt.path] = s.validators
+	}
+	for _, rt := range s.extensionRoutes() {
+		docs[rt.method+" "+rt.path] = s.ext.ops
+		routes = append(routes, rt)
+	}
 	allowed := map[string][]string{}
 	var paths []string
 	for _, rt := range routes {
-		op := s.validators.operation(rt.method, rt.path)
+		op := docs[rt.method+" "+rt.path].operation(rt.method, rt.path)
 		s.mux.Handle(rt.method+" "+rt.path, s.guard(rt.path, s.endpoint(op, rt.h)))
 		if _, ok := allowed[rt.path]; !ok {
 			paths = append(paths, rt.path)

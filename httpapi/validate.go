@@ -22,7 +22,12 @@ import (
 func (s *Server) endpoint(v *requestValidator, h handlerFunc) http.Handler {
 	hasBody := v.body != nil
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if err := checkMediaType(r, hasBody); err != nil {
+		check := checkMediaType(r, hasBody)
+		if v.raw != nil {
+			// The handler streams the body itself, from r.Body, under the limits it documents.
+			check = checkRawMediaType(r, v.raw)
+		}
+		if err := check; err != nil {
 			s.writeError(w, r, err)
 			return
 		}

@@ -29,7 +29,12 @@ var ownValidators = sync.OnceValues(func() (validators, error) { return compileV
 
 // compileValidators compiles every operation of the embedded contract with compile.
 func compileValidators(compile schema.Compiler) (validators, error) {
-	doc, err := schema.Parse(api.OpenAPI)
+	return compileDocument(api.OpenAPI, compile)
+}
+
+// compileDocument compiles every operation of an OpenAPI document with compile.
+func compileDocument(src []byte, compile schema.Compiler) (validators, error) {
+	doc, err := schema.Parse(src)
 	if err != nil {
 		return nil, err
 	}
@@ -46,6 +51,7 @@ func compileValidators(compile schema.Compiler) (validators, error) {
 		if op.Body != nil {
 			v.body, v.bodyReq = op.Body.Schema, op.Body.Required
 		}
+		v.raw = op.RawBody
 		out[key] = v
 	}
 	return out, nil
@@ -68,11 +74,11 @@ func contractValidators(compile schema.Compiler) validators {
 	return all
 }
 
-// operation returns the validator of one operation; it panics when the contract does not have it.
+// operation returns the validator of one operation; it panics when the document does not have it.
 func (all validators) operation(method, path string) *requestValidator {
 	v := all[method+" "+path]
 	if v == nil {
-		panic(fmt.Sprintf("httpapi: the contract has no operation %s %s", method, path))
+		panic(fmt.Sprintf("httpapi: the API document has no operation %s %s", method, path))
 	}
 	return v
 }
@@ -81,8 +87,9 @@ func (all validators) operation(method, path string) *requestValidator {
 type requestValidator struct {
 	params   []*schema.Param // path item's, then the operation's, in the contract's order
 	hasQuery bool
-	body     schema.Validator // nil: the operation takes no body
+	body     schema.Validator // nil: the operation takes no JSON body
 	bodyReq  bool
+	raw      []string // the media types of a body of bytes the handler streams itself; nil for none
 }
 
 // validate checks r's parameters and body (nil without one) against the operation, and returns the

@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"mime"
 	"net/http"
 	"slices"
 	"strings"
@@ -216,49 +217,90 @@ func (c *client) checkError(method, path string, r response, status int, code sa
 }
 
 // contract is the embedded OpenAPI document, loaded once.
-var contract = sync.OnceValues(func() (*openapi3.T, error) {
-	doc, err := openapi3.NewLoader().LoadFromData(api.OpenAPI)
+var contract = sync.OnceValues(func() (*openapi3.T, error) { return load(api.OpenAPI) })
+
+// extensions is api/extensions.yaml, loaded once.
+var extensions = sync.OnceValues(func() (*openapi3.T, error) { return load(api.Extensions) })
+
+func load(src []byte) (*openapi3.T, error) {
+	doc, err := openapi3.NewLoader().LoadFromData(src)
 	if err != nil {
 		return nil, err
 	}
 	return doc, doc.Validate(context.Background())
-})
+}
 
-// findRoute matches a request path against the contract's path templates.
-func findRoute(doc *openapi3.T, method, path string) (*routers.Route, map[string]string) {
+// findRoute matches a request path against the contract's path templates, then against those of
+// api/extensions.yaml; doc is the document that has it (the contract when neither does).
+func findRoute(method, path string) (doc *openapi3.T, route *routers.Route, params map[string]string, err error) {
+	for _, load := range []func() (*openapi3.T, error){contract, extensions} {
+		d, err := load()
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		if doc == nil {
+			doc = d
+		}
+		if route, params, ok := matchRoute(d, method, path); ok {
+			return d, route, params, nil
+		}
+	}
+	return doc, nil, nil, nil
+}
+
+// matchRoute matches a request path against one document's path templates; ok is true when a
+// template matches, and route is nil then when it has no operation for method. The template with the
+// most literal segments wins, so /v1/images/prune is not /v1/images/{ref}.
+func matchRoute(doc *openapi3.T, method, path string) (route *routers.Route, params map[string]string, ok bool) {
 	segs := strings.Split(strings.Trim(path, "/"), "/")
+	best := -1
 	for tmpl, item := range doc.Paths.Map() {
 		tsegs := strings.Split(strings.Trim(tmpl, "/"), "/")
 		if len(tsegs) != len(segs) {
 			continue
 		}
-		params := map[string]string{}
+		p := map[string]string{}
+		literal := 0
 		match := true
 		for i, ts := range tsegs {
-			if strings.HasPrefix(ts, "{") && strings.HasSuffix(ts, "}") {
-				params[ts[1:len(ts)-1]] = segs[i]
-			} else if ts != segs[i] {
+			switch {
+			case strings.HasPrefix(ts, "{") && strings.HasSuffix(ts, "}"):
+				p[ts[1:len(ts)-1]] = segs[i]
+			case ts == segs[i]:
+				literal++
+			default:
 				match = false
+			}
+			if !match {
 				break
 			}
 		}
-		if !match {
+		if !match || literal <= best {
 			continue
 		}
-		op := item.GetOperation(method)
-		if op == nil {
-			return nil, nil
+		best, ok, params, route = literal, true, p, nil
+		if op := item.GetOperation(method); op != nil {
+			route = &routers.Route{Spec: doc, Path: tmpl, PathItem: item, Method: method, Operation: op}
 		}
-		return &routers.Route{Spec: doc, Path: tmpl, PathItem: item, Method: method, Operation: op}, params
 	}
-	return nil, nil
+	return route, params, ok
 }
 
-// validatingTransport checks every response against the contract and records its (operation, status).
+// Transport returns a RoundTripper over next that checks every response against the contract or, for
+// an operation of api/extensions.yaml, against that document, as the suite does: a documented status
+// with a body of its schema, any error an ErrorResponse, a stream or a body of bytes only where the
+// operation documents that media type. Feature tests of extension endpoints send their requests
+// through it.
+func Transport(t *testing.T, next http.RoundTripper) http.RoundTripper {
+	return &validatingTransport{t: t, next: next}
+}
+
+// validatingTransport checks every response against its document and records its (operation, status)
+// when cov is set.
 type validatingTransport struct {
 	t    *testing.T
 	next http.RoundTripper
-	cov  *coverage
+	cov  *coverage // nil: nothing recorded
 }
 
 func (v *validatingTransport) RoundTrip(req *http.Request) (*http.Response, error) {
@@ -266,17 +308,18 @@ func (v *validatingTransport) RoundTrip(req *http.Request) (*http.Response, erro
 	if err != nil {
 		return nil, err
 	}
-	doc, err := contract()
+	doc, route, params, err := findRoute(req.Method, req.URL.Path)
 	if err != nil {
-		v.t.Errorf("contract: %v", err)
+		v.t.Errorf("API documents: %v", err)
 		return resp, nil
 	}
-	route, params := findRoute(doc, req.Method, req.URL.Path)
 	ct := resp.Header.Get("Content-Type")
-	if strings.HasPrefix(ct, "text/event-stream") {
-		// The body is a stream: its events are validated one by one as they are read (readSSE).
-		if route == nil || route.Operation.OperationID != "streamEvents" || resp.StatusCode != http.StatusOK {
-			v.t.Errorf("%s %s: unexpected event stream, status %d", req.Method, req.URL.Path, resp.StatusCode)
+	mt, _, _ := mime.ParseMediaType(ct)
+	if resp.StatusCode == http.StatusSwitchingProtocols || (mt != "" && mt != "application/json") {
+		// A stream (events, a WebSocket) or a body of bytes: its documented media type is all there is
+		// to check here; a stream's events are validated one by one as they are read (readSSE).
+		if !documentsMedia(route, resp.StatusCode, mt) {
+			v.t.Errorf("%s %s: status %d with Content-Type %q is not documented", req.Method, req.URL.Path, resp.StatusCode, ct)
 		}
 		v.cov.saw(route, resp.StatusCode)
 		return resp, nil
@@ -287,7 +330,7 @@ func (v *validatingTransport) RoundTrip(req *http.Request) (*http.Response, erro
 		return nil, err
 	}
 	resp.Body = io.NopCloser(bytes.NewReader(body))
-	if ct != "application/json" {
+	if ct != "application/json" && !(req.Method == http.MethodHead && ct == "") {
 		v.t.Errorf("%s %s: Content-Type %q, want application/json", req.Method, req.URL.Path, ct)
 	}
 	documented := route != nil && route.Operation.Responses.Status(resp.StatusCode) != nil
@@ -335,6 +378,23 @@ func validateSchema(doc *openapi3.T, name string, body []byte) error {
 	return ref.Value.VisitJSON(v, openapi3.EnableJSONSchema2020())
 }
 
+// documentsMedia reports whether route's operation documents a response of status with media type
+// mt; a 101 switch of protocols needs only its status.
+func documentsMedia(route *routers.Route, status int, mt string) bool {
+	if route == nil {
+		return false
+	}
+	r := route.Operation.Responses.Status(status)
+	if r == nil {
+		return false
+	}
+	if status == http.StatusSwitchingProtocols {
+		return true
+	}
+	_, ok := r.Value.Content[mt]
+	return ok
+}
+
 // coverage records which documented (operation, status) pairs the suite has seen.
 type coverage struct {
 	mu      sync.Mutex
@@ -345,7 +405,7 @@ type coverage struct {
 func newCoverage(t *testing.T) *coverage { return &coverage{seen: map[string]bool{}} }
 
 func (c *coverage) saw(route *routers.Route, status int) {
-	if route == nil {
+	if c == nil || route == nil {
 		return
 	}
 	c.mu.Lock()

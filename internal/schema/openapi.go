@@ -14,7 +14,10 @@ type Operation struct {
 	// Params are the path item's parameters, then the operation's, in the document's order; an
 	// operation's parameter replaces the path item's of the same name and place.
 	Params []*Param
-	Body   *Body // nil: the operation takes no request body
+	Body   *Body // nil: the operation takes no JSON request body
+	// RawBody lists the media types of a body the operation's handler streams itself (a file's bytes,
+	// a tar stream) instead of a JSON document validated here; nil for a JSON body or none.
+	RawBody []string
 }
 
 // Param is a path or query parameter serialized the default way (simple in a path, form in a query)
@@ -114,6 +117,10 @@ func (d *Document) operation(compile Compiler, item map[string]any, itemPtr stri
 			return nil, err
 		}
 		content, _ := rb["content"].(map[string]any)
+		if raw := rawMediaTypes(content); raw != nil {
+			o.RawBody = raw
+			return o, nil
+		}
 		media, _ := content["application/json"].(map[string]any)
 		if len(content) != 1 || media == nil || media["schema"] == nil {
 			return nil, errors.New("a request body must have exactly one media type, application/json, with a schema")
@@ -131,6 +138,29 @@ func (d *Document) operation(compile Compiler, item map[string]any, itemPtr stri
 		o.Body = &Body{Required: required, Schema: s}
 	}
 	return o, nil
+}
+
+// rawMediaTypes returns the media types of a request body that is no JSON document but bytes its
+// handler streams (a file, a tar stream), sorted; nil unless every media type says so, with no schema
+// or a binary string one (OpenAPI 3.1's "format: binary" or "contentMediaType"). A text body with a
+// schema to check is not raw: this package would not enforce it.
+func rawMediaTypes(content map[string]any) []string {
+	var out []string
+	for mt, raw := range content {
+		media, _ := raw.(map[string]any)
+		if media == nil {
+			return nil
+		}
+		if sch, ok := media["schema"]; ok {
+			m, _ := sch.(map[string]any)
+			if m["type"] != "string" || (m["format"] != "binary" && m["contentMediaType"] == nil) {
+				return nil
+			}
+		}
+		out = append(out, mt)
+	}
+	slices.Sort(out)
+	return out
 }
 
 // params compiles the "parameters" list of a path item or an operation.

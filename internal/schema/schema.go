@@ -164,7 +164,7 @@ func (d *Document) compile(v any, ptr string) (*Schema, error) {
 	}
 	if ref, ok := m["$ref"].(string); ok {
 		for k := range m {
-			if k != "$ref" && !annotations[k] {
+			if k != "$ref" && !annotations[k] && !strings.HasPrefix(k, "x-") {
 				return nil, fmt.Errorf("%s: keyword %q next to $ref is not supported", ptr, k)
 			}
 		}

@@ -3,6 +3,7 @@ package schema
 import (
 	"bytes"
 	"encoding/json"
+	"slices"
 	"strings"
 	"testing"
 
@@ -106,6 +107,34 @@ func TestOperationsRefuseUnsupportedParameters(t *testing.T) {
 	}
 	if _, err := d.Operations(Own); err == nil {
 		t.Error("a text/plain body compiled")
+	}
+}
+
+// TestOperationsRawBody: a body of bytes a handler streams (no schema, or a binary string) compiles to
+// RawBody with no validator, and mixed with JSON it is refused.
+func TestOperationsRawBody(t *testing.T) {
+	src := "paths:\n  /x:\n    put:\n      requestBody:\n        content:\n" +
+		"          application/octet-stream: { schema: { type: string, format: binary } }\n" +
+		"          application/x-tar: {}\n"
+	d, err := Parse([]byte(src))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ops, err := d.Operations(Own)
+	if err != nil {
+		t.Fatal(err)
+	}
+	op := ops["PUT /x"]
+	if op.Body != nil || !slices.Equal(op.RawBody, []string{"application/octet-stream", "application/x-tar"}) {
+		t.Fatalf("body %v, raw %v", op.Body, op.RawBody)
+	}
+	d, err = Parse([]byte("paths:\n  /x:\n    put:\n      requestBody:\n        content:\n" +
+		"          application/octet-stream: {}\n          application/json: { schema: { type: object } }\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.Operations(Own); err == nil {
+		t.Error("a body both raw and JSON compiled")
 	}
 }
 
