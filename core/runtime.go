@@ -38,6 +38,9 @@ type Config struct {
 	// ReleaseBound is how long a terminate keeps retrying a failing provider clean-up before it declares the
 	// sandbox terminated anyway, naming the leftover in the event.
 	ReleaseBound time.Duration
+	// ObserveProvider, when set, is told of every provider operation once it returns: its name
+	// ("allocate", "exec", "release", ...), how long it took, and its error, classified (nil on success).
+	ObserveProvider func(op string, d time.Duration, err error)
 }
 
 // Runtime is the runtime core. Its methods are safe for concurrent use.
@@ -228,6 +231,10 @@ func (r *Runtime) callFor(ctx context.Context, op string, d time.Duration, detac
 	}
 	ctx, cancel := context.WithTimeout(ctx, d)
 	defer cancel()
+	if observe := r.cfg.ObserveProvider; observe != nil {
+		start := time.Now()
+		defer func() { observe(op, time.Since(start), err) }()
+	}
 	defer func() {
 		if p := recover(); p != nil {
 			r.log.Error("provider panicked", "op", op, "panic", p)

@@ -23,6 +23,7 @@ import (
 	"github.com/sandboxd/sandbox/core"
 	"github.com/sandboxd/sandbox/httpapi"
 	"github.com/sandboxd/sandbox/internal/fastpath"
+	"github.com/sandboxd/sandbox/internal/metrics"
 	"github.com/sandboxd/sandbox/internal/version"
 	"github.com/sandboxd/sandbox/provider/host"
 	"github.com/sandboxd/sandbox/provider/oci"
@@ -228,8 +229,9 @@ func (m *Main) Run(ctx context.Context) error {
 	if err := makeDataDir(m.DataDir); err != nil {
 		return fmt.Errorf("data dir: %w", err)
 	}
+	met := metrics.New()
 	st, err := sqlite.Open(ctx, sqlite.Config{Path: filepath.Join(m.DataDir, "sandboxd.db"), Retention: m.EventRetention, MaxAge: m.EventMaxAge,
-		NoTail: m.Plain[fastpath.Tail], NoJournal: m.Plain[fastpath.Journal]})
+		NoTail: m.Plain[fastpath.Tail], NoJournal: m.Plain[fastpath.Journal], ObserveCommit: met.ObserveCommit})
 	if err != nil {
 		return fmt.Errorf("open store: %w", err)
 	}
@@ -238,16 +240,22 @@ func (m *Main) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	if man, err := prov.Manifest(ctx); err == nil {
+		met.SetRuntimeClass(man.RuntimeClass)
+	}
 	rt, err := core.New(core.Config{
 		Store:             st,
 		Provider:          prov,
 		Logger:            m.log,
 		ReconcileInterval: m.ReconcileInterval,
+		ObserveProvider:   met.ObserveProvider,
 	})
 	if err != nil {
 		return err
 	}
 	m.runtime = rt
+	pool, _ := prov.(sandbox.PoolReporter)
+	met.Watch(rt, pool)
 	if err := rt.Start(ctx); err != nil {
 		return err
 	}
@@ -263,6 +271,9 @@ func (m *Main) Run(ctx context.Context) error {
 		AllowedHosts:    m.allowedHosts(),
 		ReadBodyTimeout: m.ReadBodyTimeout,
 		PlainJSON:       m.Plain[fastpath.JSON],
+		ObserveRequest:  met.ObserveRequest,
+		Audit:           m.log,
+		Metrics:         met.Handler(),
 	}
 	if m.Plain[fastpath.Schema] {
 		cfg.Schemas = plainSchemas
