@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/sandboxd/sandbox"
+	"github.com/sandboxd/sandbox/api"
 )
 
 // statsRoutes are the operations of what a daemon and its sandboxes use.
@@ -16,22 +17,13 @@ func (s *Server) statsRoutes() []route {
 	}
 }
 
-// sandboxStats is the answer of getSandboxStats (StatsSandbox in api/extensions.yaml).
-type sandboxStats struct {
-	SandboxID  sandbox.ID         `json:"sandboxId"`
-	Generation sandbox.Generation `json:"generation"`
-	State      sandbox.State      `json:"state"`
-	ObservedAt time.Time          `json:"observedAt"`
-	sandbox.Usage
-}
-
 // getSandboxStats: GET /v1/sandboxes/{sandboxId}/stats.
 func (s *Server) getSandboxStats(w http.ResponseWriter, r *http.Request, _ []byte) error {
 	sb, u, err := s.rt.Stats(r.Context(), sandboxID(r))
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, sandboxStats{
+	writeJSON(w, http.StatusOK, api.SandboxStats{
 		SandboxID: sb.ID, Generation: sb.Generation, State: sb.State, ObservedAt: time.Now().UTC(), Usage: u,
 	})
 	return nil
