@@ -38,6 +38,8 @@ type Config struct {
 	// ReleaseBound is how long a terminate keeps retrying a failing provider clean-up before it declares the
 	// sandbox terminated anyway, naming the leftover in the event.
 	ReleaseBound time.Duration
+	// Lifetimes are the defaults and maxima of sandboxes' lifetimes (lifetime.go).
+	Lifetimes LifetimeConfig
 	// ObserveProvider, when set, is told of every provider operation once it returns: its name
 	// ("allocate", "exec", "release", ...), how long it took, and its error, classified (nil on success).
 	ObserveProvider func(op string, d time.Duration, err error)
@@ -56,6 +58,10 @@ type Runtime struct {
 
 	watchMu  sync.Mutex
 	watchers map[chan struct{}]struct{}
+
+	activeMu sync.Mutex
+	active   map[sandbox.ID]*activity // requests naming a sandbox, open and last (lifetime.go)
+	started  time.Time
 
 	busyMu   sync.Mutex
 	busy     map[sandbox.Ref]int  // generations with a provider mutation or readiness wait in flight
@@ -91,6 +97,9 @@ func New(cfg Config) (*Runtime, error) {
 	if cfg.ReleaseBound <= 0 {
 		cfg.ReleaseBound = DefaultReleaseBound
 	}
+	if cfg.Lifetimes.Interval == 0 {
+		cfg.Lifetimes.Interval = DefaultLifetimeInterval
+	}
 	bg, stop := context.WithCancel(context.Background())
 	r := &Runtime{
 		store:    cfg.Store,
@@ -99,6 +108,8 @@ func New(cfg Config) (*Runtime, error) {
 		now:      cfg.Now,
 		cfg:      cfg,
 		watchers: make(map[chan struct{}]struct{}),
+		active:   make(map[sandbox.ID]*activity),
+		started:  cfg.Now(),
 		busy:     make(map[sandbox.Ref]int),
 		watching: make(map[sandbox.Ref]bool),
 		bg:       bg,
@@ -116,6 +127,9 @@ func New(cfg Config) (*Runtime, error) {
 func (r *Runtime) Start(ctx context.Context) error {
 	if err := r.ReconcileAll(ctx); err != nil {
 		r.log.Warn("start-up reconcile incomplete", "err", err)
+	}
+	if r.cfg.Lifetimes.Interval > 0 {
+		r.goBackground(r.keepLifetimes)
 	}
 	if r.cfg.ReconcileInterval > 0 {
 		r.goBackground(func(ctx context.Context) {

@@ -3,6 +3,7 @@ package httpapi
 import (
 	"log/slog"
 	"net/http"
+	"strings"
 	"time"
 )
 
@@ -68,3 +69,17 @@ func (w *statusWriter) Write(b []byte) (int, error) {
 
 // Unwrap lets http.ResponseController reach the connection's flusher, deadlines and hijacker.
 func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// activity tells the runtime, for an operation on one sandbox, that the sandbox is in use while the
+// request is open (a stream included), so that a sandbox with an idle bound is not idle meanwhile. It
+// runs after authentication: a request without a valid token uses nothing.
+func (s *Server) activity(path string, next http.Handler) http.Handler {
+	if !strings.Contains(path, "{sandboxId}") {
+		return next
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		done := s.rt.Active(sandboxID(r))
+		defer done()
+		next.ServeHTTP(w, r)
+	})
+}

@@ -205,7 +205,7 @@ func (s *Server) routes() {
 	for _, rt := range routes {
 		op := docs[rt.method+" "+rt.path].operation(rt.method, rt.path)
 		name := rt.method + " " + rt.path
-		s.mux.Handle(name, s.observe(name, s.guard(rt.path, s.endpoint(op, rt.h))))
+		s.mux.Handle(name, s.observe(name, s.guard(rt.path, s.activity(rt.path, s.endpoint(op, rt.h)))))
 		if _, ok := allowed[rt.path]; !ok {
 			paths = append(paths, rt.path)
 		}
