@@ -247,20 +247,6 @@ func (r *Runtime) idleFor(id sandbox.ID, since, now time.Time) time.Duration {
 	return now.Sub(from)
 }
 
-// keepLifetimes checks every live sandbox's lifetime each LifetimeConfig.Interval until ctx ends.
-func (r *Runtime) keepLifetimes(ctx context.Context) {
-	t := time.NewTicker(r.cfg.Lifetimes.Interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			r.enforceLifetimes(ctx)
-		}
-	}
-}
-
 // enforceLifetimes terminates every live sandbox past its time to live, and pauses or terminates
 // every ready one idle past its bound, each by an ordinary fenced action of the generation it read.
 func (r *Runtime) enforceLifetimes(ctx context.Context) {

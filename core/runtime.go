@@ -128,25 +128,13 @@ func (r *Runtime) Start(ctx context.Context) error {
 	if err := r.ReconcileAll(ctx); err != nil {
 		r.log.Warn("start-up reconcile incomplete", "err", err)
 	}
-	if r.cfg.Lifetimes.Interval > 0 {
-		r.goBackground(r.keepLifetimes)
-	}
-	if r.cfg.ReconcileInterval > 0 {
-		r.goBackground(func(ctx context.Context) {
-			t := time.NewTicker(r.cfg.ReconcileInterval)
-			defer t.Stop()
-			for {
-				select {
-				case <-ctx.Done():
-					return
-				case <-t.C:
-					if err := r.ReconcileAll(ctx); err != nil && ctx.Err() == nil {
-						r.log.Warn("periodic reconcile incomplete", "err", err)
-					}
-				}
-			}
-		})
-	}
+	// Lifetimes are checked once a sandbox's state is known again (lifetime.go).
+	r.every(r.cfg.Lifetimes.Interval, r.enforceLifetimes)
+	r.every(r.cfg.ReconcileInterval, func(ctx context.Context) {
+		if err := r.ReconcileAll(ctx); err != nil && ctx.Err() == nil {
+			r.log.Warn("periodic reconcile incomplete", "err", err)
+		}
+	})
 	return nil
 }
 
@@ -158,6 +146,25 @@ func (r *Runtime) Close() error {
 		r.bgWG.Wait()
 	})
 	return nil
+}
+
+// every runs fn in the background each interval until Close; nothing when interval is not positive.
+func (r *Runtime) every(interval time.Duration, fn func(ctx context.Context)) {
+	if interval <= 0 {
+		return
+	}
+	r.goBackground(func(ctx context.Context) {
+		t := time.NewTicker(interval)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				fn(ctx)
+			}
+		}
+	})
 }
 
 func (r *Runtime) goBackground(fn func(ctx context.Context)) {
