@@ -11,6 +11,7 @@ const ExtensionNamespace = "sandboxd."
 // api/extensions.yaml (x-capability); a test keeps this table and the document equal.
 var extensionCapabilities = map[string]Capability{
 	"sandboxd.lifetime": "",
+	VolumesKey:          CapPersistentVolume,
 }
 
 // IsOwnExtension reports whether key is in sandboxd's namespace.

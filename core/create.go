@@ -62,6 +62,9 @@ func (r *Runtime) Create(ctx context.Context, spec sandbox.Spec) (*sandbox.Sandb
 	if err := r.checkCapabilities(spec); err != nil {
 		return nil, err
 	}
+	if err := r.checkVolumes(ctx, spec); err != nil {
+		return nil, err
+	}
 	canon, err := spec.CanonicalJSON()
 	if err != nil {
 		return nil, fmt.Errorf("canonical spec: %v: %w", err, sandbox.ErrInvalidRequest)
@@ -108,6 +111,9 @@ func (r *Runtime) Recreate(ctx context.Context, id sandbox.ID, gen sandbox.Gener
 		return nil, err
 	}
 	if err := r.checkCapabilities(spec); err != nil {
+		return nil, err
+	}
+	if err := r.checkVolumes(ctx, spec); err != nil {
 		return nil, err
 	}
 	canon, err := spec.CanonicalJSON()

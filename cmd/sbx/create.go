@@ -20,6 +20,7 @@ type specFlags struct {
 	require, extensions        []string
 	ttl, idle                  time.Duration
 	onIdle                     string
+	volumes                    []string
 }
 
 func (f *specFlags) bind(fs *pflag.FlagSet) {
@@ -34,6 +35,7 @@ func (f *specFlags) bind(fs *pflag.FlagSet) {
 	fs.DurationVar(&f.ttl, "ttl", 0, "time to live: the sandbox is terminated this long after its create (whole seconds; sandboxd.lifetime)")
 	fs.DurationVar(&f.idle, "idle", 0, "idle bound: the sandbox is paused (or terminated, --on-idle) after this long unused (whole seconds)")
 	fs.StringVar(&f.onIdle, "on-idle", "", "what an idle sandbox undergoes: pause or terminate (default: the daemon's)")
+	fs.StringArrayVarP(&f.volumes, "volume", "v", nil, "mount a persistent volume: NAME:PATH, or NAME:PATH:ro (repeatable; sandboxd.volumes)")
 }
 
 // spec builds the sandbox spec from the flags.
@@ -63,6 +65,23 @@ func (f *specFlags) spec() (sandbox.Spec, error) {
 			s.Extensions = map[string]json.RawMessage{}
 		}
 		s.Extensions[k] = json.RawMessage(v)
+	}
+	if len(f.volumes) > 0 {
+		if _, ok := s.Extensions[sandbox.VolumesKey]; ok {
+			return sandbox.Spec{}, usagef("-v excludes --extension %s=...", sandbox.VolumesKey)
+		}
+		var mounts []sandbox.VolumeMount
+		for _, v := range f.volumes {
+			m, err := parseVolumeFlag(v)
+			if err != nil {
+				return sandbox.Spec{}, err
+			}
+			mounts = append(mounts, m)
+		}
+		var err error
+		if s, err = client.VolumeMounts(s, mounts...); err != nil {
+			return sandbox.Spec{}, err
+		}
 	}
 	if f.ttl != 0 || f.idle != 0 || f.onIdle != "" {
 		if _, ok := s.Extensions["sandboxd.lifetime"]; ok {

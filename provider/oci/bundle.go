@@ -46,6 +46,8 @@ type meta struct {
 	// IDBase is the first host uid (and gid) of the sandbox's user namespace (userns.go); zero for a
 	// generation laid out before sandboxes had one, which runs on as it started.
 	IDBase uint32 `json:"idBase,omitempty"`
+	// Volumes are the persistent volumes the sandbox mounts (volume.go).
+	Volumes []sandbox.VolumeMount `json:"volumes,omitempty"`
 }
 
 // upperBase is the directory that holds the sandbox's /workspace ("upper", for the layers an image
@@ -132,7 +134,11 @@ func unmountRoot(stateDir string) {
 // a generated /etc, and the agent, a copy of agent. It is mounted read-only; only /tmp and /workspace
 // are writable in the sandbox.
 func buildRootfs(root string, agent io.Reader) error {
-	for _, d := range []string{"usr", "etc", "proc", "dev", "sys", "tmp", "workspace", "run", "var/tmp", ".sandboxd", guestSockDir} {
+	dirs := []string{"usr", "etc", "proc", "dev", "sys", "tmp", "workspace", "run", "var/tmp", ".sandboxd", guestSockDir}
+	for _, r := range volumeRoots[1:] {
+		dirs = append(dirs, strings.TrimPrefix(r, "/")) // empty mount points for volumes (volume.go)
+	}
+	for _, d := range dirs {
 		if err := os.MkdirAll(filepath.Join(root, d), 0o755); err != nil {
 			return err
 		}
@@ -269,6 +275,20 @@ func (p *Provider) containerSpec(l layout, m meta, userns string) (*specs.Spec, 
 	if gvisor {
 		mounts = append(mounts,
 			specs.Mount{Destination: guestSockDir, Type: "bind", Source: l.sockDir(), Options: []string{"bind", "rw", "nosuid", "nodev", "noexec"}})
+	}
+	for _, r := range volumeParents(m.Volumes) {
+		// A volume below one of the root's mount points: a small tmpfs there first, for the
+		// runtime to make the volume's mount point in.
+		mounts = append(mounts, tmpfs(r, "755", 1, "nosuid", "nodev", "noexec"))
+	}
+	for i, v := range m.Volumes {
+		// The sandbox's idmapped clone of the volume's mount (volume.go), which the container keeps.
+		rw := "rw"
+		if v.ReadOnly {
+			rw = "ro"
+		}
+		mounts = append(mounts, specs.Mount{Destination: v.MountPath, Type: "bind", Source: l.volumeClone(i),
+			Options: []string{"bind", rw, "nosuid", "nodev"}})
 	}
 	// On runc, the agent takes its listening socket as descriptor 3 (listenAgent) and the seccomp
 	// program to install on itself as descriptor 4 (seccompFile). gVisor's kernel applies the spec's

@@ -104,6 +104,8 @@ type Provider struct {
 	pool   pool
 	spares spares
 
+	volMu sync.Mutex // the volumes, and which sandboxes mount them (volume.go)
+
 	// DataPlane runs commands and file calls through each sandbox's agent (Exec, ReadFile, WriteFile,
 	// ListFiles); its clients come from usable, so a paused sandbox is ErrInvalidState.
 	agentclient.DataPlane
@@ -114,6 +116,9 @@ var (
 	_ sandbox.Executor     = (*Provider)(nil)
 	_ sandbox.FileSystem   = (*Provider)(nil)
 	_ sandbox.PauseResumer = (*Provider)(nil)
+	_ sandbox.Volumes      = (*Provider)(nil)
+	_ sandbox.UsageReader  = (*Provider)(nil)
+	_ sandbox.PoolReporter = (*Provider)(nil)
 )
 
 // box is the provider's in-memory handle on one generation. Its lifecycle calls are serialized by mu;
@@ -309,6 +314,7 @@ func New(cfg Config) (*Provider, error) {
 	}
 	// Before a sandbox is allocated again under the name of a container nothing claims.
 	p.removeOrphans(context.Background())
+	p.tidyVolumes()
 	if class == classRunc {
 		p.idmap = p.runc.idmapMounts(context.Background())
 	}
@@ -413,6 +419,8 @@ func (p *Provider) Manifest(context.Context) (sandbox.Manifest, error) {
 			FileAccess:       true,
 			PauseResume:      true,
 			ResourceLimits:   true,
+			// Volumes are idmapped mounts, which gVisor's file server does not serve (volume.go).
+			PersistentVolume: p.runc.class == classRunc,
 		},
 	}, nil
 }
