@@ -80,6 +80,9 @@ type Config struct {
 	// which starts a container of its own (the warm pool empty, or off) need not make them (see
 	// spare.go). Zero: none.
 	Spares int
+
+	// Network configures the networks of sandboxes whose policy lets something out (network.go).
+	Network NetworkConfig
 }
 
 // Provider runs sandboxes as runc containers. It is safe for concurrent use.
@@ -103,6 +106,7 @@ type Provider struct {
 
 	pool   pool
 	spares spares
+	net    *network // nil: every sandbox on loopback only (network.go)
 
 	// DataPlane runs commands and file calls through each sandbox's agent (Exec, ReadFile, WriteFile,
 	// ListFiles); its clients come from usable, so a paused sandbox is ErrInvalidState.
@@ -309,6 +313,9 @@ func New(cfg Config) (*Provider, error) {
 	}
 	// Before a sandbox is allocated again under the name of a container nothing claims.
 	p.removeOrphans(context.Background())
+	if err := p.startNetwork(); err != nil {
+		p.log.Warn("sandboxes get no network but loopback", "err", err)
+	}
 	if class == classRunc {
 		p.idmap = p.runc.idmapMounts(context.Background())
 	}

@@ -1,0 +1,292 @@
+package netpolicy
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"net/netip"
+	"sync"
+
+	"github.com/google/nftables"
+	"github.com/google/nftables/binaryutil"
+	"github.com/google/nftables/expr"
+	"golang.org/x/sys/unix"
+)
+
+// Firewall is the one nftables table (family inet) the daemon owns. It never touches another table.
+// Its base chains pass every packet that is not a sandbox's, so the host's other traffic goes on as
+// the host's own rules say:
+//
+//	forward (filter, priority 0): per sandbox, iifname X jump fwd-X; then traffic into any sandbox
+//	  interface only when established; anything else from one dropped.
+//	input (filter, priority 0): per sandbox, iifname X jump in-X; anything else from one dropped.
+//	postrouting (nat, priority 100): the pool's addresses masqueraded behind the outgoing interface.
+//
+// fwd-X and in-X hold sandbox X's policy (rules); a policy change replaces them in one transaction, so
+// every packet meets the old rules or the new ones. Established connections keep going.
+type Firewall struct {
+	table    *nftables.Table
+	pool     netip.Prefix
+	ifPrefix string
+
+	mu   sync.Mutex
+	conn *nftables.Conn
+	fwd  *nftables.Chain
+	in   *nftables.Chain
+}
+
+// NewFirewall makes the table name afresh: one an earlier daemon left is deleted first (with every
+// sandbox's rules in it: the caller sets again those of the sandboxes it keeps). pool is where the
+// sandboxes' addresses come from; ifPrefix begins the name of every sandbox's host interface.
+func NewFirewall(name string, pool netip.Prefix, ifPrefix string) (*Firewall, error) {
+	conn, err := nftables.New()
+	if err != nil {
+		return nil, fmt.Errorf("nftables: %w", err)
+	}
+	f := &Firewall{table: &nftables.Table{Name: name, Family: nftables.TableFamilyINet}, pool: pool.Masked(), ifPrefix: ifPrefix, conn: conn}
+	if err := f.deleteTable(); err != nil {
+		return nil, err
+	}
+	accept := nftables.ChainPolicyAccept
+	t := conn.AddTable(f.table)
+	f.fwd = conn.AddChain(&nftables.Chain{Name: "forward", Table: t, Type: nftables.ChainTypeFilter,
+		Hooknum: nftables.ChainHookForward, Priority: nftables.ChainPriorityFilter, Policy: &accept})
+	f.in = conn.AddChain(&nftables.Chain{Name: "input", Table: t, Type: nftables.ChainTypeFilter,
+		Hooknum: nftables.ChainHookInput, Priority: nftables.ChainPriorityFilter, Policy: &accept})
+	post := conn.AddChain(&nftables.Chain{Name: "postrouting", Table: t, Type: nftables.ChainTypeNAT,
+		Hooknum: nftables.ChainHookPostrouting, Priority: nftables.ChainPriorityNATSource, Policy: &accept})
+	sbx := []byte(ifPrefix) // a prefix match, as nft's "sbx*"
+	conn.AddRule(&nftables.Rule{Table: t, Chain: f.fwd, Exprs: join(ifname(expr.MetaKeyOIFNAME, sbx, true),
+		ctState(expr.CtStateBitESTABLISHED|expr.CtStateBitRELATED), verdict(expr.VerdictAccept))})
+	conn.AddRule(&nftables.Rule{Table: t, Chain: f.fwd, Exprs: join(ifname(expr.MetaKeyOIFNAME, sbx, true), verdict(expr.VerdictDrop))})
+	conn.AddRule(&nftables.Rule{Table: t, Chain: f.fwd, Exprs: join(ifname(expr.MetaKeyIIFNAME, sbx, true), verdict(expr.VerdictDrop))})
+	conn.AddRule(&nftables.Rule{Table: t, Chain: f.in, Exprs: join(ifname(expr.MetaKeyIIFNAME, sbx, true), verdict(expr.VerdictDrop))})
+	conn.AddRule(&nftables.Rule{Table: t, Chain: post, Exprs: join(ipv4(), addr(12, f.pool, false), addr(16, f.pool, true),
+		ifname(expr.MetaKeyOIFNAME, sbx, false), []expr.Any{&expr.Masq{}})})
+	if err := conn.Flush(); err != nil {
+		return nil, fmt.Errorf("nftables: table %s: %w", name, err)
+	}
+	return f, nil
+}
+
+// Close deletes the table, with every sandbox's rules.
+func (f *Firewall) Close() error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.deleteTable()
+}
+
+func (f *Firewall) deleteTable() error {
+	tables, err := f.conn.ListTablesOfFamily(nftables.TableFamilyINet)
+	if err != nil {
+		return fmt.Errorf("nftables: list tables: %w", err)
+	}
+	for _, t := range tables {
+		if t.Name == f.table.Name {
+			f.conn.DelTable(f.table)
+			if err := f.conn.Flush(); err != nil {
+				return fmt.Errorf("nftables: delete table %s: %w", f.table.Name, err)
+			}
+		}
+	}
+	return nil
+}
+
+// Set makes rules the policy of the sandbox on host interface ifname, whose address is sandboxAddr:
+// its chains are made, or replaced in one transaction when they exist.
+func (f *Firewall) Set(ifn string, sandboxAddr netip.Addr, rules Rules) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	fwd := &nftables.Chain{Name: "fwd-" + ifn, Table: f.table}
+	in := &nftables.Chain{Name: "in-" + ifn, Table: f.table}
+	exists, err := f.jumps(ifn)
+	if err != nil {
+		return err
+	}
+	if len(exists) > 0 {
+		f.conn.FlushChain(fwd)
+		f.conn.FlushChain(in)
+	} else {
+		f.conn.AddChain(fwd)
+		f.conn.AddChain(in)
+		me := []byte(ifn + "\x00")
+		f.conn.InsertRule(&nftables.Rule{Table: f.table, Chain: f.fwd, UserData: []byte(ifn),
+			Exprs: join(ifname(expr.MetaKeyIIFNAME, me, true), []expr.Any{&expr.Verdict{Kind: expr.VerdictJump, Chain: fwd.Name}})})
+		f.conn.InsertRule(&nftables.Rule{Table: f.table, Chain: f.in, UserData: []byte(ifn),
+			Exprs: join(ifname(expr.MetaKeyIIFNAME, me, true), []expr.Any{&expr.Verdict{Kind: expr.VerdictJump, Chain: in.Name}})})
+	}
+	add := func(c *nftables.Chain, e ...[]expr.Any) {
+		f.conn.AddRule(&nftables.Rule{Table: f.table, Chain: c, Exprs: join(e...)})
+	}
+	self := netip.PrefixFrom(sandboxAddr, 32)
+	for _, c := range []*nftables.Chain{fwd, in} {
+		add(c, notIPv4(), verdict(expr.VerdictDrop))            // IPv6 and the rest: denied
+		add(c, addr(12, self, true), verdict(expr.VerdictDrop)) // a forged source
+		add(c, ctState(expr.CtStateBitESTABLISHED|expr.CtStateBitRELATED), verdict(expr.VerdictAccept))
+		add(c, addr(16, f.pool, false), denied()) // another sandbox, whatever the rules
+		for _, pr := range rules.Deny {
+			add(c, addr(16, pr, false), denied())
+		}
+		for _, pr := range rules.Allow {
+			if Explicit(pr) {
+				add(c, addr(16, pr, false), counted(expr.VerdictAccept))
+			}
+		}
+	}
+	// Beyond this point only the forward chain: whatever the input chain has not accepted is the host.
+	add(in, denied())
+	for _, pr := range append([]netip.Prefix{linkLocal}, never...) {
+		add(fwd, addr(16, pr, false), denied())
+	}
+	for _, pr := range rules.Allow {
+		if !Explicit(pr) {
+			add(fwd, addr(16, pr, false), counted(expr.VerdictAccept))
+		}
+	}
+	if rules.Egress {
+		add(fwd, counted(expr.VerdictAccept))
+	} else {
+		add(fwd, denied())
+	}
+	if err := f.conn.Flush(); err != nil {
+		return fmt.Errorf("nftables: rules of %s: %w", ifn, err)
+	}
+	return nil
+}
+
+// Remove deletes the rules of the sandbox on ifname; none is no error.
+func (f *Firewall) Remove(ifn string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	rules, err := f.jumps(ifn)
+	if err != nil || len(rules) == 0 {
+		return err
+	}
+	for _, r := range rules {
+		if err := f.conn.DelRule(r); err != nil {
+			return err
+		}
+	}
+	f.conn.FlushChain(&nftables.Chain{Name: "fwd-" + ifn, Table: f.table})
+	f.conn.FlushChain(&nftables.Chain{Name: "in-" + ifn, Table: f.table})
+	f.conn.DelChain(&nftables.Chain{Name: "fwd-" + ifn, Table: f.table})
+	f.conn.DelChain(&nftables.Chain{Name: "in-" + ifn, Table: f.table})
+	if err := f.conn.Flush(); err != nil {
+		return fmt.Errorf("nftables: remove the rules of %s: %w", ifn, err)
+	}
+	return nil
+}
+
+// Sandboxes lists the host interfaces the table holds rules for.
+func (f *Firewall) Sandboxes() ([]string, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	rules, err := f.conn.GetRules(f.table, f.fwd)
+	if err != nil {
+		return nil, fmt.Errorf("nftables: %w", err)
+	}
+	var out []string
+	for _, r := range rules {
+		if len(r.UserData) > 0 {
+			out = append(out, string(r.UserData))
+		}
+	}
+	return out, nil
+}
+
+// jumps returns the base chains' rules that jump to ifn's chains.
+func (f *Firewall) jumps(ifn string) ([]*nftables.Rule, error) {
+	var out []*nftables.Rule
+	for _, c := range []*nftables.Chain{f.fwd, f.in} {
+		rules, err := f.conn.GetRules(f.table, c)
+		if err != nil {
+			if errors.Is(err, unix.ENOENT) {
+				continue
+			}
+			return nil, fmt.Errorf("nftables: %w", err)
+		}
+		for _, r := range rules {
+			if bytes.Equal(r.UserData, []byte(ifn)) {
+				out = append(out, r)
+			}
+		}
+	}
+	return out, nil
+}
+
+func join(parts ...[]expr.Any) []expr.Any {
+	var out []expr.Any
+	for _, p := range parts {
+		out = append(out, p...)
+	}
+	return out
+}
+
+// ifname compares the input or output interface's name with name (a prefix when it has no NUL).
+func ifname(key expr.MetaKey, name []byte, eq bool) []expr.Any {
+	op := expr.CmpOpEq
+	if !eq {
+		op = expr.CmpOpNeq
+	}
+	return []expr.Any{&expr.Meta{Key: key, Register: 1}, &expr.Cmp{Op: op, Register: 1, Data: name}}
+}
+
+func ipv4() []expr.Any {
+	return []expr.Any{&expr.Meta{Key: expr.MetaKeyNFPROTO, Register: 1}, &expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{unix.NFPROTO_IPV4}}}
+}
+
+func notIPv4() []expr.Any {
+	return []expr.Any{&expr.Meta{Key: expr.MetaKeyNFPROTO, Register: 1}, &expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: []byte{unix.NFPROTO_IPV4}}}
+}
+
+// addr matches the IPv4 header's source (offset 12) or destination (16) address inside pr, or
+// outside it with not.
+func addr(offset uint32, pr netip.Prefix, not bool) []expr.Any {
+	mask := net4Mask(pr.Bits())
+	net := pr.Masked().Addr().As4()
+	op := expr.CmpOpEq
+	if not {
+		op = expr.CmpOpNeq
+	}
+	return []expr.Any{
+		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: offset, Len: 4},
+		&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4, Mask: mask[:], Xor: []byte{0, 0, 0, 0}},
+		&expr.Cmp{Op: op, Register: 1, Data: net[:]},
+	}
+}
+
+func net4Mask(bits int) [4]byte {
+	var m [4]byte
+	for i := range 4 {
+		switch {
+		case bits >= 8:
+			m[i] = 0xff
+		case bits > 0:
+			m[i] = byte(0xff << (8 - bits))
+		}
+		bits -= 8
+	}
+	return m
+}
+
+func ctState(bits uint32) []expr.Any {
+	b := binaryutil.NativeEndian.PutUint32(bits)
+	return []expr.Any{
+		&expr.Ct{Register: 1, Key: expr.CtKeySTATE},
+		&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4, Mask: b[:], Xor: []byte{0, 0, 0, 0}},
+		&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: []byte{0, 0, 0, 0}},
+	}
+}
+
+func verdict(k expr.VerdictKind) []expr.Any { return []expr.Any{&expr.Verdict{Kind: k}} }
+
+// denied counts the packet and refuses it with an ICMP "administratively prohibited", so that a
+// connection the policy denies fails at once instead of timing out.
+func denied() []expr.Any {
+	return []expr.Any{&expr.Counter{}, &expr.Reject{Type: unix.NFT_REJECT_ICMPX_UNREACH, Code: unix.NFT_REJECT_ICMPX_ADMIN_PROHIBITED}}
+}
+
+// counted is a verdict whose packets are counted.
+func counted(k expr.VerdictKind) []expr.Any {
+	return []expr.Any{&expr.Counter{}, &expr.Verdict{Kind: k}}
+}
