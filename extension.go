@@ -9,7 +9,9 @@ const ExtensionNamespace = "sandboxd."
 // extensionCapabilities maps each of sandboxd's spec.extensions keys to the capability it needs. The
 // keys, their schemas and their capabilities are documented in api/extensions.yaml (x-capability); a
 // test keeps this table and the document equal.
-var extensionCapabilities = map[string]Capability{}
+var extensionCapabilities = map[string]Capability{
+	"sandboxd.network": CapNetworkPolicy,
+}
 
 // IsOwnExtension reports whether key is in sandboxd's namespace.
 func IsOwnExtension(key string) bool { return strings.HasPrefix(key, ExtensionNamespace) }

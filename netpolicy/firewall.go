@@ -13,7 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Firewall is the one nftables table (family inet) the daemon owns. It never touches another table.
+// Firewall is the one nftables table (family inet) the daemon owns, there while a sandbox has rules. It never touches another table.
 // Its base chains pass every packet that is not a sandbox's, so the host's other traffic goes on as
 // the host's own rules say:
 //
@@ -35,9 +35,10 @@ type Firewall struct {
 	in   *nftables.Chain
 }
 
-// NewFirewall makes the table name afresh: one an earlier daemon left is deleted first (with every
-// sandbox's rules in it: the caller sets again those of the sandboxes it keeps). pool is where the
-// sandboxes' addresses come from; ifPrefix begins the name of every sandbox's host interface.
+// NewFirewall returns the firewall of table name, deleting the table when an earlier daemon left one
+// (with every sandbox's rules in it: the caller sets again those of the sandboxes it keeps). The table
+// is made again with the first Set. pool is where the sandboxes' addresses come from; ifPrefix begins
+// the name of every sandbox's host interface.
 func NewFirewall(name string, pool netip.Prefix, ifPrefix string) (*Firewall, error) {
 	conn, err := nftables.New()
 	if err != nil {
@@ -47,26 +48,36 @@ func NewFirewall(name string, pool netip.Prefix, ifPrefix string) (*Firewall, er
 	if err := f.deleteTable(); err != nil {
 		return nil, err
 	}
+	return f, nil
+}
+
+// ensure makes the table and its base chains unless they are there.
+func (f *Firewall) ensure() error {
+	if f.fwd != nil {
+		return nil
+	}
+	conn := f.conn
 	accept := nftables.ChainPolicyAccept
 	t := conn.AddTable(f.table)
-	f.fwd = conn.AddChain(&nftables.Chain{Name: "forward", Table: t, Type: nftables.ChainTypeFilter,
+	fwd := conn.AddChain(&nftables.Chain{Name: "forward", Table: t, Type: nftables.ChainTypeFilter,
 		Hooknum: nftables.ChainHookForward, Priority: nftables.ChainPriorityFilter, Policy: &accept})
-	f.in = conn.AddChain(&nftables.Chain{Name: "input", Table: t, Type: nftables.ChainTypeFilter,
+	in := conn.AddChain(&nftables.Chain{Name: "input", Table: t, Type: nftables.ChainTypeFilter,
 		Hooknum: nftables.ChainHookInput, Priority: nftables.ChainPriorityFilter, Policy: &accept})
 	post := conn.AddChain(&nftables.Chain{Name: "postrouting", Table: t, Type: nftables.ChainTypeNAT,
 		Hooknum: nftables.ChainHookPostrouting, Priority: nftables.ChainPriorityNATSource, Policy: &accept})
-	sbx := []byte(ifPrefix) // a prefix match, as nft's "sbx*"
-	conn.AddRule(&nftables.Rule{Table: t, Chain: f.fwd, Exprs: join(ifname(expr.MetaKeyOIFNAME, sbx, true),
+	sbx := []byte(f.ifPrefix) // a prefix match, as nft's "sbx*"
+	conn.AddRule(&nftables.Rule{Table: t, Chain: fwd, Exprs: join(ifname(expr.MetaKeyOIFNAME, sbx, true),
 		ctState(expr.CtStateBitESTABLISHED|expr.CtStateBitRELATED), verdict(expr.VerdictAccept))})
-	conn.AddRule(&nftables.Rule{Table: t, Chain: f.fwd, Exprs: join(ifname(expr.MetaKeyOIFNAME, sbx, true), verdict(expr.VerdictDrop))})
-	conn.AddRule(&nftables.Rule{Table: t, Chain: f.fwd, Exprs: join(ifname(expr.MetaKeyIIFNAME, sbx, true), verdict(expr.VerdictDrop))})
-	conn.AddRule(&nftables.Rule{Table: t, Chain: f.in, Exprs: join(ifname(expr.MetaKeyIIFNAME, sbx, true), verdict(expr.VerdictDrop))})
+	conn.AddRule(&nftables.Rule{Table: t, Chain: fwd, Exprs: join(ifname(expr.MetaKeyOIFNAME, sbx, true), verdict(expr.VerdictDrop))})
+	conn.AddRule(&nftables.Rule{Table: t, Chain: fwd, Exprs: join(ifname(expr.MetaKeyIIFNAME, sbx, true), verdict(expr.VerdictDrop))})
+	conn.AddRule(&nftables.Rule{Table: t, Chain: in, Exprs: join(ifname(expr.MetaKeyIIFNAME, sbx, true), verdict(expr.VerdictDrop))})
 	conn.AddRule(&nftables.Rule{Table: t, Chain: post, Exprs: join(ipv4(), addr(12, f.pool, false), addr(16, f.pool, true),
 		ifname(expr.MetaKeyOIFNAME, sbx, false), []expr.Any{&expr.Masq{}})})
 	if err := conn.Flush(); err != nil {
-		return nil, fmt.Errorf("nftables: table %s: %w", name, err)
+		return fmt.Errorf("nftables: table %s: %w", f.table.Name, err)
 	}
-	return f, nil
+	f.fwd, f.in = fwd, in
+	return nil
 }
 
 // Close deletes the table, with every sandbox's rules.
@@ -77,6 +88,7 @@ func (f *Firewall) Close() error {
 }
 
 func (f *Firewall) deleteTable() error {
+	f.fwd, f.in = nil, nil
 	tables, err := f.conn.ListTablesOfFamily(nftables.TableFamilyINet)
 	if err != nil {
 		return fmt.Errorf("nftables: list tables: %w", err)
@@ -97,6 +109,9 @@ func (f *Firewall) deleteTable() error {
 func (f *Firewall) Set(ifn string, sandboxAddr netip.Addr, rules Rules) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if err := f.ensure(); err != nil {
+		return err
+	}
 	fwd := &nftables.Chain{Name: "fwd-" + ifn, Table: f.table}
 	in := &nftables.Chain{Name: "in-" + ifn, Table: f.table}
 	exists, err := f.jumps(ifn)
@@ -158,6 +173,9 @@ func (f *Firewall) Set(ifn string, sandboxAddr netip.Addr, rules Rules) error {
 func (f *Firewall) Remove(ifn string) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if f.fwd == nil {
+		return nil
+	}
 	rules, err := f.jumps(ifn)
 	if err != nil || len(rules) == 0 {
 		return err
@@ -175,23 +193,6 @@ func (f *Firewall) Remove(ifn string) error {
 		return fmt.Errorf("nftables: remove the rules of %s: %w", ifn, err)
 	}
 	return nil
-}
-
-// Sandboxes lists the host interfaces the table holds rules for.
-func (f *Firewall) Sandboxes() ([]string, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	rules, err := f.conn.GetRules(f.table, f.fwd)
-	if err != nil {
-		return nil, fmt.Errorf("nftables: %w", err)
-	}
-	var out []string
-	for _, r := range rules {
-		if len(r.UserData) > 0 {
-			out = append(out, string(r.UserData))
-		}
-	}
-	return out, nil
 }
 
 // jumps returns the base chains' rules that jump to ifn's chains.

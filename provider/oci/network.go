@@ -155,10 +155,16 @@ func (p *Provider) startNetwork() error {
 	return nil
 }
 
-// closeNetwork removes the provider's table and the sandboxes' links. Only tests call it: a provider
-// that closes leaves its sandboxes running, with their network, for the next one.
+// closeNetwork removes the provider's table when no sandbox has rules in it: a provider that closes
+// leaves its sandboxes running, with their network, for the next one.
 func (p *Provider) closeNetwork() error {
 	if p.net == nil {
+		return nil
+	}
+	p.net.mu.Lock()
+	inUse := len(p.net.used) > 0
+	p.net.mu.Unlock()
+	if inUse {
 		return nil
 	}
 	return p.net.fw.Close()

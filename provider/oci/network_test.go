@@ -32,11 +32,6 @@ func netProvider(t *testing.T, in *internet, dir string, mutate ...func(*oci.Con
 	if onGVisor(t, p) {
 		t.Skip("sandboxes on gVisor run with loopback only (runsc --network=none)")
 	}
-	t.Cleanup(func() {
-		if err := oci.CloseNetwork(p); err != nil {
-			t.Errorf("close the network: %v", err)
-		}
-	})
 	return p
 }
 

@@ -420,6 +420,7 @@ func (p *Provider) Manifest(context.Context) (sandbox.Manifest, error) {
 			FileAccess:       true,
 			PauseResume:      true,
 			ResourceLimits:   true,
+			NetworkPolicy:    p.net != nil,
 		},
 	}, nil
 }
