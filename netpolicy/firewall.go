@@ -33,6 +33,7 @@ type Firewall struct {
 	conn *nftables.Conn
 	fwd  *nftables.Chain
 	in   *nftables.Chain
+	set  map[string]bool // the interfaces with chains
 }
 
 // NewFirewall returns the firewall of table name, deleting the table when an earlier daemon left one
@@ -76,7 +77,7 @@ func (f *Firewall) ensure() error {
 	if err := conn.Flush(); err != nil {
 		return fmt.Errorf("nftables: table %s: %w", f.table.Name, err)
 	}
-	f.fwd, f.in = fwd, in
+	f.fwd, f.in, f.set = fwd, in, map[string]bool{}
 	return nil
 }
 
@@ -114,11 +115,7 @@ func (f *Firewall) Set(ifn string, sandboxAddr netip.Addr, rules Rules) error {
 	}
 	fwd := &nftables.Chain{Name: "fwd-" + ifn, Table: f.table}
 	in := &nftables.Chain{Name: "in-" + ifn, Table: f.table}
-	exists, err := f.jumps(ifn)
-	if err != nil {
-		return err
-	}
-	if len(exists) > 0 {
+	if f.set[ifn] {
 		f.conn.FlushChain(fwd)
 		f.conn.FlushChain(in)
 	} else {
@@ -166,6 +163,7 @@ func (f *Firewall) Set(ifn string, sandboxAddr netip.Addr, rules Rules) error {
 	if err := f.conn.Flush(); err != nil {
 		return fmt.Errorf("nftables: rules of %s: %w", ifn, err)
 	}
+	f.set[ifn] = true
 	return nil
 }
 
@@ -192,6 +190,7 @@ func (f *Firewall) Remove(ifn string) error {
 	if err := f.conn.Flush(); err != nil {
 		return fmt.Errorf("nftables: remove the rules of %s: %w", ifn, err)
 	}
+	delete(f.set, ifn)
 	return nil
 }
 

@@ -7,7 +7,9 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"io"
 	"os/exec"
+	"strconv"
 	"runtime"
 	"strings"
 	"testing"
@@ -89,11 +91,21 @@ func (in *internet) serve(t testing.TB, name string, ap netip.AddrPort) {
 	t.Helper()
 	ln := in.listen(t, ap.String())
 	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// /bytes/N answers N zero bytes, for the throughput benchmarks.
+		if n, err := strconv.ParseInt(strings.TrimPrefix(r.URL.Path, "/bytes/"), 10, 64); err == nil && n <= 1<<30 {
+			w.Header().Set("Content-Length", strconv.FormatInt(n, 10))
+			io.CopyN(w, zeros{}, n)
+			return
+		}
 		fmt.Fprint(w, name)
 	}), ReadHeaderTimeout: 5 * time.Second}
 	go srv.Serve(ln)
 	t.Cleanup(func() { srv.Close() })
 }
+
+type zeros struct{}
+
+func (zeros) Read(b []byte) (int, error) { clear(b); return len(b), nil }
 
 // listen opens a TCP listener inside the namespace.
 func (in *internet) listen(t testing.TB, addr string) net.Listener {

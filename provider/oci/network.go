@@ -225,6 +225,15 @@ func (p *Provider) attachNetwork(b *box, rules netpolicy.Rules) error {
 		n.give(addr)
 		return err
 	}
+	// The rules match the host end by name: they are set while the link is made.
+	fwErr := make(chan error, 1)
+	go func() { fwErr <- n.fw.Set(st.Iface, addr, rules) }()
+	err = n.link(ns, st)
+	return errors.Join(err, <-fwErr)
+}
+
+// link makes st's veth pair, its host end in the host's namespace and its other end, eth0, in ns.
+func (n *network) link(ns netns.NsHandle, st netState) error {
 	veth := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: st.Iface}, PeerName: guestIface, PeerNamespace: netlink.NsFd(int(ns))}
 	if err := netlink.LinkAdd(veth); err != nil {
 		return fmt.Errorf("veth %s: %w", st.Iface, err)
@@ -232,14 +241,11 @@ func (p *Provider) attachNetwork(b *box, rules netpolicy.Rules) error {
 	if err := n.hostEnd(st); err != nil {
 		return err
 	}
-	if err := n.guestEnd(ns, addr); err != nil {
-		return err
-	}
-	return n.fw.Set(st.Iface, addr, rules)
+	return n.guestEnd(ns, st.Addr)
 }
 
-// hostEnd configures the host's end of st's link: the gateway's address, no IPv6, forwarding, a route
-// to the sandbox's address.
+// hostEnd configures the host's end of st's link: the gateway's address with the sandbox's as its
+// peer, no IPv6, forwarding.
 func (n *network) hostEnd(st netState) error {
 	link, err := netlink.LinkByName(st.Iface)
 	if err != nil {
@@ -250,13 +256,11 @@ func (n *network) hostEnd(st netState) error {
 			return err
 		}
 	}
-	if err := netlink.AddrAdd(link, &netlink.Addr{IPNet: hostNet(n.gateway)}); err != nil {
+	// A point-to-point address: the kernel routes the peer, the sandbox's address, through the link.
+	if err := netlink.AddrAdd(link, &netlink.Addr{IPNet: hostNet(n.gateway), Peer: hostNet(st.Addr)}); err != nil {
 		return fmt.Errorf("address of %s: %w", st.Iface, err)
 	}
-	if err := netlink.LinkSetUp(link); err != nil {
-		return err
-	}
-	return netlink.RouteAdd(&netlink.Route{LinkIndex: link.Attrs().Index, Dst: hostNet(st.Addr), Scope: netlink.SCOPE_LINK})
+	return netlink.LinkSetUp(link)
 }
 
 // guestEnd configures the sandbox's end: its address, up, and its default route through the gateway.
@@ -270,17 +274,13 @@ func (n *network) guestEnd(ns netns.NsHandle, addr netip.Addr) error {
 	if err != nil {
 		return err
 	}
-	if err := h.AddrAdd(link, &netlink.Addr{IPNet: hostNet(addr)}); err != nil {
+	if err := h.AddrAdd(link, &netlink.Addr{IPNet: hostNet(addr), Peer: hostNet(n.gateway)}); err != nil {
 		return err
 	}
 	if err := h.LinkSetUp(link); err != nil {
 		return err
 	}
-	idx := link.Attrs().Index
-	if err := h.RouteAdd(&netlink.Route{LinkIndex: idx, Dst: hostNet(n.gateway), Scope: netlink.SCOPE_LINK}); err != nil {
-		return err
-	}
-	return h.RouteAdd(&netlink.Route{LinkIndex: idx, Gw: net.IP(n.gateway.AsSlice())})
+	return h.RouteAdd(&netlink.Route{LinkIndex: link.Attrs().Index, Gw: net.IP(n.gateway.AsSlice())})
 }
 
 // detachNetwork removes what attachNetwork added for the sandbox in l: its rules, its host end (gone

@@ -21,7 +21,7 @@ import (
 )
 
 // netProvider is a provider whose sandboxes' network uses in as the world outside.
-func netProvider(t *testing.T, in *internet, dir string, mutate ...func(*oci.Config)) *oci.Provider {
+func netProvider(t testing.TB, in *internet, dir string, mutate ...func(*oci.Config)) *oci.Provider {
 	t.Helper()
 	cfg := testConfig(t, dir)
 	cfg.Network = oci.NetworkConfig{Pool: in.pool(), Uplinks: []string{in.uplink}}
@@ -36,7 +36,7 @@ func netProvider(t *testing.T, in *internet, dir string, mutate ...func(*oci.Con
 }
 
 // withPolicy allocates a sandbox whose spec holds policy (nil: none) and fails unless it is ready.
-func withPolicy(t *testing.T, p *oci.Provider, policy string) sandbox.Ref {
+func withPolicy(t testing.TB, p *oci.Provider, policy string) sandbox.Ref {
 	t.Helper()
 	ref := sandbox.Ref{ID: sandbox.NewID(), Generation: 1}
 	spec := sandbox.Spec{ClientRequestID: "t"}
