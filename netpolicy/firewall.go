@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/netip"
 	"sync"
+	"time"
 
 	"github.com/google/nftables"
 	"github.com/google/nftables/binaryutil"
@@ -27,6 +28,7 @@ import (
 type Firewall struct {
 	table    *nftables.Table
 	pool     netip.Prefix
+	gateway  netip.Addr // the pool's first address: the host's end of every link, and the resolver's
 	ifPrefix string
 
 	mu   sync.Mutex
@@ -34,6 +36,9 @@ type Firewall struct {
 	fwd  *nftables.Chain
 	in   *nftables.Chain
 	set  map[string]bool // the interfaces with chains
+	// learned holds, per interface, when each address learned from a resolved name stops being
+	// allowed: the set's own timeouts, kept to tell when an answer extends one.
+	learned map[string]map[netip.Addr]time.Time
 }
 
 // NewFirewall returns the firewall of table name, deleting the table when an earlier daemon left one
@@ -45,7 +50,8 @@ func NewFirewall(name string, pool netip.Prefix, ifPrefix string) (*Firewall, er
 	if err != nil {
 		return nil, fmt.Errorf("nftables: %w", err)
 	}
-	f := &Firewall{table: &nftables.Table{Name: name, Family: nftables.TableFamilyINet}, pool: pool.Masked(), ifPrefix: ifPrefix, conn: conn}
+	f := &Firewall{table: &nftables.Table{Name: name, Family: nftables.TableFamilyINet}, pool: pool.Masked(),
+		gateway: pool.Masked().Addr().Next(), ifPrefix: ifPrefix, conn: conn}
 	if err := f.deleteTable(); err != nil {
 		return nil, err
 	}
@@ -77,7 +83,7 @@ func (f *Firewall) ensure() error {
 	if err := conn.Flush(); err != nil {
 		return fmt.Errorf("nftables: table %s: %w", f.table.Name, err)
 	}
-	f.fwd, f.in, f.set = fwd, in, map[string]bool{}
+	f.fwd, f.in, f.set, f.learned = fwd, in, map[string]bool{}, map[string]map[netip.Addr]time.Time{}
 	return nil
 }
 
@@ -115,12 +121,19 @@ func (f *Firewall) Set(ifn string, sandboxAddr netip.Addr, rules Rules) error {
 	}
 	fwd := &nftables.Chain{Name: "fwd-" + ifn, Table: f.table}
 	in := &nftables.Chain{Name: "in-" + ifn, Table: f.table}
+	allowed := &nftables.Set{Table: f.table, Name: "a-" + ifn, KeyType: nftables.TypeIPAddr, HasTimeout: true}
 	if f.set[ifn] {
+		// What was learned under the old rules is learned again under the new ones.
 		f.conn.FlushChain(fwd)
 		f.conn.FlushChain(in)
+		f.conn.FlushSet(allowed)
+		delete(f.learned, ifn)
 	} else {
 		f.conn.AddChain(fwd)
 		f.conn.AddChain(in)
+		if err := f.conn.AddSet(allowed, nil); err != nil {
+			return fmt.Errorf("nftables: %w", err)
+		}
 		me := []byte(ifn + "\x00")
 		f.conn.InsertRule(&nftables.Rule{Table: f.table, Chain: f.fwd, UserData: []byte(ifn),
 			Exprs: join(ifname(expr.MetaKeyIIFNAME, me, true), []expr.Any{&expr.Verdict{Kind: expr.VerdictJump, Chain: fwd.Name}})})
@@ -135,9 +148,24 @@ func (f *Firewall) Set(ifn string, sandboxAddr netip.Addr, rules Rules) error {
 		add(c, notIPv4(), verdict(expr.VerdictDrop))            // IPv6 and the rest: denied
 		add(c, addr(12, self, true), verdict(expr.VerdictDrop)) // a forged source
 		add(c, ctState(expr.CtStateBitESTABLISHED|expr.CtStateBitRELATED), verdict(expr.VerdictAccept))
-		add(c, addr(16, f.pool, false), denied()) // another sandbox, whatever the rules
+		if c == in {
+			// The daemon's resolver on the gateway: the one server a sandbox's DNS goes to.
+			gw := netip.PrefixFrom(f.gateway, 32)
+			for _, proto := range []byte{unix.IPPROTO_UDP, unix.IPPROTO_TCP} {
+				add(c, addr(16, gw, false), port(proto, 53), verdict(expr.VerdictAccept))
+			}
+		} else {
+			// DNS (and DNS over TLS) to anything else is refused, whatever the rules.
+			for _, pp := range []struct {
+				proto byte
+				port  uint16
+			}{{unix.IPPROTO_UDP, 53}, {unix.IPPROTO_TCP, 53}, {unix.IPPROTO_TCP, 853}, {unix.IPPROTO_UDP, 853}} {
+				add(c, port(pp.proto, pp.port), reject())
+			}
+		}
+		add(c, addr(16, f.pool, false), reject()) // another sandbox, whatever the rules
 		for _, pr := range rules.Deny {
-			add(c, addr(16, pr, false), denied())
+			add(c, addr(16, pr, false), reject())
 		}
 		for _, pr := range rules.Allow {
 			if Explicit(pr) {
@@ -146,10 +174,11 @@ func (f *Firewall) Set(ifn string, sandboxAddr netip.Addr, rules Rules) error {
 		}
 	}
 	// Beyond this point only the forward chain: whatever the input chain has not accepted is the host.
-	add(in, denied())
+	add(in, reject())
 	for _, pr := range append([]netip.Prefix{linkLocal}, never...) {
-		add(fwd, addr(16, pr, false), denied())
+		add(fwd, addr(16, pr, false), reject())
 	}
+	add(fwd, daddrIn(allowed), counted(expr.VerdictAccept)) // addresses of allowed names
 	for _, pr := range rules.Allow {
 		if !Explicit(pr) {
 			add(fwd, addr(16, pr, false), counted(expr.VerdictAccept))
@@ -158,7 +187,7 @@ func (f *Firewall) Set(ifn string, sandboxAddr netip.Addr, rules Rules) error {
 	if rules.Egress {
 		add(fwd, counted(expr.VerdictAccept))
 	} else {
-		add(fwd, denied())
+		add(fwd, reject())
 	}
 	if err := f.conn.Flush(); err != nil {
 		return fmt.Errorf("nftables: rules of %s: %w", ifn, err)
@@ -171,7 +200,7 @@ func (f *Firewall) Set(ifn string, sandboxAddr netip.Addr, rules Rules) error {
 func (f *Firewall) Remove(ifn string) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if f.fwd == nil {
+	if f.fwd == nil || !f.set[ifn] {
 		return nil
 	}
 	rules, err := f.jumps(ifn)
@@ -187,10 +216,68 @@ func (f *Firewall) Remove(ifn string) error {
 	f.conn.FlushChain(&nftables.Chain{Name: "in-" + ifn, Table: f.table})
 	f.conn.DelChain(&nftables.Chain{Name: "fwd-" + ifn, Table: f.table})
 	f.conn.DelChain(&nftables.Chain{Name: "in-" + ifn, Table: f.table})
+	f.conn.DelSet(&nftables.Set{Table: f.table, Name: "a-" + ifn})
 	if err := f.conn.Flush(); err != nil {
 		return fmt.Errorf("nftables: remove the rules of %s: %w", ifn, err)
 	}
 	delete(f.set, ifn)
+	delete(f.learned, ifn)
+	return nil
+}
+
+// Learn allows the sandbox on ifn the addresses addrs for ttl: the answer for a name an allow rule
+// names. An address known already is kept for the longer of the two. The learned addresses come
+// after the rules that keep the host, link-local addresses, the other sandboxes and the deny rules'
+// destinations out: an answer opens none of them.
+func (f *Firewall) Learn(ifn string, addrs []netip.Addr, ttl time.Duration) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if !f.set[ifn] {
+		return fmt.Errorf("nftables: no rules for %s", ifn)
+	}
+	name := "a-" + ifn
+	set := &nftables.Set{Table: f.table, Name: name, KeyType: nftables.TypeIPAddr, HasTimeout: true}
+	known := f.learned[ifn]
+	if known == nil {
+		known = map[netip.Addr]time.Time{}
+		f.learned[ifn] = known
+	}
+	now := time.Now()
+	until := now.Add(ttl)
+	var fresh, renew []nftables.SetElement
+	for _, a := range addrs {
+		if !a.Is4() {
+			continue
+		}
+		el := nftables.SetElement{Key: a.AsSlice(), Timeout: ttl}
+		switch old, ok := known[a]; {
+		case !ok || now.After(old):
+			fresh = append(fresh, el)
+		case until.After(old.Add(time.Second)):
+			renew = append(renew, el)
+		default:
+			continue
+		}
+		known[a] = until
+	}
+	if len(renew) > 0 {
+		// An element's timeout is its own: the longer one replaces it.
+		if err := f.conn.SetDeleteElements(set, renew); err != nil {
+			return err
+		}
+		if err := f.conn.Flush(); err != nil {
+			return fmt.Errorf("nftables: renew in %s: %w", name, err)
+		}
+	}
+	if len(fresh)+len(renew) == 0 {
+		return nil
+	}
+	if err := f.conn.SetAddElements(set, append(fresh, renew...)); err != nil {
+		return err
+	}
+	if err := f.conn.Flush(); err != nil {
+		return fmt.Errorf("nftables: learn in %s: %w", name, err)
+	}
 	return nil
 }
 
@@ -212,6 +299,24 @@ func (f *Firewall) jumps(ifn string) ([]*nftables.Rule, error) {
 		}
 	}
 	return out, nil
+}
+
+// port matches the transport protocol proto and its destination port.
+func port(proto byte, p uint16) []expr.Any {
+	return []expr.Any{
+		&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: 1},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{proto}},
+		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: binaryutil.BigEndian.PutUint16(p)},
+	}
+}
+
+// daddrIn matches an IPv4 destination in set.
+func daddrIn(set *nftables.Set) []expr.Any {
+	return []expr.Any{
+		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: 16, Len: 4},
+		&expr.Lookup{SourceRegister: 1, SetName: set.Name, SetID: set.ID},
+	}
 }
 
 func join(parts ...[]expr.Any) []expr.Any {
@@ -280,9 +385,9 @@ func ctState(bits uint32) []expr.Any {
 
 func verdict(k expr.VerdictKind) []expr.Any { return []expr.Any{&expr.Verdict{Kind: k}} }
 
-// denied counts the packet and refuses it with an ICMP "administratively prohibited", so that a
+// reject counts the packet and refuses it with an ICMP "administratively prohibited", so that a
 // connection the policy denies fails at once instead of timing out.
-func denied() []expr.Any {
+func reject() []expr.Any {
 	return []expr.Any{&expr.Counter{}, &expr.Reject{Type: unix.NFT_REJECT_ICMPX_UNREACH, Code: unix.NFT_REJECT_ICMPX_ADMIN_PROHIBITED}}
 }
 

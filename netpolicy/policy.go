@@ -42,9 +42,12 @@ type Rules struct {
 	Egress bool // egress to what no rule names is allowed
 	Allow  []netip.Prefix
 	Deny   []netip.Prefix
-	// Domains are the allow and deny entries that are names, not addresses. The firewall enforces
-	// addresses only: a provider that cannot resolve names for a sandbox refuses a policy with any.
-	Domains []string
+	// AllowNames and DenyNames are the entries that are names, not addresses: "example.com" is that
+	// name alone, "*.example.com" its subdomains (not itself). The daemon's resolver (Forwarder)
+	// answers a sandbox's queries and makes the firewall allow (or deny) the addresses of an answer
+	// for a name they name, for its TTL.
+	AllowNames []string `json:",omitempty"`
+	DenyNames  []string `json:",omitempty"`
 }
 
 // linkLocal is where clouds serve instance metadata; reached only through a rule inside it.
@@ -66,7 +69,32 @@ func Explicit(pr netip.Prefix) bool {
 
 // Needs reports whether rules need a network at all: a sandbox whose egress is denied and which
 // allows nothing keeps the loopback-only path.
-func (r Rules) Needs() bool { return r.Egress || len(r.Allow) > 0 || len(r.Domains) > 0 }
+func (r Rules) Needs() bool { return r.Egress || len(r.Allow) > 0 || len(r.AllowNames) > 0 }
+
+// Name tells what the rules say of a query for name (lower case, without the final dot): denied
+// when a deny rule matches it, allowed by a rule that names it (named), or by the default egress.
+func (r Rules) Name(name string) (allowed, named bool) {
+	if matchName(r.DenyNames, name) {
+		return false, true
+	}
+	if matchName(r.AllowNames, name) {
+		return true, true
+	}
+	return r.Egress, false
+}
+
+func matchName(rules []string, name string) bool {
+	for _, r := range rules {
+		if sub, ok := strings.CutPrefix(r, "*."); ok {
+			if strings.HasSuffix(name, "."+sub) {
+				return true
+			}
+		} else if name == r {
+			return true
+		}
+	}
+	return false
+}
 
 // Parse checks the policy in raw (nil or JSON null: none) and returns its rules, with defaultEgress
 // for a policy that does not say. Errors: ErrInvalidRequest for a malformed policy.
@@ -98,10 +126,10 @@ func (p Policy) Rules(defaultEgress string) (Rules, error) {
 		return Rules{}, fmt.Errorf("%s: egress %q: want %q or %q: %w", ExtensionKey, egress, EgressDeny, EgressAllow, sandbox.ErrInvalidRequest)
 	}
 	var err error
-	if r.Allow, err = parseList("allow", p.Allow, &r.Domains); err != nil {
+	if r.Allow, err = parseList("allow", p.Allow, &r.AllowNames); err != nil {
 		return Rules{}, err
 	}
-	if r.Deny, err = parseList("deny", p.Deny, &r.Domains); err != nil {
+	if r.Deny, err = parseList("deny", p.Deny, &r.DenyNames); err != nil {
 		return Rules{}, err
 	}
 	return r, nil

@@ -24,6 +24,9 @@ func IdleEntries(p *Provider) int { return p.idleEntries() }
 // Abandon stops the fillers of the warm pool and the spares and forgets their idle entries and spares
 // without removing them: what a provider that dies leaves behind (a dead daemon's holders end with it).
 func Abandon(p *Provider) {
+	if p.net != nil && p.net.dns != nil {
+		p.net.dns.Close() // its socket, closed by a dying process
+	}
 	p.pool.stop()
 	<-p.pool.done
 	p.pool.mu.Lock()

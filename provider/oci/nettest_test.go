@@ -15,7 +15,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/miekg/dns"
 	"github.com/vishvananda/netns"
+
+	"github.com/sandboxd/sandbox/provider/oci"
 )
 
 // internet is a test's stand-in for the world outside the machine: a network namespace the test makes,
@@ -83,7 +86,62 @@ func newInternet(t testing.TB) *internet {
 	for name, a := range map[string]netip.Addr{"server": in.server, "other": in.other, "metadata": in.metadata} {
 		in.serve(t, name, netip.AddrPortFrom(a, 80))
 	}
+	in.serveDNS(t)
 	return in
+}
+
+// names are the test's DNS names, with the address each answers.
+func (in *internet) names() map[string]netip.Addr {
+	return map[string]netip.Addr{
+		"allowed.test.":       in.server,
+		"other.test.":         in.other,
+		"wild.test.":          in.other, // the apex of *.wild.test
+		"sub.wild.test.":      in.server,
+		"deep.sub.wild.test.": in.server,
+		"denied.wild.test.":   in.server,
+		"rebind.test.":        in.metadata, // an allowed name answering a link-local address
+		"host.test.":          in.hostAddr, // ... or the host's own
+	}
+}
+
+// serveDNS answers the test's names (TTL 1 s: every answer is asked again) on the server's address,
+// port 53, over UDP and TCP.
+func (in *internet) serveDNS(t testing.TB) {
+	t.Helper()
+	names := in.names()
+	handler := dns.HandlerFunc(func(w dns.ResponseWriter, req *dns.Msg) {
+		m := new(dns.Msg)
+		m.SetReply(req)
+		if len(req.Question) == 1 {
+			q := req.Question[0]
+			if a, ok := names[strings.ToLower(q.Name)]; ok && q.Qtype == dns.TypeA {
+				m.Answer = append(m.Answer, &dns.A{Hdr: dns.RR_Header{Name: q.Name, Rrtype: dns.TypeA, Class: dns.ClassINET, Ttl: 1}, A: a.AsSlice()})
+			} else if !ok {
+				m.Rcode = dns.RcodeNameError
+			}
+		}
+		w.WriteMsg(m)
+	})
+	target, err := netns.GetFromName(in.ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer target.Close()
+	addr := netip.AddrPortFrom(in.server, 53).String()
+	var pc net.PacketConn
+	var ln net.Listener
+	inNamespace(t, target, func() {
+		if pc, err = net.ListenPacket("udp4", addr); err != nil {
+			t.Fatal(err)
+		}
+		if ln, err = net.Listen("tcp4", addr); err != nil {
+			t.Fatal(err)
+		}
+	})
+	for _, srv := range []*dns.Server{{PacketConn: pc, Handler: handler}, {Listener: ln, Handler: handler}} {
+		go srv.ActivateAndServe()
+		t.Cleanup(func() { srv.Shutdown() })
+	}
 }
 
 // serve answers name over HTTP on ap inside the namespace.
@@ -175,4 +233,10 @@ func inNamespace(t testing.TB, target netns.NsHandle, fn func()) {
 		}
 	}()
 	fn()
+}
+
+// config is the network configuration of a provider whose world outside is in.
+func (in *internet) config() oci.NetworkConfig {
+	return oci.NetworkConfig{Pool: in.pool(), Uplinks: []string{in.uplink},
+		Resolvers: []string{netip.AddrPortFrom(in.server, 53).String()}}
 }

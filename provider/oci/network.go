@@ -6,14 +6,17 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
 
+	"github.com/miekg/dns"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
@@ -47,9 +50,36 @@ type NetworkConfig struct {
 	// forwarding on when the first sandbox gets a network; default the interfaces of the host's IPv4
 	// default routes.
 	Uplinks []string
+	// Resolvers are the upstream DNS servers ("host:port") the sandboxes' resolver forwards to;
+	// default the nameservers of the host's /etc/resolv.conf.
+	Resolvers []string
 	// Off leaves every sandbox on loopback, whatever its policy asks: a policy that needs a network
 	// is refused (ErrUnsupportedCapability).
 	Off bool
+}
+
+// defaultPool is NetworkConfig.Pool's default.
+var defaultPool = netip.MustParsePrefix("10.203.0.0/16")
+
+// networkEtc are the sandboxes' /etc files that name their resolver, the daemon's on the gateway
+// (netpolicy.Forwarder); a sandbox on loopback only cannot reach it, and a name fails at once.
+func (p *Provider) networkEtc() map[string]string {
+	cfg := p.cfg.Network
+	if cfg.Off || p.runc.class != classRunc {
+		return nil
+	}
+	pool := cmpPrefix(cfg.Pool, defaultPool)
+	return map[string]string{
+		"resolv.conf":   "nameserver " + pool.Masked().Addr().Next().String() + "\noptions timeout:2 attempts:2\n",
+		"nsswitch.conf": "passwd: files\ngroup: files\nhosts: files dns\n",
+	}
+}
+
+func cmpPrefix(a, b netip.Prefix) netip.Prefix {
+	if a.IsValid() {
+		return a
+	}
+	return b
 }
 
 // guestIface is the sandbox's end of its link.
@@ -70,6 +100,7 @@ func (l layout) pidFile() string { return filepath.Join(l.dir, "init.pid") }
 type network struct {
 	cfg      NetworkConfig
 	fw       *netpolicy.Firewall
+	dns      *netpolicy.Forwarder // nil: no rules by name
 	ifPrefix string
 	gateway  netip.Addr
 
@@ -87,9 +118,7 @@ func (p *Provider) startNetwork() error {
 	if cfg.Off || p.runc.class != classRunc {
 		return nil
 	}
-	if !cfg.Pool.IsValid() {
-		cfg.Pool = netip.MustParsePrefix("10.203.0.0/16")
-	}
+	cfg.Pool = cmpPrefix(cfg.Pool, defaultPool)
 	if cfg.DefaultEgress == "" {
 		cfg.DefaultEgress = netpolicy.EgressDeny
 	}
@@ -108,6 +137,10 @@ func (p *Provider) startNetwork() error {
 		return err
 	}
 	n.fw = fw
+	if n.dns, err = startResolver(fw, cfg.Resolvers, p.log); err != nil {
+		// Rules by name are refused then; the rest works.
+		p.log.Warn("the sandboxes' resolver did not start; policies with names are refused", "err", err)
+	}
 	kept := map[string]bool{}
 	ents, _ := os.ReadDir(p.boxDir)
 	for _, e := range ents {
@@ -137,6 +170,9 @@ func (p *Provider) startNetwork() error {
 		}
 		n.used[st.Addr] = true
 		kept[st.Iface] = true
+		if n.dns != nil {
+			n.dns.Set(st.Addr, st.Iface, st.Rules)
+		}
 	}
 	links, err := netlink.LinkList()
 	if err != nil {
@@ -161,6 +197,9 @@ func (p *Provider) closeNetwork() error {
 	if p.net == nil {
 		return nil
 	}
+	if p.net.dns != nil {
+		p.net.dns.Close()
+	}
 	p.net.mu.Lock()
 	inUse := len(p.net.used) > 0
 	p.net.mu.Unlock()
@@ -182,11 +221,11 @@ func (p *Provider) networkRules(spec sandbox.Spec) (netpolicy.Rules, error) {
 	if err != nil {
 		return rules, err
 	}
-	if len(rules.Domains) > 0 {
-		return rules, fmt.Errorf("%s: rules by name (%s): %w", netpolicy.ExtensionKey, rules.Domains[0], sandbox.ErrUnsupportedCapability)
-	}
 	if rules.Needs() && p.net == nil {
 		return rules, fmt.Errorf("%s: this provider runs sandboxes on loopback only: %w", netpolicy.ExtensionKey, sandbox.ErrUnsupportedCapability)
+	}
+	if names := slices.Concat(rules.AllowNames, rules.DenyNames); len(names) > 0 && (p.net == nil || p.net.dns == nil) {
+		return rules, fmt.Errorf("%s: rules by name (%s) need the sandboxes' resolver, which is not running: %w", netpolicy.ExtensionKey, names[0], sandbox.ErrUnsupportedCapability)
 	}
 	return rules, nil
 }
@@ -229,7 +268,13 @@ func (p *Provider) attachNetwork(b *box, rules netpolicy.Rules) error {
 	fwErr := make(chan error, 1)
 	go func() { fwErr <- n.fw.Set(st.Iface, addr, rules) }()
 	err = n.link(ns, st)
-	return errors.Join(err, <-fwErr)
+	if err = errors.Join(err, <-fwErr); err != nil {
+		return err
+	}
+	if n.dns != nil {
+		n.dns.Set(addr, st.Iface, rules)
+	}
+	return nil
 }
 
 // link makes st's veth pair, its host end in the host's namespace and its other end, eth0, in ns.
@@ -293,6 +338,9 @@ func (p *Provider) detachNetwork(l layout) error {
 	if err != nil {
 		return err
 	}
+	if p.net.dns != nil {
+		p.net.dns.Remove(st.Addr)
+	}
 	if err := p.net.fw.Remove(st.Iface); err != nil {
 		return err
 	}
@@ -355,6 +403,20 @@ func (n *network) enableUplinks() error {
 	}
 	n.uplinkOn = true
 	return nil
+}
+
+// startResolver starts the sandboxes' resolver, forwarding to upstreams, or to the host's resolvers.
+func startResolver(fw *netpolicy.Firewall, upstreams []string, log *slog.Logger) (*netpolicy.Forwarder, error) {
+	if len(upstreams) == 0 {
+		conf, err := dns.ClientConfigFromFile("/etc/resolv.conf")
+		if err != nil {
+			return nil, err
+		}
+		for _, s := range conf.Servers {
+			upstreams = append(upstreams, net.JoinHostPort(s, conf.Port))
+		}
+	}
+	return netpolicy.NewForwarder(fw, upstreams, log)
 }
 
 func lastAddr(pr netip.Prefix) netip.Addr {

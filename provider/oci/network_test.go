@@ -24,7 +24,7 @@ import (
 func netProvider(t testing.TB, in *internet, dir string, mutate ...func(*oci.Config)) *oci.Provider {
 	t.Helper()
 	cfg := testConfig(t, dir)
-	cfg.Network = oci.NetworkConfig{Pool: in.pool(), Uplinks: []string{in.uplink}}
+	cfg.Network = in.config()
 	for _, m := range mutate {
 		m(&cfg)
 	}
@@ -288,7 +288,7 @@ func TestNetworkLeaks(t *testing.T) {
 
 	// A provider that dies with three networked sandboxes running; two of them die with it.
 	cfg := testConfig(t, dir)
-	cfg.Network = oci.NetworkConfig{Pool: in.pool(), Uplinks: []string{in.uplink}}
+	cfg.Network = in.config()
 	dead, err := oci.New(cfg)
 	if err != nil {
 		t.Fatal(err)

@@ -297,7 +297,7 @@ func New(cfg Config) (*Provider, error) {
 		return nil, fmt.Errorf("oci: %w", err)
 	}
 	p.holdIDRanges()
-	if p.root, err = mountRoot(cfg.StateDir, cfg.AgentPath); err != nil {
+	if p.root, err = mountRoot(cfg.StateDir, cfg.AgentPath, p.networkEtc()); err != nil {
 		return nil, fmt.Errorf("oci: the sandboxes' root file system: %w", err)
 	}
 	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
