@@ -34,7 +34,7 @@ func (s *Server) extensionRoutes() []route {
 
 // extensionGroups lists each group's routes; a group adds its method here.
 func (s *Server) extensionGroups() [][]route {
-	return [][]route{}
+	return [][]route{s.networkRoutes()}
 }
 
 // extensionDoc is api.Extensions compiled by package schema's own compiler, once per process: its

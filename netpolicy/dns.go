@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"net/netip"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -45,6 +47,60 @@ type Forwarder struct {
 type forwardee struct {
 	ifn   string
 	rules Rules
+	seen  *seen
+}
+
+// seen is what a sandbox's queries told: the name each address was last an answer for, and the names
+// refused, both bounded.
+type seen struct {
+	mu      sync.Mutex
+	names   map[netip.Addr]string
+	refused []Refusal
+}
+
+// Refusal is a name a sandbox's resolver refused, and when.
+type Refusal struct {
+	Name string
+	At   time.Time
+}
+
+const (
+	maxSeenNames = 1024
+	maxRefusals  = 64
+)
+
+func (s *seen) answer(name string, addrs []netip.Addr) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.names)+len(addrs) > maxSeenNames {
+		clear(s.names) // forgetting costs a name in a later denial, nothing else
+	}
+	for _, a := range addrs {
+		s.names[a] = name
+	}
+}
+
+func (s *seen) refuse(name string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.refused) == maxRefusals {
+		s.refused = s.refused[1:]
+	}
+	s.refused = append(s.refused, Refusal{Name: name, At: time.Now()})
+}
+
+// Seen returns what the sandbox at addr's queries told: the name each address was an answer for, and
+// the names refused, oldest first.
+func (f *Forwarder) Seen(addr netip.Addr) (map[netip.Addr]string, []Refusal) {
+	f.mu.RLock()
+	c, ok := f.clients[addr]
+	f.mu.RUnlock()
+	if !ok {
+		return nil, nil
+	}
+	c.seen.mu.Lock()
+	defer c.seen.mu.Unlock()
+	return maps.Clone(c.seen.names), slices.Clone(c.seen.refused)
 }
 
 // NewForwarder starts the resolver on fw's gateway, port 53, forwarding to upstreams ("host:port").
@@ -87,7 +143,12 @@ func (f *Forwarder) Close() error {
 // Set makes rules those of the sandbox at addr, on host interface ifn.
 func (f *Forwarder) Set(addr netip.Addr, ifn string, rules Rules) {
 	f.mu.Lock()
-	f.clients[addr] = forwardee{ifn: ifn, rules: rules}
+	c, ok := f.clients[addr]
+	if !ok || c.ifn != ifn {
+		c = forwardee{ifn: ifn, seen: &seen{names: map[netip.Addr]string{}}}
+	}
+	c.rules = rules
+	f.clients[addr] = c
 	f.mu.Unlock()
 }
 
@@ -112,6 +173,7 @@ func (f *Forwarder) ServeDNS(w dns.ResponseWriter, req *dns.Msg) {
 	name := strings.TrimSuffix(strings.ToLower(q.Name), ".")
 	allowed, named := c.rules.Name(name)
 	if !allowed || q.Qclass != dns.ClassINET {
+		c.seen.refuse(name)
 		refuse(w, req)
 		return
 	}
@@ -136,17 +198,18 @@ func (f *Forwarder) ServeDNS(w dns.ResponseWriter, req *dns.Msg) {
 		w.WriteMsg(m)
 		return
 	}
-	if named {
-		var addrs []netip.Addr
-		ttl := maxTTL
-		for _, rr := range resp.Answer {
-			if a, ok := rr.(*dns.A); ok {
-				if ip, ok := netip.AddrFromSlice(a.A.To4()); ok {
-					addrs = append(addrs, ip)
-					ttl = min(ttl, time.Duration(a.Hdr.Ttl)*time.Second)
-				}
+	var addrs []netip.Addr
+	ttl := maxTTL
+	for _, rr := range resp.Answer {
+		if a, ok := rr.(*dns.A); ok {
+			if ip, ok := netip.AddrFromSlice(a.A.To4()); ok {
+				addrs = append(addrs, ip)
+				ttl = min(ttl, time.Duration(a.Hdr.Ttl)*time.Second)
 			}
 		}
+	}
+	c.seen.answer(name, addrs)
+	if named {
 		if len(addrs) > 0 {
 			// Before the answer: the sandbox connects once it has it.
 			if err := f.fw.Learn(c.ifn, addrs, max(ttl, minTTL)); err != nil {

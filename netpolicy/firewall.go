@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
 	"sync"
 	"time"
 
@@ -121,17 +122,25 @@ func (f *Firewall) Set(ifn string, sandboxAddr netip.Addr, rules Rules) error {
 	}
 	fwd := &nftables.Chain{Name: "fwd-" + ifn, Table: f.table}
 	in := &nftables.Chain{Name: "in-" + ifn, Table: f.table}
+	rej := &nftables.Chain{Name: "rej-" + ifn, Table: f.table}
 	allowed := &nftables.Set{Table: f.table, Name: "a-" + ifn, KeyType: nftables.TypeIPAddr, HasTimeout: true}
+	denials := &nftables.Set{Table: f.table, Name: "x-" + ifn, KeyType: nftables.TypeIPAddr, HasTimeout: true,
+		Dynamic: true, Timeout: denialMemory, Size: maxDenials}
 	if f.set[ifn] {
-		// What was learned under the old rules is learned again under the new ones.
+		// What was learned under the old rules is learned again under the new ones; the denials stay.
 		f.conn.FlushChain(fwd)
 		f.conn.FlushChain(in)
+		f.conn.FlushChain(rej)
 		f.conn.FlushSet(allowed)
 		delete(f.learned, ifn)
 	} else {
 		f.conn.AddChain(fwd)
 		f.conn.AddChain(in)
+		f.conn.AddChain(rej)
 		if err := f.conn.AddSet(allowed, nil); err != nil {
+			return fmt.Errorf("nftables: %w", err)
+		}
+		if err := f.conn.AddSet(denials, nil); err != nil {
 			return fmt.Errorf("nftables: %w", err)
 		}
 		me := []byte(ifn + "\x00")
@@ -143,6 +152,15 @@ func (f *Firewall) Set(ifn string, sandboxAddr netip.Addr, rules Rules) error {
 	add := func(c *nftables.Chain, e ...[]expr.Any) {
 		f.conn.AddRule(&nftables.Rule{Table: f.table, Chain: c, Exprs: join(e...)})
 	}
+	// Every refusal goes to rej-X: the destination is recorded in the denials' set, its time of
+	// last refusal told by the element's timeout, then the packet is counted and refused. The record
+	// is a rule of its own: when the set is full it fails, and the refusal that follows holds anyway.
+	add(rej, []expr.Any{
+		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: 16, Len: 4},
+		&expr.Dynset{SrcRegKey: 1, SetName: denials.Name, SetID: denials.ID, Operation: unix.NFT_DYNSET_OP_UPDATE, Timeout: denialMemory},
+	})
+	add(rej, []expr.Any{&expr.Counter{}, &expr.Reject{Type: unix.NFT_REJECT_ICMPX_UNREACH, Code: unix.NFT_REJECT_ICMPX_ADMIN_PROHIBITED}})
+	reject := func() []expr.Any { return []expr.Any{&expr.Verdict{Kind: expr.VerdictGoto, Chain: rej.Name}} }
 	self := netip.PrefixFrom(sandboxAddr, 32)
 	for _, c := range []*nftables.Chain{fwd, in} {
 		add(c, notIPv4(), verdict(expr.VerdictDrop))            // IPv6 and the rest: denied
@@ -216,13 +234,79 @@ func (f *Firewall) Remove(ifn string) error {
 	f.conn.FlushChain(&nftables.Chain{Name: "in-" + ifn, Table: f.table})
 	f.conn.DelChain(&nftables.Chain{Name: "fwd-" + ifn, Table: f.table})
 	f.conn.DelChain(&nftables.Chain{Name: "in-" + ifn, Table: f.table})
+	f.conn.FlushChain(&nftables.Chain{Name: "rej-" + ifn, Table: f.table})
+	f.conn.DelChain(&nftables.Chain{Name: "rej-" + ifn, Table: f.table})
 	f.conn.DelSet(&nftables.Set{Table: f.table, Name: "a-" + ifn})
+	f.conn.DelSet(&nftables.Set{Table: f.table, Name: "x-" + ifn})
 	if err := f.conn.Flush(); err != nil {
 		return fmt.Errorf("nftables: remove the rules of %s: %w", ifn, err)
 	}
 	delete(f.set, ifn)
 	delete(f.learned, ifn)
 	return nil
+}
+
+// How long and how many refused destinations each sandbox's denials' set remembers.
+const (
+	denialMemory = time.Hour
+	maxDenials   = 1024
+)
+
+// Denial is a destination refused to a sandbox, and when it last was.
+type Denial struct {
+	Addr netip.Addr
+	At   time.Time
+}
+
+// Status is what the firewall counted for one sandbox: the packets its rules accepted (the first of
+// each connection: the rest pass as established) and refused, and its recent refusals, newest first.
+type Status struct {
+	Allowed, Denied uint64
+	Denials         []Denial
+}
+
+// Status reads the counters and the denials of the sandbox on ifn.
+func (f *Firewall) Status(ifn string) (Status, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var st Status
+	if !f.set[ifn] {
+		return st, fmt.Errorf("nftables: no rules for %s", ifn)
+	}
+	for _, name := range []string{"fwd-", "in-", "rej-"} {
+		rules, err := f.conn.GetRules(f.table, &nftables.Chain{Name: name + ifn, Table: f.table})
+		if err != nil {
+			return st, fmt.Errorf("nftables: %w", err)
+		}
+		for _, r := range rules {
+			for i, e := range r.Exprs {
+				c, ok := e.(*expr.Counter)
+				if !ok || i+1 >= len(r.Exprs) {
+					continue
+				}
+				switch v := r.Exprs[i+1].(type) {
+				case *expr.Verdict:
+					if v.Kind == expr.VerdictAccept {
+						st.Allowed += c.Packets
+					}
+				case *expr.Reject:
+					st.Denied += c.Packets
+				}
+			}
+		}
+	}
+	els, err := f.conn.GetSetElements(&nftables.Set{Table: f.table, Name: "x-" + ifn, KeyType: nftables.TypeIPAddr})
+	if err != nil {
+		return st, fmt.Errorf("nftables: %w", err)
+	}
+	now := time.Now()
+	for _, el := range els {
+		if a, ok := netip.AddrFromSlice(el.Key); ok {
+			st.Denials = append(st.Denials, Denial{Addr: a, At: now.Add(el.Expires - denialMemory).Truncate(time.Millisecond)})
+		}
+	}
+	slices.SortFunc(st.Denials, func(a, b Denial) int { return b.At.Compare(a.At) })
+	return st, nil
 }
 
 // Learn allows the sandbox on ifn the addresses addrs for ttl: the answer for a name an allow rule
@@ -384,12 +468,6 @@ func ctState(bits uint32) []expr.Any {
 }
 
 func verdict(k expr.VerdictKind) []expr.Any { return []expr.Any{&expr.Verdict{Kind: k}} }
-
-// reject counts the packet and refuses it with an ICMP "administratively prohibited", so that a
-// connection the policy denies fails at once instead of timing out.
-func reject() []expr.Any {
-	return []expr.Any{&expr.Counter{}, &expr.Reject{Type: unix.NFT_REJECT_ICMPX_UNREACH, Code: unix.NFT_REJECT_ICMPX_ADMIN_PROHIBITED}}
-}
 
 // counted is a verdict whose packets are counted.
 func counted(k expr.VerdictKind) []expr.Any {

@@ -33,7 +33,7 @@ const maxRules = 256
 // Policy is a sandbox's egress policy as written in its spec.
 type Policy struct {
 	Egress string   `json:"egress,omitempty"` // EgressDeny or EgressAllow; empty: the daemon's default
-	Allow  []string `json:"allow,omitempty"`  // CIDRs or addresses (domains: see Rules.Domains)
+	Allow  []string `json:"allow,omitempty"`  // CIDRs, addresses or names (Rules.AllowNames)
 	Deny   []string `json:"deny,omitempty"`
 }
 
@@ -215,4 +215,21 @@ func checkDomain(s string) error {
 		}
 	}
 	return nil
+}
+
+// Policy is rules written as a policy, the daemon's default made explicit.
+func (r Rules) Policy() Policy {
+	p := Policy{Egress: EgressDeny, Allow: []string{}, Deny: []string{}}
+	if r.Egress {
+		p.Egress = EgressAllow
+	}
+	for _, pr := range r.Allow {
+		p.Allow = append(p.Allow, pr.String())
+	}
+	p.Allow = append(p.Allow, r.AllowNames...)
+	for _, pr := range r.Deny {
+		p.Deny = append(p.Deny, pr.String())
+	}
+	p.Deny = append(p.Deny, r.DenyNames...)
+	return p
 }

@@ -213,11 +213,7 @@ func (p *Provider) closeNetwork() error {
 // Errors: ErrInvalidRequest for a malformed policy, ErrUnsupportedCapability for one this provider
 // cannot enforce (names, until the sandboxes have a resolver; any network on a provider without one).
 func (p *Provider) networkRules(spec sandbox.Spec) (netpolicy.Rules, error) {
-	def := p.cfg.Network.DefaultEgress
-	if def == "" {
-		def = netpolicy.EgressDeny
-	}
-	rules, err := netpolicy.Parse(spec.Extensions[netpolicy.ExtensionKey], def)
+	rules, err := netpolicy.Parse(spec.Extensions[netpolicy.ExtensionKey], p.defaultEgress())
 	if err != nil {
 		return rules, err
 	}
@@ -228,6 +224,14 @@ func (p *Provider) networkRules(spec sandbox.Spec) (netpolicy.Rules, error) {
 		return rules, fmt.Errorf("%s: rules by name (%s) need the sandboxes' resolver, which is not running: %w", netpolicy.ExtensionKey, names[0], sandbox.ErrUnsupportedCapability)
 	}
 	return rules, nil
+}
+
+// defaultEgress is the egress of a sandbox whose policy does not say.
+func (p *Provider) defaultEgress() string {
+	if p.cfg.Network.DefaultEgress == "" {
+		return netpolicy.EgressDeny
+	}
+	return p.cfg.Network.DefaultEgress
 }
 
 // attachNetwork gives the running container of b a network under rules; nothing when rules need none.
@@ -337,6 +341,9 @@ func (p *Provider) detachNetwork(l layout) error {
 	}
 	if err != nil {
 		return err
+	}
+	if st.Iface == "" { // a policy recorded, no network
+		return os.Remove(l.netFile())
 	}
 	if p.net.dns != nil {
 		p.net.dns.Remove(st.Addr)
