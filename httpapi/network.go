@@ -12,6 +12,7 @@ func (s *Server) networkRoutes() []route {
 	return []route{
 		{http.MethodGet, "/v1/sandboxes/{sandboxId}/network", s.getNetwork},
 		{http.MethodPut, "/v1/sandboxes/{sandboxId}/network", s.setNetwork},
+		{http.MethodGet, "/v1/sandboxes/{sandboxId}/network/denials", s.streamDenials},
 	}
 }
 

@@ -40,6 +40,9 @@ type Firewall struct {
 	// learned holds, per interface, when each address learned from a resolved name stops being
 	// allowed: the set's own timeouts, kept to tell when an answer extends one.
 	learned map[string]map[netip.Addr]time.Time
+	// refused holds, per interface, the time of each denial as Status last told it: computed from the
+	// element's remaining timeout, it moves by the clock's jitter from one read to the next.
+	refused map[string]map[netip.Addr]time.Time
 }
 
 // NewFirewall returns the firewall of table name, deleting the table when an earlier daemon left one
@@ -84,7 +87,8 @@ func (f *Firewall) ensure() error {
 	if err := conn.Flush(); err != nil {
 		return fmt.Errorf("nftables: table %s: %w", f.table.Name, err)
 	}
-	f.fwd, f.in, f.set, f.learned = fwd, in, map[string]bool{}, map[string]map[netip.Addr]time.Time{}
+	f.fwd, f.in, f.set = fwd, in, map[string]bool{}
+	f.learned, f.refused = map[string]map[netip.Addr]time.Time{}, map[string]map[netip.Addr]time.Time{}
 	return nil
 }
 
@@ -243,6 +247,7 @@ func (f *Firewall) Remove(ifn string) error {
 	}
 	delete(f.set, ifn)
 	delete(f.learned, ifn)
+	delete(f.refused, ifn)
 	return nil
 }
 
@@ -300,11 +305,21 @@ func (f *Firewall) Status(ifn string) (Status, error) {
 		return st, fmt.Errorf("nftables: %w", err)
 	}
 	now := time.Now()
+	told := f.refused[ifn]
+	next := make(map[netip.Addr]time.Time, len(els))
 	for _, el := range els {
-		if a, ok := netip.AddrFromSlice(el.Key); ok {
-			st.Denials = append(st.Denials, Denial{Addr: a, At: now.Add(el.Expires - denialMemory).Truncate(time.Millisecond)})
+		a, ok := netip.AddrFromSlice(el.Key)
+		if !ok {
+			continue
 		}
+		at := now.Add(el.Expires - denialMemory).Truncate(time.Millisecond)
+		if prev, ok := told[a]; ok && at.Sub(prev).Abs() < time.Second {
+			at = prev
+		}
+		next[a] = at
+		st.Denials = append(st.Denials, Denial{Addr: a, At: at})
 	}
+	f.refused[ifn] = next
 	slices.SortFunc(st.Denials, func(a, b Denial) int { return b.At.Compare(a.At) })
 	return st, nil
 }

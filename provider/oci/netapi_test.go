@@ -1,6 +1,7 @@
 package oci_test
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/sandboxd/sandbox"
 	"github.com/sandboxd/sandbox/client"
+	"github.com/sandboxd/sandbox/httpapi"
 	"github.com/sandboxd/sandbox/httpapi/apitest"
 	"github.com/sandboxd/sandbox/internal/testenv"
 	teststack "github.com/sandboxd/sandbox/internal/testenv/stack"
@@ -23,7 +25,7 @@ import (
 func TestNetworkAPI(t *testing.T) {
 	in := newInternet(t)
 	p := netProvider(t, in, testenv.StateDir(t))
-	st := teststack.New(t, p)
+	st := teststack.New(t, p, teststack.API(func(c *httpapi.Config) { c.HeartbeatInterval = 200 * time.Millisecond }))
 	c, err := client.New(st.URL, client.WithHTTPClient(&http.Client{Transport: apitest.Transport(t, http.DefaultTransport)}))
 	if err != nil {
 		t.Fatal(err)
@@ -127,6 +129,78 @@ func TestNetworkAPI(t *testing.T) {
 		}
 		if got := <-done; got != "67108864" {
 			t.Errorf("the open download got %q bytes", got)
+		}
+	})
+	t.Run("denials are streamed, and the stream ends with the sandbox", func(t *testing.T) {
+		sb := create(`{"allow":["allowed.test"]}`)
+		hc := &http.Client{Transport: apitest.Transport(t, http.DefaultTransport)}
+		sctx, scancel := context.WithTimeout(ctx, time.Minute)
+		defer scancel()
+		req, _ := http.NewRequestWithContext(sctx, "GET", st.URL+"/v1/sandboxes/"+string(sb.ID)+"/network/denials", nil)
+		resp, err := hc.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		if resp.StatusCode != 200 || resp.Header.Get("Content-Type") != "text/event-stream" {
+			t.Fatalf("%d %s", resp.StatusCode, resp.Header.Get("Content-Type"))
+		}
+		events := make(chan [2]string, 16)
+		go func() {
+			defer close(events)
+			sc := bufio.NewScanner(resp.Body)
+			var name string
+			for sc.Scan() {
+				line := sc.Text()
+				if line == ": heartbeat" {
+					events <- [2]string{"heartbeat", ""}
+				} else if v, ok := strings.CutPrefix(line, "event: "); ok {
+					name = v
+				} else if v, ok := strings.CutPrefix(line, "data: "); ok {
+					events <- [2]string{name, v}
+				}
+			}
+		}()
+		run(sb, "curl -sS --max-time 2 http://"+in.other.String()+"/")
+		next := func() [2]string {
+			t.Helper()
+			select {
+			case ev, ok := <-events:
+				if !ok {
+					t.Fatal("the stream closed")
+				}
+				return ev
+			case <-time.After(20 * time.Second):
+				t.Fatal("no event")
+			}
+			return [2]string{}
+		}
+		ev := next()
+		beats := 0
+		for ; ev[0] == "heartbeat"; ev = next() {
+			beats++
+		}
+		var d sandbox.NetworkDenial
+		if err := json.Unmarshal([]byte(ev[1]), &d); ev[0] != "denial" || err != nil || d.Destination != in.other.String() {
+			t.Fatalf("event %q: %+v %v", ev, d, err)
+		}
+		if _, err := c.Terminate(ctx, sb.ID, sb.Generation); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(500 * time.Millisecond)
+		for ev = next(); ev[0] == "denial" || ev[0] == "heartbeat"; ev = next() {
+			if ev[0] == "heartbeat" {
+				beats++
+			}
+		}
+		if beats == 0 {
+			t.Error("no heartbeat between the events")
+		}
+		if ev[0] != "end" || !strings.Contains(ev[1], "reason") {
+			t.Errorf("last event %q, want end", ev)
+		}
+		if _, ok := <-events; ok {
+			t.Error("the stream went on after its end")
 		}
 	})
 	t.Run("malformed policies are refused", func(t *testing.T) {
