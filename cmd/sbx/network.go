@@ -61,7 +61,27 @@ func (a *app) networkCmd() *cobra.Command {
 	set.Flags().StringArrayVar(&p.Allow, "allow", nil, "a destination to allow (repeatable)")
 	set.Flags().StringArrayVar(&p.Deny, "deny", nil, "a destination to deny (repeatable)")
 	set.Flags().Int64Var(&gen, "generation", 0, "the generation to change (default: the current one)")
-	cmd.AddCommand(get, set)
+	watch := &cobra.Command{
+		Use:               "denials ID",
+		Short:             "Print a sandbox's denials as they happen, until it ends",
+		Example:           "  sbx network denials sbx_abc\n  sbx network denials sbx_abc -o json",
+		Args:              exactArgs(1, "a sandbox id"),
+		ValidArgsFunction: a.completeIDs,
+		RunE: func(_ *cobra.Command, args []string) error {
+			end, err := a.c.StreamNetworkDenials(a.ctx, sandbox.ID(args[0]), func(d sandbox.NetworkDenial) bool {
+				if a.json() {
+					return a.jsonLine(d) == nil
+				}
+				a.printf("%s\t%s\t%s\n", d.Time.Local().Format(time.RFC3339), d.Destination, d.Name)
+				return true
+			})
+			if err == nil && end != nil && !a.json() {
+				a.printf("ended: %s\n", end.Message)
+			}
+			return err
+		},
+	}
+	cmd.AddCommand(get, set, watch)
 	return cmd
 }
 

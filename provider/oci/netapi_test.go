@@ -203,6 +203,35 @@ func TestNetworkAPI(t *testing.T) {
 			t.Error("the stream went on after its end")
 		}
 	})
+	t.Run("the client's stream of denials", func(t *testing.T) {
+		sb := create(`{"egress":"deny","allow":["allowed.test"]}`)
+		type result struct {
+			got []sandbox.NetworkDenial
+			end *client.NetworkDenialsEnd
+			err error
+		}
+		done := make(chan result, 1)
+		go func() {
+			var r result
+			r.end, r.err = c.StreamNetworkDenials(ctx, sb.ID, func(d sandbox.NetworkDenial) bool {
+				r.got = append(r.got, d)
+				return true
+			})
+			done <- r
+		}()
+		run(sb, "getent hosts other.test")
+		time.Sleep(time.Second)
+		if _, err := c.Terminate(ctx, sb.ID, sb.Generation); err != nil {
+			t.Fatal(err)
+		}
+		r := <-done
+		if r.err != nil || r.end == nil || r.end.Reason == "" {
+			t.Fatalf("end %+v, %v", r.end, r.err)
+		}
+		if len(r.got) == 0 || r.got[len(r.got)-1].Name != "other.test" {
+			t.Errorf("denials %+v, want the name other.test", r.got)
+		}
+	})
 	t.Run("malformed policies are refused", func(t *testing.T) {
 		sb := create("")
 		for _, bad := range []client.NetworkPolicy{{Egress: "sometimes"}, {Allow: []string{"10.0.0.1/8"}}, {Deny: []string{"::1"}}, {Allow: []string{"UPPER.example"}}} {
