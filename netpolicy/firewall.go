@@ -173,8 +173,12 @@ func (f *Firewall) Set(ifn string, sandboxAddr netip.Addr, rules Rules) error {
 		if c == in {
 			// The daemon's resolver on the gateway: the one server a sandbox's DNS goes to.
 			gw := netip.PrefixFrom(f.gateway, 32)
+			// At most dnsRate packets a second (a burst of dnsBurst) from each sandbox: every query is
+			// the daemon's work, an upstream query and an nftables transaction; past it, refused.
 			for _, proto := range []byte{unix.IPPROTO_UDP, unix.IPPROTO_TCP} {
-				add(c, addr(16, gw, false), port(proto, 53), verdict(expr.VerdictAccept))
+				add(c, addr(16, gw, false), port(proto, 53),
+					[]expr.Any{&expr.Limit{Type: expr.LimitTypePkts, Rate: dnsRate, Unit: expr.LimitTimeSecond, Burst: dnsBurst}},
+					verdict(expr.VerdictAccept))
 			}
 		} else {
 			// DNS (and DNS over TLS) to anything else is refused, whatever the rules.
@@ -250,6 +254,12 @@ func (f *Firewall) Remove(ifn string) error {
 	delete(f.refused, ifn)
 	return nil
 }
+
+// The rate of packets to the resolver each sandbox may send.
+const (
+	dnsRate  = 200
+	dnsBurst = 400
+)
 
 // How long and how many refused destinations each sandbox's denials' set remembers.
 const (

@@ -80,7 +80,7 @@ except OSError as e:
 		mustNotReach(t, p, ref, url("rebind.test"))
 		mustNotReach(t, p, ref, fmt.Sprintf("http://host.test:%d/", hostPort))
 	})
-	t.Run("the resolver answers sandboxes only, and survives garbage", func(t *testing.T) {
+	t.Run("the resolver answers sandboxes only, and survives garbage and floods", func(t *testing.T) {
 		gw := netip.AddrPortFrom(in.pool().Addr().Next(), 53).String()
 		m := new(dns.Msg)
 		m.SetQuestion("allowed.test.", dns.TypeA)
@@ -103,6 +103,19 @@ for n in (0, 1, 2, 70000):
 		if res := sh(t, p, ref, garbage); code(res) != 0 {
 			t.Fatalf("sending garbage: %s", res.Stderr)
 		}
+		// A flood of queries: refused past the sandbox's rate, the resolver answers on.
+		flood := fmt.Sprintf(`python3 -c '
+import socket
+q = bytes.fromhex("abcd01000001000000000000") + b"\x07allowed\x04test\x00\x00\x01\x00\x01"
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+for _ in range(20000):
+    try: s.sendto(q, ("%s", 53))
+    except OSError: pass
+'`, in.pool().Addr().Next())
+		if res := sh(t, p, ref, flood); code(res) != 0 {
+			t.Fatalf("flooding: %s", res.Stderr)
+		}
+		time.Sleep(2 * time.Second) // the rate's burst refills
 		mustReach(t, p, ref, url("allowed.test"), "server")
 		if _, err := net.DialTimeout("tcp", gw, time.Second); err != nil {
 			t.Errorf("the resolver's TCP listener is gone: %v", err)
