@@ -12,6 +12,7 @@ const ExtensionNamespace = "sandboxd."
 var extensionCapabilities = map[string]Capability{
 	"sandboxd.lifetime": "",
 	VolumesKey:          CapPersistentVolume,
+	"sandboxd.network":  CapNetworkPolicy,
 }
 
 // IsOwnExtension reports whether key is in sandboxd's namespace.

@@ -46,6 +46,7 @@ type Main struct {
 	OCIWarmPool       int                 // started containers the oci provider keeps ready for new sandboxes
 	OCISpares         int                 // sandbox directories (uid range, user namespace, disk) the oci provider lays out ahead
 	OCILimits         OCILimits           // what an oci sandbox gets when its spec says nothing, and the most it may ask
+	OCINetwork        OCINetwork          // the oci sandboxes' networks and default egress policy
 	K8s               K8sFlags            // the kubernetes provider's settings
 	AuthTokenFile     string              // bearer tokens, one a line; required unless Listen is loopback
 	ReadHeaderTimeout time.Duration       // a client slower than this to send its headers is cut off
@@ -166,6 +167,7 @@ func (m *Main) ParseFlags(args []string) error {
 		return err
 	})
 	m.K8s.register(fs)
+	m.OCINetwork.register(fs)
 	var envErr error
 	fs.VisitAll(func(f *flag.Flag) {
 		name := "SANDBOXD_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
@@ -437,6 +439,7 @@ var providers = map[string]func(m *Main) (sandbox.Provider, error){
 			MaxMemoryMiB:     m.OCILimits.MaxMemoryMiB,
 			DefaultDiskMiB:   m.OCILimits.DiskMiB,
 			MaxDiskMiB:       m.OCILimits.MaxDiskMiB,
+			Network:          m.OCINetwork.config(),
 		})
 	},
 	"kubernetes": func(m *Main) (sandbox.Provider, error) { return m.K8s.open(m.log) },

@@ -92,7 +92,8 @@ func rootDir(stateDir string) string { return filepath.Join(stateDir, "root") }
 // where a directory of the host's would show its host path (the state directory's, and the agent
 // binary's when that was bound in). A root an earlier provider left mounted goes first: its sandboxes
 // hold mounts of their own of it, which live on.
-func mountRoot(stateDir, agentPath string) (string, error) {
+// etc replaces files of the generated /etc (etcFiles) by name.
+func mountRoot(stateDir, agentPath string, etc map[string]string) (string, error) {
 	root := rootDir(stateDir)
 	if err := os.MkdirAll(root, 0o711); err != nil {
 		return "", err
@@ -112,7 +113,7 @@ func mountRoot(stateDir, agentPath string) (string, error) {
 	if err := unix.Mount("sandboxd-root", root, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, opts); err != nil {
 		return "", fmt.Errorf("mount a tmpfs on %s: %w", root, err)
 	}
-	err = buildRootfs(root, bin)
+	err = buildRootfs(root, bin, etc)
 	if err == nil {
 		// Read-only for every mount of it, the sandboxes' included.
 		err = unix.Mount("", root, "", unix.MS_REMOUNT|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV, "")
@@ -133,7 +134,7 @@ func unmountRoot(stateDir string) {
 // buildRootfs makes the skeleton root at root: empty mount points, symlinks into /usr as on the host,
 // a generated /etc, and the agent, a copy of agent. It is mounted read-only; only /tmp and /workspace
 // are writable in the sandbox.
-func buildRootfs(root string, agent io.Reader) error {
+func buildRootfs(root string, agent io.Reader, etcOverrides map[string]string) error {
 	dirs := []string{"usr", "etc", "proc", "dev", "sys", "tmp", "workspace", "run", "var/tmp", ".sandboxd", guestSockDir}
 	for _, r := range volumeRoots[1:] {
 		dirs = append(dirs, strings.TrimPrefix(r, "/")) // empty mount points for volumes (volume.go)
@@ -165,6 +166,9 @@ func buildRootfs(root string, agent io.Reader) error {
 	}
 	etc := filepath.Join(root, "etc")
 	for name, content := range etcFiles {
+		if c, ok := etcOverrides[name]; ok {
+			content = c
+		}
 		if err := os.WriteFile(filepath.Join(etc, name), []byte(content), 0o644); err != nil {
 			return err
 		}

@@ -39,6 +39,10 @@ func (p *Provider) Allocate(ctx context.Context, ref sandbox.Ref, spec sandbox.S
 	if err != nil {
 		return sandbox.Observation{}, err
 	}
+	rules, err := p.networkRules(spec)
+	if err != nil {
+		return sandbox.Observation{}, err
+	}
 	b := p.box(ref)
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -84,6 +88,12 @@ func (p *Provider) Allocate(ctx context.Context, ref sandbox.Ref, spec sandbox.S
 		return sandbox.Observation{}, fmt.Errorf("allocate %s: %v: %w", ref, err, sandbox.ErrProviderUnavailable)
 	}
 	unlockVolumes()
+	if err := p.attachNetwork(b, rules); err != nil {
+		if cerr := p.releaseLocked(context.WithoutCancel(ctx), b); cerr != nil {
+			p.log.Error("cleaning up a failed allocation", "sandbox", ref, "err", cerr)
+		}
+		return sandbox.Observation{}, fmt.Errorf("allocate %s: network: %v: %w", ref, err, sandbox.ErrProviderUnavailable)
+	}
 	b.saw("running")
 	b.gone.Store(false)
 	return p.waitReady(ctx, b)
@@ -99,7 +109,11 @@ func (p *Provider) ValidateSpec(spec sandbox.Spec) error {
 	if err != nil {
 		return err
 	}
-	return checkVolumePaths(vols)
+	if err := checkVolumePaths(vols); err != nil {
+		return err
+	}
+	_, err = p.networkRules(spec)
+	return err
 }
 
 // resources are the limits a sandbox of spec runs with: what it asks for, the defaults for what it
@@ -465,6 +479,9 @@ func (p *Provider) releaseLocked(ctx context.Context, b *box) error {
 // the cgroups and the directory l: of a sandbox, or of a pool entry.
 func (p *Provider) remove(ctx context.Context, l layout, name string) error {
 	if err := p.removeContainer(ctx, name); err != nil {
+		return err
+	}
+	if err := p.detachNetwork(l); err != nil {
 		return err
 	}
 	m, merr := readMetaFile(l)

@@ -145,7 +145,7 @@ func TestManifest(t *testing.T) {
 	}
 	want := sandbox.Capabilities{CommandExecution: true, FileAccess: true, PauseResume: true, ResourceLimits: true,
 		PersistentVolume: class == "runc"} // TestVolumes
-
+	want.NetworkPolicy = class == "runc" // gVisor's sandboxes run with --network=none
 	if m.Name != "oci" || m.RuntimeClass != class || m.Capabilities != want {
 		t.Fatalf("manifest %+v", m)
 	}

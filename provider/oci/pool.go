@@ -93,7 +93,7 @@ func (p *Provider) Close() error {
 	idle := p.pool.idle
 	p.pool.idle = nil
 	p.pool.mu.Unlock()
-	errs := []error{p.closeSpares()}
+	errs := []error{p.closeSpares(), p.closeNetwork()}
 	for _, e := range idle {
 		e.client.Close()
 		if err := p.remove(context.Background(), e.l, e.name); err != nil {
