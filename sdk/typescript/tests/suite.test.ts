@@ -7,6 +7,8 @@ import { Context } from "./harness/context.js";
 import { errors } from "./scenarios/errors.js";
 import { events } from "./scenarios/events.js";
 import { examples } from "./scenarios/examples.js";
+import { extLifetime } from "./scenarios/ext-lifetime.js";
+import { extStats } from "./scenarios/ext-stats.js";
 import { lifecycle } from "./scenarios/lifecycle.js";
 
 const ctx = new Context();
@@ -18,9 +20,12 @@ lifecycle(ctx);
 events(ctx);
 errors(ctx);
 examples(ctx);
+// api/extensions.yaml: one file of scenarios per group.
+extLifetime(ctx);
+extStats(ctx);
 
 describe("conformance", () => {
-  it("every answer the SDK decoded matches its schema in api/openapi.yaml", (t) => {
+  it("every answer the SDK decoded matches its schema in api/openapi.yaml or api/extensions.yaml", (t) => {
     assert.deepEqual(ctx.conformance.violations, []);
     // Each response type the SDK decodes was seen at least once.
     const want = [
@@ -50,11 +55,18 @@ describe("conformance", () => {
       "executeCommand 409",
       "listEvents 410",
       "streamEvents 410",
+      ctx.daemon.provider === "host" ? "getSandboxStats 422" : "getSandboxStats 200",
+      "getMetrics 200",
+      "getMetrics 401",
     ];
     const covered = [...ctx.conformance.covered].sort(([a], [b]) => a.localeCompare(b));
     t.diagnostic(
       `checked ${covered.reduce((n, [, c]) => n + c, 0)} answers: ${covered.map(([k, c]) => `${k} ×${c}`).join(", ")}`,
     );
+    // And every operation of api/extensions.yaml, whatever group adds it, with some answer.
+    for (const op of ctx.conformance.operations) {
+      if (op.document === "extensions.yaml" && !want.some((k) => k.startsWith(`${op.id} `))) want.push(`${op.id} 200`);
+    }
     const missing = want.filter((k) => !ctx.conformance.covered.has(k));
     assert.deepEqual(missing, [], `covered: ${[...ctx.conformance.covered.keys()].sort().join(", ")}`);
   });
