@@ -20,6 +20,8 @@ def test_stats(api: Any) -> None:
             with pytest.raises(sandboxd.UnsupportedCapability) as e:
                 sb.stats()
             assert e.value.status == 422 and e.value.code == "unsupported_capability"
+            with pytest.raises(sandboxd.UnsupportedCapability):  # the same through request()
+                api.request("GET", f"/v1/sandboxes/{sb.id}/stats", idempotent=True)
             return
         sb.run(["sh", "-c", "i=0; while [ $i -lt 20000 ]; do i=$((i+1)); done"], check=True)
         st = sb.stats()
@@ -31,6 +33,8 @@ def test_stats(api: Any) -> None:
         assert st.memory_limit_bytes is not None and st.memory_limit_bytes >= st.memory_bytes
         assert st.pids is not None and st.pids >= 1
         assert st.disk_limit_bytes is not None and st.disk_limit_bytes > 0
+        raw = api.request("GET", f"/v1/sandboxes/{sb.id}/stats", idempotent=True)  # checked as getSandboxStats
+        assert raw["sandboxId"] == sb.id and sandboxd.SandboxStats.from_json(raw).memory_limit_bytes == st.memory_limit_bytes
         sb.pause()
         assert sb.stats().state == "paused"
         sb.resume()

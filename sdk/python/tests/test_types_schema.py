@@ -13,7 +13,7 @@ import sandboxd
 import sandboxd.extensions as x
 import sandboxd.types as t
 from sandboxd.errors import UnexpectedResponse
-from conformance import DOCS, OPERATIONS, split, validator
+from conformance import DOCS, EXTENSION_KEYS, EXTENSION_OPERATIONS, OPERATIONS, operation_of, split, validator
 
 CLASSES: List[Any] = [
     t.RuntimeCapabilities,
@@ -98,18 +98,20 @@ def test_every_decoded_schema_has_a_class() -> None:
 
 def test_every_extension_answer_and_key_has_a_class() -> None:
     # What a later group of api/extensions.yaml adds slots in the same way: each JSON schema an
-    # operation there answers 2xx with, and each sandboxd.* key of spec.extensions, is the schema of a
-    # class of sandboxd.extensions, listed in CLASSES.
+    # operation the SDK has methods for answers 2xx with, and each sandboxd.* key it has a type for, is
+    # the schema of a class of sandboxd.extensions, listed in CLASSES.
     doc = DOCS["extensions.yaml"]
+    assert EXTENSION_OPERATIONS <= set(OPERATIONS), "an operation the SDK wraps is not in the document"
+    assert EXTENSION_KEYS <= set(doc["components"]["schemas"]["SpecExtensions"]["properties"])
     want = set()
     for op, (name, p, m) in OPERATIONS.items():
-        if name != "extensions.yaml":
+        if op not in EXTENSION_OPERATIONS:
             continue
         for status, r in doc["paths"][p][m]["responses"].items():
             ref = r.get("content", {}).get("application/json", {}).get("schema", {}).get("$ref")
             if status.startswith("2") and ref:
                 want.add("extensions.yaml" + ref)
-    for key in doc["components"]["schemas"]["SpecExtensions"]["properties"]:
+    for key in EXTENSION_KEYS:
         want.add(f"extensions.yaml#/components/schemas/SpecExtensions/properties/{key}")
     assert want, "api/extensions.yaml answers nothing with JSON"
     have = {c.schema for c in CLASSES}
@@ -216,3 +218,10 @@ def test_recorded_lifetime() -> None:
     assert rec.expires_at is not None and (rec.expires_at - rec.since).total_seconds() == 60
     with pytest.raises(UnexpectedResponse):
         x.RecordedLifetime.from_json({"ttlSeconds": 60})
+
+
+def test_operation_of() -> None:
+    assert operation_of("GET", "/v1/sandboxes/sbx_x/stats") == "getSandboxStats"
+    assert operation_of("GET", "/v1/sandboxes/sbx_x") == "getSandbox"
+    assert operation_of("GET", "/metrics") == "getMetrics"
+    assert operation_of("DELETE", "/v1/events") is None

@@ -18,6 +18,11 @@ export function extStats(ctx: Context): void {
             assert.equal(e.code, "unsupported_capability");
             return true;
           });
+          // The same through request(), checked against the document as getSandboxStats.
+          await assert.rejects(
+            ctx.client.request({ method: "GET", path: `/v1/sandboxes/${sb.id}/stats` }),
+            UnsupportedCapability,
+          );
           return;
         }
         await sb.run(["sh", "-c", "i=0; while [ $i -lt 20000 ]; do i=$((i+1)); done"]);
