@@ -2,7 +2,7 @@
 // long a sandbox lives. A spec asks for a Lifetime; what holds for the generation is recorded in
 // providerExtensions["sandboxd.lifetime"] and read back as a RecordedLifetime.
 
-import { ValidationError } from "../errors.js";
+import { SandboxdError, ValidationError } from "../errors.js";
 import type { components } from "../generated/extensions.js";
 
 /** The spec.extensions and providerExtensions key of a sandbox's lifetime. */
@@ -38,14 +38,19 @@ export interface RecordedLifetime {
   resumeOnCall?: boolean;
 }
 
-/** The lifetime recorded in a sandbox's providerExtensions, or undefined. @internal */
+/**
+ * The lifetime recorded in a sandbox's providerExtensions, or undefined; a value that is not one is an
+ * `unexpected_response`. @internal
+ */
 export function recordedLifetime(
   providerExtensions: Record<string, unknown> | undefined,
 ): RecordedLifetime | undefined {
   const v = providerExtensions?.[LIFETIME_KEY];
   if (v === undefined || v === null) return undefined;
   if (typeof v !== "object" || typeof (v as { since?: unknown }).since !== "string") {
-    throw new TypeError(`providerExtensions[${JSON.stringify(LIFETIME_KEY)}] is not a lifetime: ${JSON.stringify(v)}`);
+    throw new SandboxdError(`providerExtensions["${LIFETIME_KEY}"] is not a lifetime: ${JSON.stringify(v)}`, {
+      code: "unexpected_response",
+    });
   }
   return v as RecordedLifetime;
 }
