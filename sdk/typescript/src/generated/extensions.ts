@@ -2,6 +2,43 @@
 // Regenerate with `npm run generate`; `npm run check-generated` fails when this file is stale.
 
 export interface paths {
+    "/v1/volumes": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** Every persistent volume, with the live sandboxes that mount it. */
+        get: operations["listVolumes"];
+        put?: never;
+        /** Makes an empty volume of a size, which sandboxes mount through spec.extensions["sandboxd.volumes"]. */
+        post: operations["createVolume"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/volumes/{volumeName}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                volumeName: string;
+            };
+            cookie?: never;
+        };
+        get: operations["getVolume"];
+        put?: never;
+        post?: never;
+        /** Removes a volume and its data; refused (409) while a sandbox that is not terminated names it. */
+        delete: operations["deleteVolume"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/sandboxes/{sandboxId}/stats": {
         parameters: {
             query?: never;
@@ -36,12 +73,78 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/sandboxes/{sandboxId}/network": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                sandboxId: string;
+            };
+            cookie?: never;
+        };
+        /**
+         * The sandbox's network policy now, what it counted, and its recent denials.
+         * @description A ready or paused sandbox's. The policy is the last one set, or the spec's.
+         */
+        get: operations["getNetwork"];
+        /**
+         * Replace a ready sandbox's network policy, for every new connection.
+         * @description Fenced by expectedGeneration. Connections open go on; every new one meets the new policy. A
+         *     sandbox on loopback only gets its network when the policy lets something out. The spec keeps
+         *     the policy asked at create.
+         */
+        put: operations["setNetwork"];
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/sandboxes/{sandboxId}/network/denials": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                sandboxId: string;
+            };
+            cookie?: never;
+        };
+        /**
+         * A stream of the sandbox's denials, for a learn mode that proposes an allow list.
+         * @description Server-Sent Events. First the recent denials, oldest first, then each new one as it is seen,
+         *     as "denial" events whose data is a NetworkDenial (a destination refused again is a new event
+         *     with its new time); ": heartbeat" comments between them. Once the generation the stream began
+         *     on is no longer ready or paused (terminated, recreated, failed, gone), an "end" event whose
+         *     data is a NetworkDenialsEnd, and the stream closes.
+         */
+        get: operations["streamNetworkDenials"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
 }
 export type webhooks = Record<string, never>;
 export interface components {
     schemas: {
         /** @description The sandboxd.* keys of a SandboxSpec's extensions; each names its capability in x-capability (none when every provider honours it). */
         SpecExtensions: {
+            /**
+             * @description The persistent volumes the sandbox mounts (POST /v1/volumes makes them). Each volume must
+             *     exist (else 400). A volume that is not shared has one writer at a time: a sandbox that would
+             *     be a second fails with failure.code volume_in_use; any number may mount it readOnly. On oci,
+             *     mount paths are at or below /workspace, /mnt, /data, /srv or /opt. The volume's files keep
+             *     their owners as the sandbox sees them, whichever sandbox wrote them.
+             */
+            "sandboxd.volumes"?: {
+                name: string;
+                mountPath: string;
+                readOnly?: boolean;
+            }[];
             /**
              * @description How long the sandbox lives. ttlSeconds counts from the generation's create or recreate; at
              *     its end the sandbox is terminated (a state_changed event with reason ttl_expired).
@@ -59,6 +162,44 @@ export interface components {
                 onIdle?: "pause" | "terminate";
                 resumeOnCall?: boolean;
             };
+            /**
+             * @description The sandbox's egress policy. Without it, the daemon's default egress applies (deny unless the
+             *     daemon is told otherwise), with no rules. Deny beats allow. Whatever the policy says, the sandbox
+             *     never reaches another sandbox, and it reaches the host (its addresses, the daemon) or a
+             *     link-local address (169.254.0.0/16, cloud metadata) only through an allow rule that names it:
+             *     one address, or a range inside 169.254.0.0/16. IPv6 is denied. A sandbox whose egress is
+             *     denied and which allows nothing has loopback only. Rules are IPv4 CIDRs in canonical form
+             *     ("203.0.113.0/24") or addresses ("203.0.113.7"), at most 256 in each list; a rule that is a name ("pypi.org",
+             *     "*.example.com") is refused with 422 unsupported_capability by a provider that does not
+             *     resolve names for its sandboxes.
+             */
+            "sandboxd.network"?: {
+                /**
+                 * @description What a destination no rule names gets.
+                 * @enum {string}
+                 */
+                egress?: "deny" | "allow";
+                allow?: string[];
+                deny?: string[];
+            };
+        };
+        VolumeCreate: {
+            name: string;
+            /** @description Its size; writes past it fail with ENOSPC in the sandbox. */
+            sizeMiB: number;
+            /** @description More than one sandbox may mount it writable at once (default false: one writer, any readers). */
+            shared?: boolean;
+        };
+        Volume: {
+            name: string;
+            sizeMiB: number;
+            shared: boolean;
+            /** Format: date-time */
+            createdAt: string;
+            /** @description What the volume's image holds on the host. */
+            usedBytes?: number;
+            /** @description The sandboxes, not terminated, that mount it. */
+            attachedTo: string[];
         };
         StatsSandbox: {
             sandboxId: string;
@@ -87,6 +228,44 @@ export interface components {
                 code: string;
                 message: string;
             };
+        };
+        /** @description A sandbox's egress policy, as the sandboxd.network key of spec.extensions says it. */
+        NetworkPolicy: {
+            /** @enum {string} */
+            egress?: "deny" | "allow";
+            allow?: string[];
+            deny?: string[];
+        };
+        NetworkPolicyUpdate: {
+            expectedGeneration: number;
+            policy: components["schemas"]["NetworkPolicy"];
+        };
+        NetworkStatus: {
+            generation: number;
+            /** @description The policy that holds, the daemon's default egress made explicit. */
+            policy: components["schemas"]["NetworkPolicy"];
+            /** @description Connections the rules let out (their first packets). */
+            allowedConnections: number;
+            /** @description Connection attempts the rules refused. */
+            deniedConnections: number;
+            /** @description The recent denials, newest first, at most 50. */
+            denials: components["schemas"]["NetworkDenial"][];
+        };
+        NetworkDenial: {
+            /**
+             * Format: date-time
+             * @description When the destination was last refused.
+             */
+            time: string;
+            /** @description The refused IPv4 address; absent for a refused name. */
+            destination?: string;
+            /** @description The name the address was resolved from, or the name refused. */
+            name?: string;
+        };
+        NetworkDenialsEnd: {
+            /** @description The error code the sandbox's network now answers: not_found, invalid_state, generation_conflict, ... */
+            reason: string;
+            message: string;
         };
     };
     responses: {
@@ -152,6 +331,109 @@ export interface components {
 }
 export type $defs = Record<string, never>;
 export interface operations {
+    listVolumes: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The volumes, by name */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        volumes: components["schemas"]["Volume"][];
+                    };
+                };
+            };
+            422: components["responses"]["UnsupportedCapability"];
+            503: components["responses"]["ProviderUnavailable"];
+        };
+    };
+    createVolume: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["VolumeCreate"];
+            };
+        };
+        responses: {
+            /** @description The new volume */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Volume"];
+                };
+            };
+            400: components["responses"]["InvalidRequest"];
+            409: components["responses"]["Conflict"];
+            422: components["responses"]["UnsupportedCapability"];
+            503: components["responses"]["ProviderUnavailable"];
+        };
+    };
+    getVolume: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                volumeName: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The volume */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Volume"];
+                };
+            };
+            400: components["responses"]["InvalidRequest"];
+            404: components["responses"]["NotFound"];
+            422: components["responses"]["UnsupportedCapability"];
+            503: components["responses"]["ProviderUnavailable"];
+        };
+    };
+    deleteVolume: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                volumeName: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Deleted */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            400: components["responses"]["InvalidRequest"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            422: components["responses"]["UnsupportedCapability"];
+            503: components["responses"]["ProviderUnavailable"];
+        };
+    };
     getSandboxStats: {
         parameters: {
             query?: never;
@@ -198,6 +480,229 @@ export interface operations {
             };
             401: components["responses"]["Unauthenticated"];
             404: components["responses"]["NotFound"];
+        };
+    };
+    getNetwork: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                sandboxId: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The network. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["NetworkStatus"];
+                };
+            };
+            /** @description invalid_request */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description not_found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description generation_conflict or invalid_state */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description unsupported_capability */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description provider_protocol */
+            502: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description provider_unavailable */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+        };
+    };
+    setNetwork: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                sandboxId: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["NetworkPolicyUpdate"];
+            };
+        };
+        responses: {
+            /** @description The network under the new policy. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["NetworkStatus"];
+                };
+            };
+            /** @description invalid_request */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description not_found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description generation_conflict or invalid_state */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description unsupported_capability */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description provider_protocol */
+            502: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description provider_unavailable */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+        };
+    };
+    streamNetworkDenials: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                sandboxId: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Server-Sent Events stream */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "text/event-stream": string;
+                };
+            };
+            /** @description not_found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description invalid_state */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description unsupported_capability */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description provider_protocol */
+            502: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description provider_unavailable */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
         };
     };
 }
