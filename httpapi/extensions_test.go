@@ -189,9 +189,23 @@ func TestLifetimeExtensionValidated(t *testing.T) {
 			t.Errorf("%s: %d %s", bad, rec.Code, rec.Body)
 		}
 	}
-	rec := post(`{"ttlSeconds":600}`)
+	rec := post(`{"ttlSeconds":600,"idleSeconds":60}`)
 	if rec.Code != http.StatusCreated || !strings.Contains(rec.Body.String(), `"providerExtensions":{"sandboxd.lifetime":{"since":`) ||
 		!strings.Contains(rec.Body.String(), `"ttlSeconds":600,"expiresAt":`) {
-		t.Errorf("valid lifetime: %d %s", rec.Code, rec.Body)
+		t.Fatalf("valid lifetime: %d %s", rec.Code, rec.Body)
+	}
+	// What is recorded is LifetimeRecorded of the document.
+	var sb struct {
+		ProviderExtensions map[string]any `json:"providerExtensions"`
+	}
+	if err := json.Unmarshal(rec.Body.Bytes(), &sb); err != nil {
+		t.Fatal(err)
+	}
+	doc, err := openapi3.NewLoader().LoadFromData(api.Extensions)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := doc.Components.Schemas["LifetimeRecorded"].Value.VisitJSON(sb.ProviderExtensions["sandboxd.lifetime"], openapi3.EnableJSONSchema2020()); err != nil {
+		t.Errorf("recorded lifetime %v: %v", sb.ProviderExtensions["sandboxd.lifetime"], err)
 	}
 }

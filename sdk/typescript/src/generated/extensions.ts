@@ -153,7 +153,7 @@ export interface components {
              *     can pause) or terminated (reason idle). resumeOnCall (default true with onIdle pause): a
              *     command or file call to the paused sandbox resumes it first. The daemon's defaults apply to
              *     what is left out, and a value over the daemon's maximum is refused (400). What holds for the
-             *     generation is in providerExtensions["sandboxd.lifetime"], its deadline as a time.
+             *     generation is in providerExtensions["sandboxd.lifetime"] (LifetimeRecorded), its deadline as a time.
              */
             "sandboxd.lifetime"?: {
                 ttlSeconds?: number;
@@ -200,6 +200,24 @@ export interface components {
             usedBytes?: number;
             /** @description The sandboxes, not terminated, that mount it. */
             attachedTo: string[];
+        };
+        /** @description What holds for a generation, in providerExtensions["sandboxd.lifetime"] (sandboxd.lifetime). */
+        LifetimeRecorded: {
+            /**
+             * Format: date-time
+             * @description When the generation was recorded: its lifetime's start.
+             */
+            since: string;
+            ttlSeconds?: number;
+            /**
+             * Format: date-time
+             * @description When the sandbox is terminated (reason ttl_expired).
+             */
+            expiresAt?: string;
+            idleSeconds?: number;
+            /** @enum {unknown} */
+            onIdle?: "pause" | "terminate";
+            resumeOnCall?: boolean;
         };
         StatsSandbox: {
             sandboxId: string;
