@@ -1,9 +1,10 @@
 // Package oci is a sandbox provider with real isolation: each sandbox generation is one runc container
-// with its own user (mapped to a host uid range of its own), mount, PID, network (loopback only, or a link
-// of its own under the sandbox's egress policy: network.go), UTS and IPC namespaces, moby's default seccomp profile, a read-only root built from the host's /usr and a
-// generated /etc, a writable /workspace on a disk of its own, and cgroup limits, each with a default.
-// Inside it, the sandbox agent runs as PID 1 and serves commands and files on a unix socket in the
-// sandbox's host directory (which no sandbox sees), bound by the provider before the container starts
+// with its own user (mapped to a host uid range of its own), mount, PID, network (loopback only, or a
+// link of its own under the sandbox's egress policy: network.go), UTS and IPC namespaces, moby's
+// default seccomp profile, a read-only root built from the host's /usr and a generated /etc, a
+// writable /workspace on a disk of its own, and cgroup limits, each with a default. Inside it, the
+// sandbox agent runs as PID 1 and serves commands and files on a unix socket in the sandbox's host
+// directory (which no sandbox sees), bound by the provider before the container starts
 // and handed to the agent as its descriptor 3; exec never goes through `runc exec`. With gVisor's runsc
 // as the runtime, the same sandbox runs on gVisor's kernel, and its agent binds the socket the provider
 // dials (runtime.go). docs/security.md says what each of these keeps out.
