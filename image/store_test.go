@@ -400,6 +400,24 @@ func TestHostileLayers(t *testing.T) {
 			{Name: "rel/through-rel", Body: "x"},
 		},
 		"hard link to outside": {{Name: "hard", Type: tar.TypeLink, Linkname: outside + "/target"}},
+		"hard link through a symlink": {
+			{Name: "link", Type: tar.TypeSymlink, Linkname: outside},
+			{Name: "hard", Type: tar.TypeLink, Linkname: "link/target"},
+		},
+		"whiteout through a symlink": {
+			{Name: "link", Type: tar.TypeSymlink, Linkname: outside},
+			{Name: "link/.wh.target"},
+		},
+		"opaque through a symlink": {
+			{Name: "link", Type: tar.TypeSymlink, Linkname: outside},
+			{Name: "link/.wh..wh..opq"},
+		},
+		"directory then symlink then file": {
+			{Name: "d/", Type: tar.TypeDir},
+			{Name: "d", Type: tar.TypeSymlink, Linkname: outside},
+			{Name: "d/through", Body: "x"},
+		},
+		"whiteout of dot-dot": {{Name: "a/.wh..."}},
 		"device nodes": {
 			{Name: "sda", Type: tar.TypeBlock, Devmajor: 8, Mode: 0o666},
 			{Name: "mem", Type: tar.TypeChar, Devmajor: 1, Mode: 0o666},
@@ -431,9 +449,26 @@ func TestHostileLayers(t *testing.T) {
 			t.Fatalf("%s: a file outside was changed: %q", what, b)
 		}
 	}
+	// Of a layer's xattrs only user.* ones are kept: an overlay xattr would redirect the sandbox's view.
+	img := imagetest.Image(t, v1.Config{}, imagetest.Layer(t,
+		imagetest.Entry{Name: "x", Body: "x", Mode: 0o4755, Xattrs: map[string]string{"trusted.overlay.redirect": "/etc", "user.note": "kept"}}))
+	got, err := s.ImportLayout(context.Background(), writeLayout(t, img, "x"), "local/xattr:1", "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	x := filepath.Join(got.Layers[0], "x")
+	if _, err := unix.Lgetxattr(x, "trusted.overlay.redirect", make([]byte, 64)); err == nil {
+		t.Fatal("a layer's overlay xattr was kept")
+	}
+	if n, err := unix.Lgetxattr(x, "user.note", make([]byte, 64)); err != nil || n != 4 {
+		t.Fatalf("user.note: %d, %v", n, err)
+	}
+	if st, err := os.Stat(x); err != nil || st.Mode() != 0o755|os.ModeSetuid {
+		t.Fatalf("mode %v, %v", st.Mode(), err)
+	}
 	// A sparse file of a TiB claims no data in the stream, but would fill the disk unpacked.
 	sparse := sparseLayer(t, 1<<40)
-	img, err := mutate.AppendLayers(empty.Image, sparse)
+	img, err = mutate.AppendLayers(empty.Image, sparse)
 	if err != nil {
 		t.Fatal(err)
 	}

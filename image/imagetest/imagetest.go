@@ -38,6 +38,7 @@ type Entry struct {
 	Size     int64 // for a header whose size is not len(Body) (a sparse file's)
 	UID, GID int
 	Devmajor int64
+	Xattrs   map[string]string // as PAX SCHILY.xattr records
 }
 
 // Layer is an uncompressed layer of entries, as go-containerregistry's tarball layer.
@@ -59,6 +60,12 @@ func Tar(t testing.TB, entries ...Entry) []byte {
 	for _, e := range entries {
 		hdr := &tar.Header{Name: e.Name, Typeflag: e.Type, Linkname: e.Linkname, Mode: e.Mode, Uid: e.UID, Gid: e.GID,
 			Devmajor: e.Devmajor, Size: int64(len(e.Body)), ModTime: time.Unix(0, 0), Format: tar.FormatPAX}
+		for k, v := range e.Xattrs {
+			if hdr.PAXRecords == nil {
+				hdr.PAXRecords = map[string]string{}
+			}
+			hdr.PAXRecords["SCHILY.xattr."+k] = v
+		}
 		if hdr.Typeflag == 0 {
 			hdr.Typeflag = tar.TypeReg
 		}

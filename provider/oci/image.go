@@ -216,9 +216,22 @@ func (p *Provider) mountImage(l layout, m meta, userns string) (image.Image, err
 		}
 		defer unix.Close(tfd)
 	}
-	for k, v := range map[string]string{"upperdir": upper, "workdir": work} {
-		if err := unix.FsconfigSetString(fsfd, k, v); err != nil {
+	// The upper and work directories go in as descriptors too, of one detached clone of the disk's
+	// mount (they must share a mount): the sandbox's view of its root then names no host path.
+	bfd, err := unix.OpenTree(unix.AT_FDCWD, base, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC)
+	if err != nil {
+		return img, fmt.Errorf("open_tree %s: %w", base, err)
+	}
+	defer unix.Close(bfd)
+	for k, d := range map[string]string{"upperdir": filepath.Base(upper), "workdir": filepath.Base(work)} {
+		fd, err := unix.Openat(bfd, d, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		if err != nil {
 			return img, fmt.Errorf("overlay %s: %w", k, err)
+		}
+		err = unix.FsconfigSetFd(fsfd, k, fd)
+		unix.Close(fd)
+		if err != nil {
+			return img, fmt.Errorf("overlay %s: %w%s", k, err, fsLog(fsfd))
 		}
 	}
 	if err := unix.FsconfigCreate(fsfd); err != nil {

@@ -201,3 +201,23 @@ func TestImageUser(t *testing.T) {
 		t.Fatal("a sandbox whose image's user is unknown started")
 	}
 }
+
+// TestImageMountinfoNamesNoHostPath: the root of a sandbox from an image shows no path of the host's
+// in the sandbox's view of its mounts (its layers are descriptors of detached mounts).
+func TestImageMountinfoNamesNoHostPath(t *testing.T) {
+	reg := imagetest.StartRegistry(t)
+	tagged, _ := reg.Push(t, "mi:1", imagetest.BusyboxImage(t, "mi"))
+	dir := testenv.StateDir(t)
+	p := imageProvider(t, dir, reg)
+	ref, obs := fromImage(t, p, tagged)
+	if obs.State != sandbox.ObservedReady {
+		t.Fatalf("%+v", obs)
+	}
+	res := sh(t, p, ref, "cat /proc/self/mountinfo /proc/self/mounts /proc/1/mountinfo")
+	if code(res) != 0 || !strings.Contains(res.Stdout, "overlay") {
+		t.Fatalf("%+v", res)
+	}
+	if strings.Contains(res.Stdout, dir) {
+		t.Fatalf("the state directory %s shows in the sandbox's mounts:\n%s", dir, res.Stdout)
+	}
+}
