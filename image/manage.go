@@ -69,7 +69,7 @@ func (s *Store) ImportTarball(ctx context.Context, path, nameStr, pick string, p
 	}
 	var tag *name.Tag
 	if pick != "" {
-		t, err := name.NewTag(pick)
+		t, err := name.NewTag(pick, local)
 		if err != nil {
 			return Image{}, fmt.Errorf("tag %q: %v: %w", pick, err, sandbox.ErrInvalidRequest)
 		}
@@ -87,7 +87,7 @@ func (s *Store) ImportTarball(ctx context.Context, path, nameStr, pick string, p
 
 // importName parses the name an import is given.
 func (s *Store) importName(nameStr string) (name.Reference, error) {
-	ref, err := name.ParseReference(nameStr)
+	ref, err := name.ParseReference(nameStr, local)
 	if err != nil {
 		return nil, fmt.Errorf("image name %q: %v: %w", nameStr, err, sandbox.ErrInvalidRequest)
 	}
@@ -363,7 +363,7 @@ func (s *Store) Remove(ref string) error {
 }
 
 func normalized(ref string) string {
-	if r, err := name.ParseReference(ref); err == nil {
+	if r, err := name.ParseReference(ref, local); err == nil {
 		return r.Name()
 	}
 	return ref

@@ -289,10 +289,14 @@ func (s *Store) image(r record) (Image, error) {
 	return img, nil
 }
 
+// local parses a reference without a registry as a name of the store's own: the store knows no
+// default registry, so such a name is never fetched.
+var local = name.WithDefaultRegistry("")
+
 // Normalize returns ref in the form the store names it by (go-containerregistry's, with the default
 // tag), and whether it pins a digest. Errors: ErrInvalidRequest for a reference that does not parse.
 func Normalize(ref string) (string, bool, error) {
-	r, err := name.ParseReference(ref)
+	r, err := name.ParseReference(ref, local)
 	if err != nil {
 		return "", false, fmt.Errorf("image %q: %v: %w", ref, err, sandbox.ErrInvalidRequest)
 	}
@@ -329,7 +333,7 @@ func (s *Store) resolveLocked(ref string) (string, error) {
 	if validDigest(ref) {
 		return ref, nil
 	}
-	r, err := name.ParseReference(ref)
+	r, err := name.ParseReference(ref, local)
 	if err != nil {
 		return "", fmt.Errorf("image %q: %v: %w", ref, err, sandbox.ErrInvalidRequest)
 	}
@@ -395,12 +399,15 @@ func (s *Store) Pull(ctx context.Context, ref string, progress func(Progress)) (
 
 // parse parses ref, reached over plain HTTP when its registry is one the store was told is insecure.
 func (s *Store) parse(ref string) (name.Reference, error) {
-	r, err := name.ParseReference(ref)
+	r, err := name.ParseReference(ref, local)
 	if err != nil {
 		return nil, fmt.Errorf("image %q: %v: %w", ref, err, sandbox.ErrInvalidRequest)
 	}
+	if r.Context().RegistryStr() == "" {
+		return nil, fmt.Errorf("image %q names no registry to pull it from (registry/repository:tag): %w", ref, sandbox.ErrInvalidRequest)
+	}
 	if s.insecure(r) {
-		r, err = name.ParseReference(ref, name.Insecure)
+		r, err = name.ParseReference(ref, local, name.Insecure)
 		if err != nil {
 			return nil, fmt.Errorf("image %q: %v: %w", ref, err, sandbox.ErrInvalidRequest)
 		}

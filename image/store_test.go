@@ -110,8 +110,11 @@ func TestPullUnknownImage(t *testing.T) {
 			t.Fatalf("pull %s: %v, want ErrNotFound", ref, err)
 		}
 	}
-	if _, err := s.Pull(context.Background(), "Not A Reference", nil); !errors.Is(err, sandbox.ErrInvalidRequest) {
-		t.Fatalf("a malformed reference: %v", err)
+	for _, bad := range []string{"Not A Reference", "busybox:1"} {
+		// A name without a registry is the store's own: there is no default registry to pull it from.
+		if _, err := s.Pull(context.Background(), bad, nil); !errors.Is(err, sandbox.ErrInvalidRequest) {
+			t.Fatalf("pull %q: %v, want ErrInvalidRequest", bad, err)
+		}
 	}
 	// Plain HTTP only to the registries named insecure.
 	strict := openStore(t, t.TempDir())
@@ -289,7 +292,7 @@ func TestImportLayoutAndTarballs(t *testing.T) {
 
 	// docker save's format.
 	saved := filepath.Join(t.TempDir(), "saved.tar")
-	tag, _ := name.NewTag("local/saved:1")
+	tag, _ := name.NewTag("local/saved:1", name.WithDefaultRegistry(""))
 	if err := tarball.WriteToFile(saved, tag, img); err != nil {
 		t.Fatal(err)
 	}

@@ -96,8 +96,8 @@ func (p *Provider) openImages() error {
 	return nil
 }
 
-// Images is the provider's image store; nil on a runtime that runs no images (gVisor).
-func (p *Provider) Images() *image.Store {
+// ImageStore is the provider's image store; nil on a runtime that runs no images (gVisor).
+func (p *Provider) ImageStore() *image.Store {
 	if p.images == nil {
 		return nil
 	}

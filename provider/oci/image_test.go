@@ -140,10 +140,10 @@ func TestImageNoLeaks(t *testing.T) {
 	if after := measure(t, dir); after != before {
 		t.Fatalf("100 cycles left something behind: before %+v, after %+v", before, after)
 	}
-	if err := p.Images().Remove(tagged); err != nil {
+	if err := p.ImageStore().Remove(tagged); err != nil {
 		t.Fatal(err)
 	}
-	if n, err := p.Images().Prune(); err != nil || n != 2 {
+	if n, err := p.ImageStore().Prune(); err != nil || n != 2 {
 		t.Fatalf("prune: %d layers, %v", n, err)
 	}
 	for _, d := range []string{"layers", "images", "users", "tmp"} {
@@ -163,13 +163,13 @@ func TestImageHeldWhileUsed(t *testing.T) {
 	if obs.State != sandbox.ObservedReady {
 		t.Fatalf("%+v", obs)
 	}
-	if err := p.Images().Remove(tagged); err == nil {
+	if err := p.ImageStore().Remove(tagged); err == nil {
 		t.Fatal("an image in use was removed")
 	}
 	if err := p.Release(ctxFor(t), ref); err != nil {
 		t.Fatal(err)
 	}
-	if err := p.Images().Remove(tagged); err != nil {
+	if err := p.ImageStore().Remove(tagged); err != nil {
 		t.Fatal(err)
 	}
 }
