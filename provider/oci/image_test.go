@@ -18,16 +18,32 @@ import (
 	"github.com/sandboxd/sandbox/provider/oci"
 )
 
-// imageProvider is a provider that pulls from reg over plain HTTP.
+// imageProvider is a provider on runc (images run on runc only, whatever the tests' runtime:
+// TestImageOnGVisorRefused says what gVisor does) that pulls from reg over plain HTTP.
 func imageProvider(t *testing.T, dir string, reg *imagetest.Registry) *oci.Provider {
 	t.Helper()
 	cfg := testConfig(t, dir)
+	cfg.Runtime = "runc"
 	cfg.InsecureRegistries = []string{reg.Host}
+	return newProviderWith(t, cfg)
+}
+
+// TestImageOnGVisorRefused: a provider on gVisor says it runs no images, and refuses a spec.image
+// before anything is recorded.
+func TestImageOnGVisorRefused(t *testing.T) {
+	cfg := testConfig(t, testenv.StateDir(t))
+	cfg.Runtime = gvisorRuntime(t)
 	p := newProviderWith(t, cfg)
-	if onGVisor(t, p) {
-		t.Skip("images run on runc only (the manifest says so on gVisor)")
+	m, err := p.Manifest(ctxFor(t))
+	if err != nil || m.RuntimeClass != "gvisor" || m.Capabilities.ImageReference {
+		t.Fatalf("manifest %+v, %v", m, err)
 	}
-	return p
+	if err := p.ValidateSpec(sandbox.Spec{ClientRequestID: "t", Image: "127.0.0.1:1/x:1"}); !errors.Is(err, sandbox.ErrUnsupportedCapability) {
+		t.Fatalf("spec.image on gVisor: %v", err)
+	}
+	if _, err := p.Images(ctxFor(t)); !errors.Is(err, sandbox.ErrUnsupportedCapability) {
+		t.Fatalf("images on gVisor: %v", err)
+	}
 }
 
 // fromImage allocates a sandbox of image and returns it with its observation.
@@ -219,5 +235,31 @@ func TestImageMountinfoNamesNoHostPath(t *testing.T) {
 	}
 	if strings.Contains(res.Stdout, dir) {
 		t.Fatalf("the state directory %s shows in the sandbox's mounts:\n%s", dir, res.Stdout)
+	}
+}
+
+// TestImageHostileLinks: an image's symlinks are the image's: the daemon reads the image's users and
+// makes its working directory without following one out of the image's root, onto the host's files.
+func TestImageHostileLinks(t *testing.T) {
+	reg := imagetest.StartRegistry(t)
+	hostDir := t.TempDir()
+	// Its passwd is the host's, through an absolute link: the host's has root, the image has none.
+	passwd := imagetest.Image(t, v1.Config{User: "root"}, imagetest.BusyboxLayer(t), imagetest.Layer(t,
+		imagetest.Entry{Name: "etc/passwd", Type: tar.TypeSymlink, Linkname: "/etc/passwd"}))
+	// Its working directory is below a link to a host directory.
+	workdir := imagetest.Image(t, v1.Config{WorkingDir: "/srv/made"}, imagetest.BusyboxLayer(t), imagetest.Layer(t,
+		imagetest.Entry{Name: "srv", Type: tar.TypeSymlink, Linkname: hostDir}))
+	p := imageProvider(t, testenv.StateDir(t), reg)
+	for what, img := range map[string]v1.Image{"passwd": passwd, "workdir": workdir} {
+		tagged, _ := reg.Push(t, "hostile/"+what+":1", img)
+		ref := sandbox.Ref{ID: sandbox.NewID(), Generation: 1}
+		obs, err := p.Allocate(ctxFor(t), ref, sandbox.Spec{ClientRequestID: "t", Image: tagged})
+		t.Logf("%s: %v", what, err)
+		if err == nil && obs.State == sandbox.ObservedReady {
+			t.Fatalf("%s: a sandbox whose image links out of its root started", what)
+		}
+	}
+	if ents, _ := os.ReadDir(hostDir); len(ents) != 0 {
+		t.Fatalf("the host directory the image linked to holds %d entries", len(ents))
 	}
 }
