@@ -72,6 +72,7 @@ func Main(ctx context.Context, args []string) error {
 	workdir := fs.String("workdir", "/workspace", "working directory inside the root")
 	nofile := fs.Uint64("nofile", 0, "lower the open files limit (soft and hard) to this before serving; 0: leave it")
 	seccompFD := fs.Int("seccomp-fd", -1, "inherited descriptor of a seccomp program to install before serving (LoadFilter)")
+	user := fs.String("user", "", "UID:GID[:GROUP,...] the commands run as; empty: the agent's own")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -108,6 +109,10 @@ func Main(ctx context.Context, args []string) error {
 			return fmt.Errorf("agent: become a subreaper: %w", err)
 		}
 	}
+	cred, err := parseUser(*user)
+	if err != nil {
+		return fmt.Errorf("agent: -user: %w", err)
+	}
 	r, err := fsroot.Open(*root, *workdir)
 	if err != nil {
 		return fmt.Errorf("agent: %w", err)
@@ -118,7 +123,7 @@ func Main(ctx context.Context, args []string) error {
 	a := &Agent{
 		root:    r,
 		workdir: *workdir,
-		runner:  newRunner(reaper),
+		runner:  newRunner(reaper, cred),
 		log:     log,
 		runs:    make(map[string]context.CancelFunc),
 		warm:    make(chan struct{}),

@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/sandboxd/sandbox"
@@ -25,8 +27,9 @@ const childOOMScoreAdj = 500
 
 // newRunner returns the runner of the agent's commands. Its waiter must be the agent's reaper: as PID 1
 // (or a subreaper) the agent adopts every orphan, and only the reaper may wait for children.
-func newRunner(reaper *proc.Reaper) *proc.Runner {
+func newRunner(reaper *proc.Reaper, cred *syscall.Credential) *proc.Runner {
 	return &proc.Runner{
+		Credential:  cred,
 		Env:         commandEnv(os.Environ()),
 		Waiter:      reaper,
 		PipeGrace:   drainGrace,
@@ -78,4 +81,42 @@ func cannotStart(req protocol.ExecRequest, started time.Time, reason string) pro
 	msg := reason + "\n"
 	return protocol.ExecOutput{Stderr: sandbox.TruncateUTF8(msg, req.MaxOutputBytes), ExecStatus: protocol.ExecStatus{ExitCode: &code,
 		Truncated: len(msg) > req.MaxOutputBytes, StartedAt: started, FinishedAt: time.Now()}}
+}
+
+// parseUser parses the -user flag, "UID:GID" and an optional ":G1,G2,..." of supplementary groups;
+// empty is nil, the agent's own user.
+func parseUser(s string) (*syscall.Credential, error) {
+	if s == "" {
+		return nil, nil
+	}
+	parts := strings.Split(s, ":")
+	if len(parts) < 2 || len(parts) > 3 {
+		return nil, fmt.Errorf("%q is not UID:GID[:GROUPS]", s)
+	}
+	id := func(v string) (uint32, error) {
+		n, err := strconv.ParseUint(v, 10, 32)
+		if err != nil {
+			return 0, fmt.Errorf("%q is no uid or gid", v)
+		}
+		return uint32(n), nil
+	}
+	var c syscall.Credential
+	var err error
+	if c.Uid, err = id(parts[0]); err != nil {
+		return nil, err
+	}
+	if c.Gid, err = id(parts[1]); err != nil {
+		return nil, err
+	}
+	c.Groups = []uint32{}
+	if len(parts) == 3 && parts[2] != "" {
+		for _, g := range strings.Split(parts[2], ",") {
+			n, err := id(g)
+			if err != nil {
+				return nil, err
+			}
+			c.Groups = append(c.Groups, n)
+		}
+	}
+	return &c, nil
 }

@@ -35,6 +35,7 @@ func (s *Server) extensionRoutes() []route {
 // extensionGroups lists each group's routes; a group adds its method here.
 func (s *Server) extensionGroups() [][]route {
 	return [][]route{
+		s.imageRoutes(),
 		s.volumeRoutes(),
 		s.networkRoutes(),
 		s.statsRoutes(),

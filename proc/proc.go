@@ -51,9 +51,11 @@ type Waiter interface {
 // stopped, continued or killed together. The zero value is ready to use. A Runner is safe for
 // concurrent use. Its fields must not change once it has run a command.
 type Runner struct {
-	Env       []string      // the base environment, "KEY=value"; a command's Env is added on top
-	Waiter    Waiter        // nil: proc waits for its children itself
-	PipeGrace time.Duration // zero: DefaultPipeGrace
+	Env    []string // the base environment, "KEY=value"; a command's Env is added on top
+	Waiter Waiter   // nil: proc waits for its children itself
+	// Credential, when not nil, is the user and groups commands run as.
+	Credential *syscall.Credential
+	PipeGrace  time.Duration // zero: DefaultPipeGrace
 
 	// KillWait is how long Run keeps killing a command's group, once its leader is gone, until the
 	// group is empty: every member dead and reaped, so a fork bomb's pids are free again when Run
@@ -126,7 +128,7 @@ func (r *Runner) Run(ctx context.Context, dir string, cmd sandbox.Command) (sand
 		Dir:   dir,
 		Env:   env,
 		Files: []uintptr{uintptr(null), uintptr(outW), uintptr(errW)},
-		Sys:   &syscall.SysProcAttr{Setpgid: true},
+		Sys:   &syscall.SysProcAttr{Setpgid: true, Credential: r.Credential},
 	}
 
 	runCtx, cancel := context.WithCancelCause(ctx)

@@ -80,7 +80,12 @@ func TestFlagsAndEnvironment(t *testing.T) {
 	if err := m.ParseFlags([]string{"--plain", "tail,json"}); err != nil || !m.Plain[fastpath.JSON] || !m.Plain[fastpath.Tail] || len(m.Plain) != 2 {
 		t.Fatalf("--plain tail,json: %v, %v", m.Plain, err)
 	}
-	bads := [][]string{{"--event-retention", "0"}, {"--nope"}, {"extra"}, {"--oci-warm-pool", "-1"}, {"--oci-spares", "-1"}, {"--plain", "jsn"}}
+	m = NewMain(io.Discard)
+	if err := m.ParseFlags([]string{"--insecure-registry", "127.0.0.1:5000,reg.test", "--insecure-registry", "x:1"}); err != nil ||
+		strings.Join(m.InsecureRegistries, " ") != "127.0.0.1:5000 reg.test x:1" {
+		t.Fatalf("--insecure-registry: %v, %v", m.InsecureRegistries, err)
+	}
+	bads := [][]string{{"--insecure-registry", "host/path"}, {"--event-retention", "0"}, {"--nope"}, {"extra"}, {"--oci-warm-pool", "-1"}, {"--oci-spares", "-1"}, {"--plain", "jsn"}}
 	// The library path of validation is only in a build with -tags plainschema.
 	if m := NewMain(io.Discard); plainSchemas == nil {
 		bads = append(bads, []string{"--plain", "schema"}, []string{"--plain", "all"})

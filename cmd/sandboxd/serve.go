@@ -34,28 +34,29 @@ var errHelp = errors.New("help requested")
 
 // Main is the daemon: ParseFlags, Run, then Close. Tests start the whole daemon with it on 127.0.0.1:0.
 type Main struct {
-	Listen            string
-	DataDir           string
-	Provider          string
-	EventRetention    int
-	EventMaxAge       time.Duration
-	ShutdownTimeout   time.Duration
-	ReconcileInterval time.Duration
-	LogFormat         string
-	OCIRuntime        string
-	OCIWarmPool       int                 // started containers the oci provider keeps ready for new sandboxes
-	OCISpares         int                 // sandbox directories (uid range, user namespace, disk) the oci provider lays out ahead
-	OCILimits         OCILimits           // what an oci sandbox gets when its spec says nothing, and the most it may ask
-	OCINetwork        OCINetwork          // the oci sandboxes' networks and default egress policy
-	K8s               K8sFlags            // the kubernetes provider's settings
-	AuthTokenFile     string              // bearer tokens, one a line; required unless Listen is loopback
-	ReadHeaderTimeout time.Duration       // a client slower than this to send its headers is cut off
-	ReadBodyTimeout   time.Duration       // ... or its body, with a second more for every 64 KiB of it
-	IdleTimeout       time.Duration       // a kept-alive connection idle this long is closed
-	MaxConnections    int                 // connections served at once; more wait to be accepted
-	AllowedHosts      []string            // hosts requests may name besides the address they reached
-	Plain             fastpath.Plain      // fast paths switched back to their plain path (docs/design)
-	Lifetimes         core.LifetimeConfig // defaults and maxima of sandboxes' lifetimes (sandboxd.lifetime)
+	Listen             string
+	DataDir            string
+	Provider           string
+	EventRetention     int
+	EventMaxAge        time.Duration
+	ShutdownTimeout    time.Duration
+	ReconcileInterval  time.Duration
+	LogFormat          string
+	OCIRuntime         string
+	OCIWarmPool        int                 // started containers the oci provider keeps ready for new sandboxes
+	OCISpares          int                 // sandbox directories (uid range, user namespace, disk) the oci provider lays out ahead
+	OCILimits          OCILimits           // what an oci sandbox gets when its spec says nothing, and the most it may ask
+	OCINetwork         OCINetwork          // the oci sandboxes' networks and default egress policy
+	K8s                K8sFlags            // the kubernetes provider's settings
+	AuthTokenFile      string              // bearer tokens, one a line; required unless Listen is loopback
+	ReadHeaderTimeout  time.Duration       // a client slower than this to send its headers is cut off
+	ReadBodyTimeout    time.Duration       // ... or its body, with a second more for every 64 KiB of it
+	IdleTimeout        time.Duration       // a kept-alive connection idle this long is closed
+	MaxConnections     int                 // connections served at once; more wait to be accepted
+	AllowedHosts       []string            // hosts requests may name besides the address they reached
+	Plain              fastpath.Plain      // fast paths switched back to their plain path (docs/design)
+	Lifetimes          core.LifetimeConfig // defaults and maxima of sandboxes' lifetimes (sandboxd.lifetime)
+	InsecureRegistries []string            // registries images are pulled from over plain HTTP
 
 	logOut io.Writer
 	log    *slog.Logger
@@ -149,6 +150,7 @@ func (m *Main) ParseFlags(args []string) error {
 	fs.IntVar(&m.MaxConnections, "max-connections", m.MaxConnections, "how many connections are served at once; more wait until one closes")
 	hosts := &hostsFlag{hosts: &m.AllowedHosts}
 	fs.Var(hosts, "allowed-host", "a `host` (name, or name:port) requests may name in Host besides the address they reached; repeatable, comma separated")
+	fs.Var(&registriesFlag{&m.InsecureRegistries}, "insecure-registry", "a registry (`host` or host:port) images are pulled from over plain HTTP; repeatable, comma separated")
 	fs.StringVar(&m.OCIRuntime, "oci-runtime", m.OCIRuntime, "the OCI runtime binary of the oci provider (default: runc from PATH)")
 	fs.IntVar(&m.OCIWarmPool, "oci-warm-pool", m.OCIWarmPool, "oci provider: how many started containers to keep ready, so that a sandbox with the default disk size is ready without starting one (0: none)")
 	fs.IntVar(&m.OCISpares, "oci-spares", m.OCISpares, "oci provider: how many sandbox directories (uid range, user namespace, default disk) to keep laid out ahead, so that a sandbox that starts a container of its own need not make them (0: none)")
@@ -440,6 +442,8 @@ var providers = map[string]func(m *Main) (sandbox.Provider, error){
 			DefaultDiskMiB:   m.OCILimits.DiskMiB,
 			MaxDiskMiB:       m.OCILimits.MaxDiskMiB,
 			Network:          m.OCINetwork.config(),
+
+			InsecureRegistries: m.InsecureRegistries,
 		})
 	},
 	"kubernetes": func(m *Main) (sandbox.Provider, error) { return m.K8s.open(m.log) },

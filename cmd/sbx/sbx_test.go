@@ -12,16 +12,22 @@ import (
 
 	"github.com/sandboxd/sandbox/core"
 	"github.com/sandboxd/sandbox/httpapi"
+	"github.com/sandboxd/sandbox/internal/testenv"
 	"github.com/sandboxd/sandbox/internal/testenv/stack"
 	"github.com/sandboxd/sandbox/provider/host"
 	"github.com/sandboxd/sandbox/store/sqlite"
 )
 
 func TestMain(m *testing.M) {
-	testscript.Main(m, map[string]func(){
+	testscript.Main(builtAgent{m}, map[string]func(){
 		"sbx": func() { os.Exit(Main()) },
 	})
 }
+
+// builtAgent runs the tests and removes the agent binary TestImageCommands builds.
+type builtAgent struct{ m *testing.M }
+
+func (b builtAgent) Run() int { return testenv.Run(b.m) }
 
 // TestScripts runs the txtar scripts of testdata/script, each against its own daemon (the real stack with
 // the host provider on a free loopback port), with SANDBOXD_URL pointing at it and sbx on PATH.

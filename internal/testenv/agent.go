@@ -30,6 +30,12 @@ type build struct {
 // Main runs the package's tests and then removes what BuildAgent and Build built. The TestMain of a
 // package whose tests call them calls it, last.
 func Main(m *testing.M) {
+	os.Exit(Run(m))
+}
+
+// Run is Main for a TestMain that exits by itself (testscript's): it runs m, removes the builds and
+// returns m's status.
+func Run(m interface{ Run() int }) int {
 	builds.main = true
 	code := m.Run()
 	builds.mu.Lock()
@@ -39,7 +45,7 @@ func Main(m *testing.M) {
 		}
 	}
 	builds.mu.Unlock()
-	os.Exit(code)
+	return code
 }
 
 // BuildAgent returns the path of a static (CGO_ENABLED=0) build of cmd/sandboxd, the daemon that is also

@@ -48,6 +48,8 @@ type meta struct {
 	IDBase uint32 `json:"idBase,omitempty"`
 	// Volumes are the persistent volumes the sandbox mounts (volume.go).
 	Volumes []sandbox.VolumeMount `json:"volumes,omitempty"`
+	// Image is the image the sandbox runs on, held in the store for it (image.go); nil: the shared root.
+	Image *imageInfo `json:"image,omitempty"`
 }
 
 // upperBase is the directory that holds the sandbox's /workspace ("upper", for the layers an image

@@ -62,6 +62,14 @@ func (p *Provider) Allocate(ctx context.Context, ref sandbox.Ref, spec sandbox.S
 			return sandbox.Observation{}, fmt.Errorf("allocate %s: clearing a partial allocation: %v: %w", ref, err, sandbox.ErrProviderUnavailable)
 		}
 	}
+	// The image first: a pull must not hold the volumes' lock.
+	var img *imageInfo
+	if spec.Image != "" {
+		var failed *sandbox.Observation
+		if img, failed = p.holdImage(ctx, ref, spec); failed != nil {
+			return *failed, nil
+		}
+	}
 	unlockVolumes := func() {}
 	if len(vols) > 0 {
 		// Held until the sandbox's metadata names its volumes and they are mounted: no second writer
@@ -70,7 +78,11 @@ func (p *Provider) Allocate(ctx context.Context, ref sandbox.Ref, spec sandbox.S
 		var once sync.Once
 		unlockVolumes = func() { once.Do(p.volMu.Unlock) }
 		defer unlockVolumes()
-		if err := p.claimVolumes(ref, vols); errors.Is(err, errVolumeInUse) {
+		err := p.claimVolumes(ref, vols)
+		if err != nil && img != nil {
+			p.images.store.Release(img.Digest, ref.Name()) // nothing laid out records it yet
+		}
+		if errors.Is(err, errVolumeInUse) {
 			return sandbox.Observation{Ref: ref, State: sandbox.ObservedFailed, Reason: reasonVolumeInUse, Message: err.Error()}, nil
 		} else if err != nil {
 			return sandbox.Observation{}, fmt.Errorf("allocate %s: %w", ref, err)
@@ -78,9 +90,9 @@ func (p *Provider) Allocate(ctx context.Context, ref sandbox.Ref, spec sandbox.S
 	}
 	// A create, failed or not, may have taken a spare: replaced once this allocation is done.
 	defer p.refillSpares()
-	if len(vols) == 0 && res.DiskMiB == p.cfg.DefaultDiskMiB && p.claim(ctx, b, res) {
+	if len(vols) == 0 && img == nil && res.DiskMiB == p.cfg.DefaultDiskMiB && p.claim(ctx, b, res) {
 		defer p.refill()
-	} else if err := p.create(ctx, b, res, vols); err != nil {
+	} else if err := p.create(ctx, b, res, vols, img); err != nil {
 		unlockVolumes() // the clean-up gives the volumes back
 		if cerr := p.releaseLocked(context.WithoutCancel(ctx), b); cerr != nil {
 			p.log.Error("cleaning up a failed allocation", "sandbox", ref, "err", cerr)
@@ -112,8 +124,10 @@ func (p *Provider) ValidateSpec(spec sandbox.Spec) error {
 	if err := checkVolumePaths(vols); err != nil {
 		return err
 	}
-	_, err = p.networkRules(spec)
-	return err
+	if _, err = p.networkRules(spec); err != nil {
+		return err
+	}
+	return p.checkImage(spec)
 }
 
 // resources are the limits a sandbox of spec runs with: what it asks for, the defaults for what it
@@ -155,10 +169,22 @@ func checkResources(r sandbox.Resources) error {
 	return nil
 }
 
-// create lays out the sandbox directory and starts the container.
-func (p *Provider) create(ctx context.Context, b *box, res sandbox.Resources, vols []sandbox.VolumeMount) error {
+// create lays out the sandbox directory and starts the container, on img when it is not nil.
+func (p *Provider) create(ctx context.Context, b *box, res sandbox.Resources, vols []sandbox.VolumeMount, img *imageInfo) error {
 	m, ns, err := p.prepare(ctx, b, res, vols, true)
+	if err == nil && img != nil {
+		m.Image = img
+		if err = writeJSONFile(b.l.meta(), m); err != nil {
+			m.Image = nil
+		}
+	}
 	if err != nil {
+		if img != nil && m.Image == nil {
+			p.images.store.Release(img.Digest, b.ref.Name()) // not recorded: removeLayout would not
+		}
+		if ns != nil {
+			ns.release()
+		}
 		return err
 	}
 	b.cid.Store(nil)
@@ -203,6 +229,11 @@ func (p *Provider) start(ctx context.Context, l layout, m meta, name string, ns 
 			return nil, err
 		}
 	}
+	if m.Image != nil {
+		if _, err := p.mountImage(l, m, userns); err != nil {
+			return nil, fmt.Errorf("image root: %w", err)
+		}
+	}
 	if err := p.writeBundle(l, m, userns); err != nil {
 		return nil, err
 	}
@@ -228,6 +259,9 @@ func (p *Provider) start(ctx context.Context, l layout, m meta, name string, ns 
 		// Like the disk's below: the container holds its own mounts of its volumes.
 		if err := unmountVolumeClones(l); err != nil {
 			p.log.Warn("unmounting a started sandbox's volumes on the host", "dir", l.dir, "err", err)
+		}
+		if m.Image != nil {
+			unmountAll(l.rootfs()) // as the disk's, below: the container holds its own
 		}
 		if m.Disk {
 			// The container holds a mount of its disk of its own. Left mounted on the host too, each
@@ -274,6 +308,15 @@ func (p *Provider) writeBundle(l layout, m meta, userns string) error {
 	spec, err := p.containerSpec(l, m, userns)
 	if err != nil {
 		return err
+	}
+	if m.Image != nil {
+		img, err := p.images.store.Lookup(m.Image.Digest)
+		if err != nil {
+			return err
+		}
+		if err := p.imageSpec(spec, l, img); err != nil {
+			return err
+		}
 	}
 	return writeJSONFile(filepath.Join(l.dir, "config.json"), spec)
 }
@@ -446,7 +489,7 @@ func (p *Provider) observeLocked(ctx context.Context, b *box) (sandbox.Observati
 }
 
 func (p *Provider) observation(b *box, state sandbox.ObservedState, reason, msg string) sandbox.Observation {
-	return sandbox.Observation{Ref: b.ref, State: state, Reason: reason, Message: msg}
+	return sandbox.Observation{Ref: b.ref, State: state, Reason: reason, Message: msg, Extensions: p.imageExtensions(b)}
 }
 
 // Release stops the container (SIGTERM, then SIGKILL after StopGrace), deletes it, unmounts its disk,
@@ -503,6 +546,7 @@ func (p *Provider) removeLayout(ctx context.Context, l layout, m meta, known boo
 	if err := unmountVolumeClones(l); err != nil {
 		return err
 	}
+	unmountAll(l.rootfs())
 	if err := removeDisk(ctx, l.diskImg(), l.diskDir()); err != nil {
 		return err
 	}
@@ -514,6 +558,9 @@ func (p *Provider) removeLayout(ctx context.Context, l layout, m meta, known boo
 	}
 	if known {
 		p.ids.give(m.IDBase)
+		if err := p.releaseImage(l, m); err != nil {
+			return err
+		}
 	}
 	if len(m.Volumes) > 0 {
 		p.volMu.Lock()

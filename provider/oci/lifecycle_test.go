@@ -432,16 +432,22 @@ func TestNoLeaks(t *testing.T) {
 		if r := sh(t, p, ref, "echo $0 > f; sleep 100 & cat f"); r.Stdout != "sh\n" {
 			t.Fatalf("cycle %d: %+v", i, r)
 		}
-		if i%7 == 0 {
-			if err := p.Pause(ctxFor(t), ref); err != nil {
-				t.Fatal(err)
-			}
-		}
-		if err := p.Release(ctxFor(t), ref); err != nil {
-			t.Fatalf("cycle %d: %v", i, err)
-		}
+		endCycle(t, p, ref, i, i%7 == 0)
 	}
 	if after := measure(t, dir); after != before {
 		t.Fatalf("100 cycles left something behind: before %+v, after %+v", before, after)
+	}
+}
+
+// endCycle ends cycle i of a leak test: ref is released, paused first when pause says so.
+func endCycle(t *testing.T, p *oci.Provider, ref sandbox.Ref, i int, pause bool) {
+	t.Helper()
+	if pause {
+		if err := p.Pause(ctxFor(t), ref); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := p.Release(ctxFor(t), ref); err != nil {
+		t.Fatalf("cycle %d: %v", i, err)
 	}
 }

@@ -84,6 +84,10 @@ type Config struct {
 
 	// Network configures the networks of sandboxes whose policy lets something out (network.go).
 	Network NetworkConfig
+	// InsecureRegistries are the registries (host or host:port) images are pulled from over plain
+	// HTTP; MaxLayerBytes bounds one layer's files unpacked (image.DefaultMaxLayerBytes when zero).
+	InsecureRegistries []string
+	MaxLayerBytes      int64
 }
 
 // Provider runs sandboxes as runc containers. It is safe for concurrent use.
@@ -109,7 +113,8 @@ type Provider struct {
 	spares spares
 	net    *network // nil: every sandbox on loopback only (network.go)
 
-	volMu sync.Mutex // the volumes, and which sandboxes mount them (volume.go)
+	volMu  sync.Mutex  // the volumes, and which sandboxes mount them (volume.go)
+	images *imageState // nil where the runtime runs no images (image.go)
 
 	// DataPlane runs commands and file calls through each sandbox's agent (Exec, ReadFile, WriteFile,
 	// ListFiles); its clients come from usable, so a paused sandbox is ErrInvalidState.
@@ -306,6 +311,11 @@ func New(cfg Config) (*Provider, error) {
 	if p.root, err = mountRoot(cfg.StateDir, cfg.AgentPath, p.networkEtc()); err != nil {
 		return nil, fmt.Errorf("oci: the sandboxes' root file system: %w", err)
 	}
+	if class == classRunc {
+		if err := p.openImages(); err != nil {
+			return nil, fmt.Errorf("oci: image store: %w", err)
+		}
+	}
 	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
 		return nil, fmt.Errorf("oci: become a child subreaper: %w", err)
 	}
@@ -430,6 +440,7 @@ func (p *Provider) Manifest(context.Context) (sandbox.Manifest, error) {
 			// Volumes are idmapped mounts, which gVisor's file server does not serve (volume.go).
 			PersistentVolume: p.runc.class == classRunc,
 			NetworkPolicy:    p.net != nil,
+			ImageReference:   p.images != nil,
 		},
 	}, nil
 }

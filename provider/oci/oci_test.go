@@ -146,6 +146,8 @@ func TestManifest(t *testing.T) {
 	want := sandbox.Capabilities{CommandExecution: true, FileAccess: true, PauseResume: true, ResourceLimits: true,
 		PersistentVolume: class == "runc"} // TestVolumes
 	want.NetworkPolicy = class == "runc" // gVisor's sandboxes run with --network=none
+	// Images run on runc's sandboxes only (image.go).
+	want.ImageReference = class == "runc"
 	if m.Name != "oci" || m.RuntimeClass != class || m.Capabilities != want {
 		t.Fatalf("manifest %+v", m)
 	}

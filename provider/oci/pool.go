@@ -94,6 +94,9 @@ func (p *Provider) Close() error {
 	p.pool.idle = nil
 	p.pool.mu.Unlock()
 	errs := []error{p.closeSpares(), p.closeNetwork()}
+	if p.images != nil {
+		errs = append(errs, p.images.store.Close())
+	}
 	for _, e := range idle {
 		e.client.Close()
 		if err := p.remove(context.Background(), e.l, e.name); err != nil {
