@@ -2,6 +2,8 @@ package sandbox
 
 import (
 	"context"
+	"fmt"
+	"strings"
 	"time"
 )
 
@@ -56,4 +58,30 @@ type ProcessManager interface {
 	ReadOutput(ctx context.Context, ref Ref, pid int, after int64, max int, wait time.Duration) (OutputChunk, error)
 	WriteStdin(ctx context.Context, ref Ref, pid int, data []byte, closeStdin bool) error
 	SignalProcess(ctx context.Context, ref Ref, pid int, signal string) error
+}
+
+// Bounds of a ProcessSpec and of the calls on a process.
+const (
+	MaxProcessTagBytes   = 256
+	MaxProcessStdinBytes = 1 << 20
+	// MaxProcessWait bounds a wait for a process to end in one call.
+	MaxProcessWait = MaxCommandTimeout
+)
+
+// ProcessSignals are the signals a process may be sent, by name.
+var ProcessSignals = []string{"HUP", "INT", "QUIT", "KILL", "USR1", "USR2", "TERM", "CONT", "STOP", "WINCH"}
+
+// Validate refuses a spec no process can be started from (ErrInvalidRequest).
+func (s ProcessSpec) Validate() error {
+	if len(s.Tag) > MaxProcessTagBytes {
+		return fmt.Errorf("process tag of %d bytes past %d: %w", len(s.Tag), MaxProcessTagBytes, ErrInvalidRequest)
+	}
+	if len(s.Stdin) > MaxProcessStdinBytes {
+		return fmt.Errorf("process stdin of %d bytes past %d: %w", len(s.Stdin), MaxProcessStdinBytes, ErrInvalidRequest)
+	}
+	if strings.IndexByte(s.Cwd, 0) >= 0 {
+		return fmt.Errorf("process cwd with a NUL byte: %w", ErrInvalidRequest)
+	}
+	_, err := Command{Argv: s.Argv, Cwd: s.Cwd, Env: s.Env}.Normalize()
+	return err
 }

@@ -85,15 +85,8 @@ func (a *Agent) startProcess(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, err)
 		return
 	}
-	switch {
-	case len(req.Argv) == 0:
-		writeErr(w, fmt.Errorf("argv is empty: %w", sandbox.ErrInvalidRequest))
-		return
-	case len(req.Tag) > protocol.MaxTagBytes:
-		writeErr(w, fmt.Errorf("tag of %d bytes past %d: %w", len(req.Tag), protocol.MaxTagBytes, sandbox.ErrInvalidRequest))
-		return
-	case len(req.Stdin) > protocol.MaxStdinBytes:
-		writeErr(w, fmt.Errorf("stdin of %d bytes past %d: %w", len(req.Stdin), protocol.MaxStdinBytes, sandbox.ErrInvalidRequest))
+	if err := req.Validate(); err != nil {
+		writeErr(w, err)
 		return
 	}
 	if !a.readyToFork(w, r) {

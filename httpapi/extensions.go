@@ -34,7 +34,9 @@ func (s *Server) extensionRoutes() []route {
 
 // extensionGroups lists each group's routes; a group adds its method here.
 func (s *Server) extensionGroups() [][]route {
-	return [][]route{}
+	return [][]route{
+		s.processRoutes(),
+	}
 }
 
 // extensionDoc is api.Extensions compiled by package schema's own compiler, once per process: its

@@ -39,9 +39,9 @@ const (
 	// MaxWait bounds waitMs of PathProcess and PathProcessOutput.
 	MaxWait = 30 * time.Second
 	// MaxStdinBytes bounds one write to a process's stdin, and ProcessStart.Stdin.
-	MaxStdinBytes = 1 << 20
+	MaxStdinBytes = sandbox.MaxProcessStdinBytes
 	// MaxTagBytes bounds ProcessStart.Tag.
-	MaxTagBytes = 256
+	MaxTagBytes = sandbox.MaxProcessTagBytes
 	// MaxProcessInfoBytes bounds the JSON of one ProcessInfo in an answer; a listing is at most
 	// MaxProcesses of them.
 	MaxProcessInfoBytes = 2 * MaxExecRequestBytes
@@ -71,4 +71,4 @@ type ProcessSignal struct {
 }
 
 // Signals are the signals a ProcessSignal may name.
-var Signals = []string{"HUP", "INT", "QUIT", "KILL", "USR1", "USR2", "TERM", "CONT", "STOP", "WINCH"}
+var Signals = sandbox.ProcessSignals
