@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -18,6 +19,7 @@ import (
 	"github.com/sandboxd/sandbox/httpapi/apitest"
 	"github.com/sandboxd/sandbox/internal/testenv"
 	"github.com/sandboxd/sandbox/internal/testenv/stack"
+	"github.com/sandboxd/sandbox/provider/oci"
 )
 
 // streamHeartbeat is the heartbeat interval of the process tests' API: every stream learns of a pause,
@@ -26,14 +28,21 @@ const streamHeartbeat = 300 * time.Millisecond
 
 // processStack is the daemon's stack over a real oci provider, with a short heartbeat, and a client
 // whose every answer is checked against api/extensions.yaml; and one ready sandbox.
-func processStack(t *testing.T) (*stack.Stack, *client.Client, *sandbox.Sandbox) {
+func processStack(t *testing.T) (*stack.Stack, *client.Client, *sandbox.Sandbox, *oci.Provider) {
 	t.Helper()
-	s := stack.New(t, newProvider(t), stack.API(func(c *httpapi.Config) { c.HeartbeatInterval = streamHeartbeat }))
+	p := newProvider(t)
+	s := stack.New(t, p, stack.API(func(c *httpapi.Config) { c.HeartbeatInterval = streamHeartbeat }))
 	c, err := client.New(s.URL, client.WithHTTPClient(&http.Client{Transport: apitest.Transport(t, http.DefaultTransport)}),
 		client.WithRetry(20, 20*time.Millisecond, 200*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}
+	return s, c, readySandbox(t, c), p
+}
+
+// readySandbox creates a sandbox and waits until it is ready.
+func readySandbox(t *testing.T, c *client.Client) *sandbox.Sandbox {
+	t.Helper()
 	ctx := context.Background()
 	sb, err := c.Create(ctx, sandbox.Spec{})
 	if err != nil {
@@ -42,7 +51,7 @@ func processStack(t *testing.T) (*stack.Stack, *client.Client, *sandbox.Sandbox)
 	if sb, err = c.WaitState(ctx, sb.ID, sandbox.StateReady); err != nil {
 		t.Fatal(err)
 	}
-	return s, c, sb
+	return sb
 }
 
 // tickerArgv prints n numbered lines, one every 10 ms.
@@ -100,7 +109,7 @@ func readChoppy(t *testing.T, c *client.Client, sb *sandbox.Sandbox, pid int, rn
 // whole by both, every byte once and in order; no goroutine of a stream is left behind.
 func TestProcessOutputResumes(t *testing.T) {
 	testenv.NoLeaks(t)
-	_, c, sb := processStack(t)
+	_, c, sb, _ := processStack(t)
 	ctx := context.Background()
 	const n = 300
 	p, err := c.StartProcess(ctx, sb.ID, sb.Generation, sandbox.ProcessSpec{Argv: tickerArgv(n), Tag: "ticker"})
@@ -146,4 +155,126 @@ func TestProcessOutputResumes(t *testing.T) {
 	if _, err := c.StartProcess(ctx, sb.ID, sb.Generation+1, sandbox.ProcessSpec{Argv: []string{"true"}}); !errors.Is(err, sandbox.ErrGenerationConflict) {
 		t.Fatalf("start at another generation: %v", err)
 	}
+}
+
+// endBound is how long a stream may take to end once its sandbox or agent is gone: the heartbeat, the
+// slack of a poll, and room for a loaded machine. A stream that takes longer hangs.
+const endBound = streamHeartbeat + 3*time.Second + 10*time.Second
+
+// openStreams opens the output streams of an idle process and of a ticking one in sb, and returns a
+// function that waits for both to end and returns their end events.
+func openStreams(t *testing.T, c *client.Client, sb *sandbox.Sandbox) (ticking int, ends func() []client.OutputEvent) {
+	t.Helper()
+	ctx := context.Background()
+	var streams []*client.OutputStream
+	for _, argv := range [][]string{{"sleep", "1000"}, tickerArgv(100000)} {
+		p, err := c.StartProcess(ctx, sb.ID, sb.Generation, sandbox.ProcessSpec{Argv: argv})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ticking = p.PID
+		s, err := c.OpenOutput(ctx, sb.ID, sb.Generation, p.PID, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Close() })
+		streams = append(streams, s)
+	}
+	// Both streams are open and past their first read before the test acts.
+	for _, s := range streams[1:] {
+		if ev, err := s.Next(); err != nil || ev.Kind != "output" {
+			t.Fatalf("first event %+v, %v", ev, err)
+		}
+	}
+	results := make(chan client.OutputEvent, len(streams))
+	for _, s := range streams {
+		go func() {
+			for {
+				ev, err := s.Next()
+				if err != nil {
+					results <- client.OutputEvent{Kind: "error", Message: err.Error()}
+					return
+				}
+				if ev.Kind == "end" {
+					results <- ev
+					return
+				}
+			}
+		}()
+	}
+	return ticking, func() []client.OutputEvent {
+		t.Helper()
+		var out []client.OutputEvent
+		timeout := time.After(endBound)
+		for range streams {
+			select {
+			case ev := <-results:
+				out = append(out, ev)
+			case <-timeout:
+				t.Fatalf("a stream did not end within %v", endBound)
+			}
+		}
+		return out
+	}
+}
+
+func wantEnds(t *testing.T, what string, evs []client.OutputEvent, reasons ...string) {
+	t.Helper()
+	for _, ev := range evs {
+		ok := false
+		for _, r := range reasons {
+			ok = ok || (ev.Kind == "end" && ev.Reason == r)
+		}
+		if !ok {
+			t.Errorf("%s: stream ended with %+v, want an end event of %v", what, ev, reasons)
+		}
+	}
+}
+
+// TestProcessStreamsNeverHang: open output streams end with an end event saying why, within the
+// heartbeat bound, when the sandbox is paused (and resume where they were after the resume), when its
+// agent is killed, when it is terminated, and when the daemon's API closes; no goroutine is left.
+func TestProcessStreamsNeverHang(t *testing.T) {
+	testenv.NoLeaks(t)
+	s, c, sb, p := processStack(t)
+	ctx := context.Background()
+
+	ticking, ends := openStreams(t, c, sb)
+	if _, err := c.Pause(ctx, sb.ID, sb.Generation); err != nil {
+		t.Fatal(err)
+	}
+	evs := ends()
+	wantEnds(t, "pause", evs, client.ProcessEndPaused)
+	if _, err := c.OpenOutput(ctx, sb.ID, sb.Generation, ticking, 0); !errors.Is(err, sandbox.ErrInvalidState) {
+		t.Fatalf("open while paused: %v", err)
+	}
+	if _, err := c.Resume(ctx, sb.ID, sb.Generation); err != nil {
+		t.Fatal(err)
+	}
+	// The ticking process went on from where it was frozen; its output from the end event's offset on
+	// is there, nothing skipped.
+	r := c.NewOutputReader(ctx, sb.ID, sb.Generation, ticking, evs[1].Offset)
+	buf := make([]byte, 1)
+	if _, err := io.ReadFull(r, buf); err != nil || r.Dropped() != 0 {
+		t.Fatalf("read on after the resume: %v, %d dropped", err, r.Dropped())
+	}
+	r.Close()
+
+	_, ends = openStreams(t, c, sb)
+	if err := syscall.Kill(agentPid(t, p, sb.Ref()), syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	wantEnds(t, "agent killed", ends(), client.ProcessEndAgent, client.ProcessEndTerminated)
+
+	other := readySandbox(t, c)
+	_, ends = openStreams(t, c, other)
+	if _, err := c.Terminate(ctx, other.ID, other.Generation); err != nil {
+		t.Fatal(err)
+	}
+	wantEnds(t, "terminate", ends(), client.ProcessEndTerminated)
+
+	third := readySandbox(t, c)
+	_, ends = openStreams(t, c, third)
+	s.API.Close()
+	wantEnds(t, "API closed", ends(), client.ProcessEndDaemonStopping)
 }
