@@ -50,7 +50,7 @@ type Agent struct {
 	mu   sync.Mutex
 	runs map[string]context.CancelFunc // run id -> cancels the run
 
-	procs processes // background processes and their journals (process.go)
+	procs *Processes // background processes and their journals (process.go)
 }
 
 // Main runs the agent until ctx ends or it gets SIGTERM or SIGINT. args are the flags after the
@@ -124,7 +124,7 @@ func Main(ctx context.Context, args []string) error {
 		log:     log,
 		runs:    make(map[string]context.CancelFunc),
 		warm:    make(chan struct{}),
-		procs:   processes{journalBytes: protocol.JournalBytes},
+		procs:   &Processes{},
 	}
 	// Health answers at once; the first command waits for the threads.
 	go func() {

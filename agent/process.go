@@ -19,11 +19,13 @@ import (
 	"github.com/sandboxd/sandbox/proc"
 )
 
-// processes is the agent's table of background processes, by pid. The journals live in dir, made on
-// the first start (so that an agent that never starts one writes nothing).
-type processes struct {
-	journalBytes int64
-	baseDir      string // where dir is made; "" is os.TempDir()
+// Processes is a table of background processes, by pid, and their output journals: the agent's, and
+// the host provider's (which runs the agent's code in the daemon). The journals live in a directory
+// made on the first start, so that a table that never starts a process writes nothing. The zero value
+// is ready to use.
+type Processes struct {
+	JournalBytes int64  // how much of each process's output is kept; zero: protocol.JournalBytes
+	JournalDir   string // where the journals' directory is made; "": os.TempDir()
 
 	mu    sync.Mutex
 	dir   string
@@ -43,11 +45,11 @@ type process struct {
 	done chan struct{} // closed when the process exited and its output is closed
 }
 
-func (ps *processes) journalDir() (string, error) {
+func (ps *Processes) journalDir() (string, error) {
 	if ps.dir != "" {
 		return ps.dir, nil
 	}
-	d, err := os.MkdirTemp(ps.baseDir, ".sandboxd-journals-")
+	d, err := os.MkdirTemp(ps.JournalDir, ".sandboxd-journals-")
 	if err != nil {
 		return "", err
 	}
@@ -57,7 +59,7 @@ func (ps *processes) journalDir() (string, error) {
 
 // admit makes room in the table for one more process: the oldest exited one is forgotten when it is
 // full. The caller holds ps.mu.
-func (ps *processes) admit() error {
+func (ps *Processes) admit() error {
 	if len(ps.table) < protocol.MaxProcesses {
 		return nil
 	}
@@ -101,31 +103,45 @@ func (a *Agent) startProcess(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, fmt.Errorf("cwd %q: %w", req.Cwd, err))
 		return
 	}
-	ps := &a.procs
+	req.Cwd = cwd
+	p, err := a.procs.Start(a.runner, dir, req)
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, p)
+}
+
+// Start starts spec in dir, the directory spec.Cwd names (resolved by the caller), through runner.
+// Errors: those of proc.Runner.Spawn; ErrInvalidRequest when MaxProcesses are running.
+func (ps *Processes) Start(runner *proc.Runner, dir string, spec sandbox.ProcessSpec) (sandbox.Process, error) {
+	if err := spec.Validate(); err != nil {
+		return sandbox.Process{}, err
+	}
 	ps.mu.Lock()
 	defer ps.mu.Unlock()
 	if err := ps.admit(); err != nil {
-		writeErr(w, err)
-		return
+		return sandbox.Process{}, err
 	}
 	jdir, err := ps.journalDir()
 	if err != nil {
-		writeErr(w, fmt.Errorf("journal directory: %w", err))
-		return
+		return sandbox.Process{}, fmt.Errorf("journal directory: %w", err)
 	}
-	j, err := newJournal(jdir, ps.journalBytes)
+	size := ps.JournalBytes
+	if size <= 0 {
+		size = protocol.JournalBytes
+	}
+	j, err := newJournal(jdir, size)
 	if err != nil {
-		writeErr(w, fmt.Errorf("journal: %w", err))
-		return
+		return sandbox.Process{}, fmt.Errorf("journal: %w", err)
 	}
-	sp, err := a.runner.Spawn(dir, req.Argv, req.Env)
+	sp, err := runner.Spawn(dir, spec.Argv, spec.Env)
 	if err != nil {
 		j.release()
-		writeErr(w, err)
-		return
+		return sandbox.Process{}, err
 	}
-	p := &process{j: j, sp: sp, stdin: sp.Stdin, done: make(chan struct{}), info: protocol.ProcessInfo{
-		PID: sp.PID, Tag: req.Tag, Argv: req.Argv, Cwd: cwd, Running: true, StartedAt: time.Now().UTC(),
+	p := &process{j: j, sp: sp, stdin: sp.Stdin, done: make(chan struct{}), info: sandbox.Process{
+		PID: sp.PID, Tag: spec.Tag, Argv: spec.Argv, Cwd: spec.Cwd, Running: true, StartedAt: time.Now().UTC(),
 	}}
 	if old, ok := ps.table[sp.PID]; ok { // an exited process whose pid came round again
 		old.j.release()
@@ -135,12 +151,26 @@ func (a *Agent) startProcess(w http.ResponseWriter, r *http.Request) {
 	}
 	ps.table[sp.PID] = p
 	go p.pump()
-	if len(req.Stdin) > 0 || req.CloseStdin {
+	if len(spec.Stdin) > 0 || spec.CloseStdin {
 		go func() {
-			_ = p.writeStdin(req.Stdin, req.CloseStdin, time.Now().Add(protocol.MaxWait))
+			_ = p.writeStdin(spec.Stdin, spec.CloseStdin, time.Now().Add(protocol.MaxWait))
 		}()
 	}
-	writeJSON(w, http.StatusOK, p.snapshot())
+	return p.snapshot(), nil
+}
+
+// Close forgets every process and removes the journals. The processes are the runner's to kill.
+func (ps *Processes) Close() {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	for pid, p := range ps.table {
+		p.j.release()
+		delete(ps.table, pid)
+	}
+	if ps.dir != "" {
+		os.RemoveAll(ps.dir)
+		ps.dir = ""
+	}
 }
 
 // pump copies the process's output into its journal until the pipe ends, or until drainGrace after
@@ -213,19 +243,114 @@ func (p *process) writeStdin(data []byte, closeIt bool, deadline time.Time) erro
 	return nil
 }
 
-// lookup returns the process of the request's pid parameter.
-func (a *Agent) lookup(pidParam string) (*process, error) {
-	pid, err := strconv.Atoi(pidParam)
-	if err != nil || pid <= 0 {
-		return nil, fmt.Errorf("pid %.32q: %w", pidParam, sandbox.ErrInvalidRequest)
-	}
-	a.procs.mu.Lock()
-	p, ok := a.procs.table[pid]
-	a.procs.mu.Unlock()
+// lookup returns the process pid.
+func (ps *Processes) lookup(pid int) (*process, error) {
+	ps.mu.Lock()
+	p, ok := ps.table[pid]
+	ps.mu.Unlock()
 	if !ok {
 		return nil, fmt.Errorf("no process %d: %w", pid, sandbox.ErrNotFound)
 	}
 	return p, nil
+}
+
+// List returns every process, oldest first.
+func (ps *Processes) List() []sandbox.Process {
+	ps.mu.Lock()
+	list := make([]*process, 0, len(ps.table))
+	for _, p := range ps.table {
+		list = append(list, p)
+	}
+	ps.mu.Unlock()
+	out := make([]sandbox.Process, 0, len(list))
+	for _, p := range list {
+		out = append(out, p.snapshot())
+	}
+	slices.SortFunc(out, func(x, y sandbox.Process) int { return x.StartedAt.Compare(y.StartedAt) })
+	return out
+}
+
+// Wait returns process pid once it has ended, or as it is after wait or when ctx ends.
+func (ps *Processes) Wait(ctx context.Context, pid int, wait time.Duration) (sandbox.Process, error) {
+	p, err := ps.lookup(pid)
+	if err != nil {
+		return sandbox.Process{}, err
+	}
+	if wait > 0 {
+		t := time.NewTimer(wait)
+		select {
+		case <-p.done:
+		case <-t.C:
+		case <-ctx.Done():
+		}
+		t.Stop()
+	}
+	return p.snapshot(), nil
+}
+
+// Read returns up to max bytes of process pid's output from offset after (or from the oldest kept),
+// waiting up to wait, or until ctx ends, for one when there is none yet.
+func (ps *Processes) Read(ctx context.Context, pid int, after int64, max int, wait time.Duration) (sandbox.OutputChunk, error) {
+	p, err := ps.lookup(pid)
+	if err != nil {
+		return sandbox.OutputChunk{}, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	start, data, end, done, err := p.j.read(ctx, after, max)
+	if err != nil {
+		return sandbox.OutputChunk{}, err
+	}
+	oldest, _, _, _ := p.j.bounds()
+	return sandbox.OutputChunk{Start: start, Data: data, End: end, Oldest: min(oldest, start), Done: done}, nil
+}
+
+// Stdin writes data to process pid's stdin by deadline, and closes it after when closeIt.
+func (ps *Processes) Stdin(pid int, data []byte, closeIt bool, deadline time.Time) error {
+	p, err := ps.lookup(pid)
+	if err != nil {
+		return err
+	}
+	return p.writeStdin(data, closeIt, deadline)
+}
+
+// signalNumbers are the signals of sandbox.ProcessSignals.
+var signalNumbers = map[string]unix.Signal{
+	"HUP": unix.SIGHUP, "INT": unix.SIGINT, "QUIT": unix.SIGQUIT, "KILL": unix.SIGKILL, "USR1": unix.SIGUSR1,
+	"USR2": unix.SIGUSR2, "TERM": unix.SIGTERM, "CONT": unix.SIGCONT, "STOP": unix.SIGSTOP, "WINCH": unix.SIGWINCH,
+}
+
+// Signal sends signal (one of sandbox.ProcessSignals) to process pid's group. A process that has
+// ended is ErrInvalidState: its pid may be another's by now.
+func (ps *Processes) Signal(pid int, signal string) error {
+	sig, ok := signalNumbers[signal]
+	if !ok {
+		return fmt.Errorf("signal %.16q is none of %v: %w", signal, sandbox.ProcessSignals, sandbox.ErrInvalidRequest)
+	}
+	p, err := ps.lookup(pid)
+	if err != nil {
+		return err
+	}
+	select {
+	case <-p.sp.Done:
+		return fmt.Errorf("process %d has exited: %w", pid, sandbox.ErrInvalidState)
+	default:
+	}
+	// The group's leader is not reaped before Done, so the group is still the process's.
+	if err := unix.Kill(-pid, sig); err != nil && err != unix.ESRCH {
+		return fmt.Errorf("signal %s to %d: %w", signal, pid, err)
+	}
+	return nil
+}
+
+// pidParam reads the request's pid parameter.
+func pidParam(r *http.Request) (int, error) {
+	s := r.URL.Query().Get("pid")
+	pid, err := strconv.Atoi(s)
+	if err != nil || pid <= 0 {
+		return 0, fmt.Errorf("pid %.32q: %w", s, sandbox.ErrInvalidRequest)
+	}
+	return pid, nil
 }
 
 // waitParam reads waitMs, bounded by protocol.MaxWait and by the request's deadline.
@@ -250,93 +375,75 @@ func (a *Agent) listProcesses(w http.ResponseWriter, r *http.Request) {
 	if !checkDeadline(w, r) {
 		return
 	}
-	a.procs.mu.Lock()
-	list := make([]*process, 0, len(a.procs.table))
-	for _, p := range a.procs.table {
-		list = append(list, p)
-	}
-	a.procs.mu.Unlock()
-	out := make([]protocol.ProcessInfo, 0, len(list))
-	for _, p := range list {
-		out = append(out, p.snapshot())
-	}
-	slices.SortFunc(out, func(x, y protocol.ProcessInfo) int { return x.StartedAt.Compare(y.StartedAt) })
-	writeJSON(w, http.StatusOK, out)
+	writeJSON(w, http.StatusOK, a.procs.List())
 }
 
 func (a *Agent) getProcess(w http.ResponseWriter, r *http.Request) {
 	if !checkDeadline(w, r) {
 		return
 	}
-	p, err := a.lookup(r.URL.Query().Get("pid"))
+	pid, err := pidParam(r)
+	var wait time.Duration
 	if err == nil {
-		var wait time.Duration
-		if wait, err = waitParam(r); err == nil && wait > 0 {
-			t := time.NewTimer(wait)
-			select {
-			case <-p.done:
-			case <-t.C:
-			case <-r.Context().Done():
-			}
-			t.Stop()
-		}
+		wait, err = waitParam(r)
+	}
+	var p sandbox.Process
+	if err == nil {
+		p, err = a.procs.Wait(r.Context(), pid, wait)
 	}
 	if err != nil {
 		writeErr(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, p.snapshot())
+	writeJSON(w, http.StatusOK, p)
 }
 
 func (a *Agent) processOutput(w http.ResponseWriter, r *http.Request) {
 	if !checkDeadline(w, r) {
 		return
 	}
-	q := r.URL.Query()
-	p, err := a.lookup(q.Get("pid"))
+	out, err := a.readOutput(r)
 	if err != nil {
 		writeErr(w, err)
 		return
 	}
-	after, err := strconv.ParseInt(q.Get("after"), 10, 64)
-	if err != nil {
-		writeErr(w, fmt.Errorf("after %.32q: %w", q.Get("after"), sandbox.ErrInvalidRequest))
-		return
-	}
-	maxBytes, err := strconv.Atoi(q.Get("max"))
-	if err != nil || maxBytes <= 0 || maxBytes > protocol.MaxOutputChunk {
-		writeErr(w, fmt.Errorf("max %.32q: %w", q.Get("max"), sandbox.ErrInvalidRequest))
-		return
-	}
-	wait, err := waitParam(r)
-	if err != nil {
-		writeErr(w, err)
-		return
-	}
-	ctx, cancel := context.WithTimeout(r.Context(), wait)
-	defer cancel()
-	start, data, end, done, err := p.j.read(ctx, after, maxBytes)
-	if err != nil {
-		writeErr(w, err)
-		return
-	}
-	oldest, _, _, _ := p.j.bounds()
-	head, err := jsonLine(protocol.OutputHead{Start: start, Length: len(data), End: end, Oldest: min(oldest, start), Done: done})
+	head, err := jsonLine(protocol.OutputHead{Start: out.Start, Length: len(out.Data), End: out.End, Oldest: out.Oldest, Done: out.Done})
 	if err != nil {
 		writeErr(w, err)
 		return
 	}
 	w.Header().Set("Content-Type", protocol.OutputMediaType)
-	w.Header().Set("Content-Length", strconv.Itoa(len(head)+len(data)))
+	w.Header().Set("Content-Length", strconv.Itoa(len(head)+len(out.Data)))
 	w.WriteHeader(http.StatusOK)
 	if _, err := w.Write(head); err == nil {
-		_, _ = w.Write(data)
+		_, _ = w.Write(out.Data)
 	}
 }
 
-func (a *Agent) processStdin(w http.ResponseWriter, r *http.Request) {
+// readOutput reads what the request to PathProcessOutput asks for.
+func (a *Agent) readOutput(r *http.Request) (sandbox.OutputChunk, error) {
 	q := r.URL.Query()
-	p, err := a.lookup(q.Get("pid"))
+	pid, err := pidParam(r)
+	if err != nil {
+		return sandbox.OutputChunk{}, err
+	}
+	after, err := strconv.ParseInt(q.Get("after"), 10, 64)
+	if err != nil {
+		return sandbox.OutputChunk{}, fmt.Errorf("after %.32q: %w", q.Get("after"), sandbox.ErrInvalidRequest)
+	}
+	maxBytes, err := strconv.Atoi(q.Get("max"))
+	if err != nil || maxBytes <= 0 || maxBytes > protocol.MaxOutputChunk {
+		return sandbox.OutputChunk{}, fmt.Errorf("max %.32q: %w", q.Get("max"), sandbox.ErrInvalidRequest)
+	}
+	wait, err := waitParam(r)
+	if err != nil {
+		return sandbox.OutputChunk{}, err
+	}
+	return a.procs.Read(r.Context(), pid, after, maxBytes, wait)
+}
+
+func (a *Agent) processStdin(w http.ResponseWriter, r *http.Request) {
+	pid, err := pidParam(r)
 	if err != nil {
 		writeErr(w, err)
 		return
@@ -353,17 +460,11 @@ func (a *Agent) processStdin(w http.ResponseWriter, r *http.Request) {
 	if ns, err := strconv.ParseInt(r.Header.Get(protocol.HeaderDeadline), 10, 64); err == nil {
 		deadline = time.Unix(0, ns)
 	}
-	if err := p.writeStdin(data, q.Get("close") == "1", deadline); err != nil {
+	if err := a.procs.Stdin(pid, data, r.URL.Query().Get("close") == "1", deadline); err != nil {
 		writeErr(w, err)
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
-}
-
-// signalNumbers are the signals of protocol.Signals.
-var signalNumbers = map[string]unix.Signal{
-	"HUP": unix.SIGHUP, "INT": unix.SIGINT, "QUIT": unix.SIGQUIT, "KILL": unix.SIGKILL, "USR1": unix.SIGUSR1,
-	"USR2": unix.SIGUSR2, "TERM": unix.SIGTERM, "CONT": unix.SIGCONT, "STOP": unix.SIGSTOP, "WINCH": unix.SIGWINCH,
 }
 
 func (a *Agent) signalProcess(w http.ResponseWriter, r *http.Request) {
@@ -375,25 +476,8 @@ func (a *Agent) signalProcess(w http.ResponseWriter, r *http.Request) {
 	if !checkDeadline(w, r) {
 		return
 	}
-	sig, ok := signalNumbers[req.Signal]
-	if !ok {
-		writeErr(w, fmt.Errorf("signal %.16q is none of %v: %w", req.Signal, protocol.Signals, sandbox.ErrInvalidRequest))
-		return
-	}
-	p, err := a.lookup(strconv.Itoa(req.PID))
-	if err != nil {
+	if err := a.procs.Signal(req.PID, req.Signal); err != nil {
 		writeErr(w, err)
-		return
-	}
-	select {
-	case <-p.sp.Done: // its pid may be another process's by now
-		writeErr(w, fmt.Errorf("process %d has exited: %w", req.PID, sandbox.ErrInvalidState))
-		return
-	default:
-	}
-	// The group's leader is not reaped until Done, so the group is still the process's.
-	if err := unix.Kill(-req.PID, sig); err != nil && err != unix.ESRCH {
-		writeErr(w, fmt.Errorf("signal %s to %d: %w", req.Signal, req.PID, err))
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)

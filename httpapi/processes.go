@@ -289,6 +289,11 @@ func (s *Server) streamProcessOutput(w http.ResponseWriter, r *http.Request, _ [
 			}
 			return end(processEndEvent{Reason: endExited, ExitCode: p.ExitCode})
 		}
+		select {
+		case <-s.done:
+			return end(processEndEvent{Reason: endDaemonStopping})
+		default:
+		}
 		var woken bool
 		chunk, woken, err = s.pollOutput(ctx, wake, id, gen, pid, after)
 		switch {
