@@ -164,7 +164,7 @@ func (s *Server) writeProcessStdin(w http.ResponseWriter, r *http.Request, body 
 	if err := s.rt.WriteStdin(r.Context(), sandboxID(r), req.ExpectedGeneration, pid, data, req.Close); err != nil {
 		return err
 	}
-	w.WriteHeader(http.StatusNoContent)
+	writeJSON(w, http.StatusOK, map[string]any{"written": len(data), "closed": req.Close})
 	return nil
 }
 
@@ -181,7 +181,7 @@ func (s *Server) signalProcess(w http.ResponseWriter, r *http.Request, body []by
 	if err := s.rt.SignalProcess(r.Context(), sandboxID(r), req.ExpectedGeneration, pid, req.Signal); err != nil {
 		return err
 	}
-	w.WriteHeader(http.StatusNoContent)
+	writeJSON(w, http.StatusOK, map[string]string{"signal": req.Signal})
 	return nil
 }
 

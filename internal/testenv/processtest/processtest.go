@@ -117,6 +117,7 @@ type Provider struct {
 func Run(t *testing.T, pv Provider) {
 	t.Run("OutputResumes", func(t *testing.T) { outputResumes(t, pv) })
 	t.Run("StreamsNeverHang", func(t *testing.T) { streamsNeverHang(t, pv) })
+	t.Run("RefusesMalformed", func(t *testing.T) { refusesMalformed(t, pv) })
 }
 
 // outputResumes: a process printing a line every 10 ms, read by a client that drops its
@@ -293,4 +294,75 @@ func streamsNeverHang(t *testing.T, pv Provider) {
 	_, ends = openStreams(t, c, third)
 	s.API.Close()
 	wantEnds(t, "API closed", ends(), client.ProcessEndDaemonStopping)
+}
+
+// refusesMalformed: requests a sandbox cannot honour are refused with the contract's errors before
+// anything runs, and a process of one sandbox is not reachable through another.
+func refusesMalformed(t *testing.T, pv Provider) {
+	s, c, sb := processStack(t, pv.New(t))
+	ctx := context.Background()
+	p, err := c.StartProcess(ctx, sb.ID, sb.Generation, sandbox.ProcessSpec{Argv: []string{"sh", "-c", "echo hi; sleep 60"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := fmt.Sprintf("%s/v1/sandboxes/%s/processes", s.URL, sb.ID)
+	hc := &http.Client{Transport: apitest.Transport(t, http.DefaultTransport)}
+	status := func(method, url, body string, header ...string) int {
+		t.Helper()
+		req, err := http.NewRequest(method, url, strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if body != "" {
+			req.Header.Set("Content-Type", "application/json")
+		}
+		for i := 0; i+1 < len(header); i += 2 {
+			req.Header.Set(header[i], header[i+1])
+		}
+		resp, err := hc.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	pid := fmt.Sprint(p.PID)
+	big := strings.Repeat("A", (sandbox.MaxProcessStdinBytes/3+2)*4)
+	for _, tc := range []struct {
+		name, method, url, body string
+		header                  []string
+		want                    int
+	}{
+		{"pid 0", "GET", base + "/0?expectedGeneration=1", "", nil, 400},
+		{"pid not a number", "GET", base + "/x?expectedGeneration=1", "", nil, 400},
+		{"no generation", "GET", base + "/" + pid, "", nil, 400},
+		{"another generation", "GET", base + "/" + pid + "?expectedGeneration=2", "", nil, 409},
+		{"unknown pid", "GET", base + "/999999?expectedGeneration=1", "", nil, 404},
+		{"negative offset", "GET", base + "/" + pid + "/output?expectedGeneration=1&after=-1", "", nil, 400},
+		{"offset past the end", "GET", base + "/" + pid + "/output?expectedGeneration=1&after=1000000", "", nil, 400},
+		{"Last-Event-ID not an offset", "GET", base + "/" + pid + "/output?expectedGeneration=1", "", []string{"Last-Event-ID", "x"}, 400},
+		{"empty argv", "POST", base, `{"expectedGeneration":1,"argv":[]}`, nil, 400},
+		{"NUL in argv", "POST", base, `{"expectedGeneration":1,"argv":["a\u0000b"]}`, nil, 400},
+		{"tag too long", "POST", base, `{"expectedGeneration":1,"argv":["true"],"tag":"` + strings.Repeat("t", 300) + `"}`, nil, 400},
+		{"stdin not base64", "POST", base, `{"expectedGeneration":1,"argv":["true"],"stdinBase64":"!!"}`, nil, 400},
+		{"stdin past its bound", "POST", base + "/" + pid + "/stdin", `{"expectedGeneration":1,"dataBase64":"` + big + `"}`, nil, 400},
+		{"unknown signal", "POST", base + "/" + pid + "/signal", `{"expectedGeneration":1,"signal":"SEGV"}`, nil, 400},
+		{"wait too long", "POST", base + "/" + pid + "/wait", `{"expectedGeneration":1,"timeoutMs":999999999}`, nil, 400},
+	} {
+		if got := status(tc.method, tc.url, tc.body, tc.header...); got != tc.want {
+			t.Errorf("%s: %d, want %d", tc.name, got, tc.want)
+		}
+	}
+	// Another sandbox does not know the process.
+	other := readySandbox(t, c)
+	if _, err := c.GetProcess(ctx, other.ID, other.Generation, p.PID); !errors.Is(err, sandbox.ErrNotFound) {
+		t.Errorf("the process through another sandbox: %v", err)
+	}
+	if err := c.SignalProcess(ctx, sb.ID, sb.Generation, p.PID, "KILL"); err != nil {
+		t.Fatal(err)
+	}
+	if done, err := c.WaitProcess(ctx, sb.ID, sb.Generation, p.PID, 10*time.Second); err != nil || done.Running || *done.ExitCode != 137 {
+		t.Fatalf("after KILL: %+v, %v", done, err)
+	}
 }
