@@ -44,24 +44,34 @@ restarts of the daemon.`,
 		g, err := a.current(id, gen)
 		return id, g, pid, err
 	}
-	idPID := func(_ *cobra.Command, args []string) error {
-		if len(args) != 2 {
-			return usagef("want a sandbox id and a pid")
+	// onPID is a command of one process: "NAME ID PID".
+	onPID := func(use, short string, run func(id sandbox.ID, g sandbox.Generation, pid int) error) *cobra.Command {
+		return &cobra.Command{
+			Use:   use + " ID PID",
+			Short: short,
+			Args: func(_ *cobra.Command, args []string) error {
+				if len(args) != 2 {
+					return usagef("want a sandbox id and a pid")
+				}
+				return nil
+			},
+			ValidArgsFunction: a.completeIDs,
+			RunE: func(_ *cobra.Command, args []string) error {
+				id, g, pid, err := target(args, true)
+				if err != nil {
+					return err
+				}
+				return run(id, g, pid)
+			},
 		}
-		return nil
 	}
 
 	var f execFlags
 	var tag string
 	start := &cobra.Command{
-		Use:   "start ID [flags] -- ARGV...",
-		Short: "Start a process in the background and print its pid",
-		Args: func(_ *cobra.Command, args []string) error {
-			if len(args) < 1 {
-				return usagef("want a sandbox id and a command after --")
-			}
-			return nil
-		},
+		Use:               "start ID [flags] -- ARGV...",
+		Short:             "Start a process in the background and print its pid",
+		Args:              idAndCommand,
 		ValidArgsFunction: a.completeIDs,
 		RunE: func(_ *cobra.Command, args []string) error {
 			c, err := f.command(args[1:])
@@ -116,22 +126,11 @@ restarts of the daemon.`,
 	}
 
 	var from int64
-	logs := &cobra.Command{
-		Use:   "logs ID PID",
-		Short: "Print a process's output from an offset, following it until the process exits",
-		Long: `Print a process's output from byte offset --from (default 0), following it until the
-process exits; sbx then exits with the process's status. Bytes the sandbox no longer kept are
-said on stderr. When the sandbox is paused or terminated, logs says so and where to resume.`,
-		Args:              idPID,
-		ValidArgsFunction: a.completeIDs,
-		RunE: func(_ *cobra.Command, args []string) error {
-			id, g, pid, err := target(args, true)
-			if err != nil {
-				return err
-			}
+	logs := onPID("logs", "Print a process's output from an offset, following it until the process exits",
+		func(id sandbox.ID, g sandbox.Generation, pid int) error {
 			r := a.c.NewOutputReader(a.ctx, id, g, pid, from)
 			defer r.Close()
-			_, err = io.Copy(a.stdout, r)
+			_, err := io.Copy(a.stdout, r)
 			if r.Dropped() > 0 {
 				fmt.Fprintf(a.stderr, "sbx: %d bytes of output were no longer kept\n", r.Dropped())
 			}
@@ -142,21 +141,15 @@ said on stderr. When the sandbox is paused or terminated, logs says so and where
 				return &exitStatus{code: *code}
 			}
 			return nil
-		},
-	}
+		})
+	logs.Long = `Print a process's output from byte offset --from (default 0), following it until the
+process exits; sbx then exits with the process's status. Bytes the sandbox no longer kept are
+said on stderr. When the sandbox is paused or terminated, logs says so and where to resume.`
 	logs.Flags().Int64Var(&from, "from", 0, "the byte offset to start from")
 
 	var timeout time.Duration
-	wait := &cobra.Command{
-		Use:               "wait ID PID",
-		Short:             "Wait for a process to exit and exit with its status",
-		Args:              idPID,
-		ValidArgsFunction: a.completeIDs,
-		RunE: func(_ *cobra.Command, args []string) error {
-			id, g, pid, err := target(args, true)
-			if err != nil {
-				return err
-			}
+	wait := onPID("wait", "Wait for a process to exit and exit with its status",
+		func(id sandbox.ID, g sandbox.Generation, pid int) error {
 			p, err := a.c.WaitProcess(a.ctx, id, g, pid, timeout)
 			if err != nil {
 				return err
@@ -173,55 +166,34 @@ said on stderr. When the sandbox is paused or terminated, logs says so and where
 				return &exitStatus{code: *p.ExitCode}
 			}
 			return nil
-		},
-	}
+		})
 	wait.Flags().DurationVar(&timeout, "timeout", time.Hour, "how long to wait (at most 1h)")
 
 	var signal string
-	kill := &cobra.Command{
-		Use:               "kill ID PID",
-		Short:             "Send a signal to a process's group",
-		Args:              idPID,
-		ValidArgsFunction: a.completeIDs,
-		RunE: func(_ *cobra.Command, args []string) error {
-			id, g, pid, err := target(args, true)
-			if err != nil {
-				return err
-			}
-			return a.c.SignalProcess(a.ctx, id, g, pid, strings.TrimPrefix(strings.ToUpper(signal), "SIG"))
-		},
-	}
+	kill := onPID("kill", "Send a signal to a process's group", func(id sandbox.ID, g sandbox.Generation, pid int) error {
+		return a.c.SignalProcess(a.ctx, id, g, pid, strings.TrimPrefix(strings.ToUpper(signal), "SIG"))
+	})
 	kill.Flags().StringVarP(&signal, "signal", "s", "TERM", "the signal: "+strings.Join(sandbox.ProcessSignals, ", "))
 
 	var closeIt bool
-	stdin := &cobra.Command{
-		Use:               "stdin ID PID",
-		Short:             "Send sbx's stdin to a process's stdin",
-		Args:              idPID,
-		ValidArgsFunction: a.completeIDs,
-		RunE: func(_ *cobra.Command, args []string) error {
-			id, g, pid, err := target(args, true)
-			if err != nil {
-				return err
-			}
-			buf := make([]byte, sandbox.MaxProcessStdinBytes)
-			for {
-				n, rerr := io.ReadFull(a.stdin, buf)
-				last := rerr != nil
-				if n > 0 || (last && closeIt) {
-					if err := a.c.WriteStdin(a.ctx, id, g, pid, buf[:n], last && closeIt); err != nil {
-						return err
-					}
-				}
-				if last {
-					if errors.Is(rerr, io.EOF) || errors.Is(rerr, io.ErrUnexpectedEOF) {
-						return nil
-					}
-					return rerr
+	stdin := onPID("stdin", "Send sbx's stdin to a process's stdin", func(id sandbox.ID, g sandbox.Generation, pid int) error {
+		buf := make([]byte, sandbox.MaxProcessStdinBytes)
+		for {
+			n, rerr := io.ReadFull(a.stdin, buf)
+			last := rerr != nil
+			if n > 0 || (last && closeIt) {
+				if err := a.c.WriteStdin(a.ctx, id, g, pid, buf[:n], last && closeIt); err != nil {
+					return err
 				}
 			}
-		},
-	}
+			if last {
+				if errors.Is(rerr, io.EOF) || errors.Is(rerr, io.ErrUnexpectedEOF) {
+					return nil
+				}
+				return rerr
+			}
+		}
+	})
 	stdin.Flags().BoolVar(&closeIt, "close", false, "close the process's stdin after sbx's ends")
 
 	cmd.AddCommand(start, ls, logs, wait, kill, stdin)
