@@ -6,6 +6,8 @@ import (
 	"os"
 	"sync"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/sandboxd/sandbox"
 )
 
@@ -23,10 +25,15 @@ type journal struct {
 	wake   chan struct{} // closed and replaced at each append and at close
 }
 
-// newJournal creates the journal's file in dir (a directory of the agent's, 0700); the file is
-// unlinked at once, so nothing in the sandbox can reach it by a name, and it goes with the journal.
+// newJournal creates the journal's file on the file system of dir, without a name (O_TMPFILE), so that
+// nothing in the sandbox can reach it or see it, and it goes with the journal. Where the file system
+// cannot, the file is made with a name and unlinked at once.
 func newJournal(dir string, size int64) (*journal, error) {
-	f, err := os.CreateTemp(dir, "journal-")
+	fd, err := unix.Open(dir, unix.O_TMPFILE|unix.O_RDWR|unix.O_CLOEXEC, 0o600)
+	if err == nil {
+		return &journal{f: os.NewFile(uintptr(fd), "journal"), size: size, wake: make(chan struct{})}, nil
+	}
+	f, err := os.CreateTemp(dir, ".journal-")
 	if err != nil {
 		return nil, err
 	}

@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -20,15 +21,13 @@ import (
 )
 
 // Processes is a table of background processes, by pid, and their output journals: the agent's, and
-// the host provider's (which runs the agent's code in the daemon). The journals live in a directory
-// made on the first start, so that a table that never starts a process writes nothing. The zero value
-// is ready to use.
+// the host provider's (which runs the agent's code in the daemon). The journals are files without a
+// name on the file system of JournalDir (newJournal). The zero value is ready to use.
 type Processes struct {
 	JournalBytes int64  // how much of each process's output is kept; zero: protocol.JournalBytes
-	JournalDir   string // where the journals' directory is made; "": os.TempDir()
+	JournalDir   string // whose file system holds the journals; "": os.TempDir()
 
 	mu    sync.Mutex
-	dir   string
 	table map[int]*process
 }
 
@@ -43,18 +42,6 @@ type process struct {
 	mu   sync.Mutex
 	info protocol.ProcessInfo
 	done chan struct{} // closed when the process exited and its output is closed
-}
-
-func (ps *Processes) journalDir() (string, error) {
-	if ps.dir != "" {
-		return ps.dir, nil
-	}
-	d, err := os.MkdirTemp(ps.JournalDir, ".sandboxd-journals-")
-	if err != nil {
-		return "", err
-	}
-	ps.dir = d
-	return d, nil
 }
 
 // admit makes room in the table for one more process: the oldest exited one is forgotten when it is
@@ -104,7 +91,14 @@ func (a *Agent) startProcess(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	req.Cwd = cwd
-	p, err := a.procs.Start(a.runner, dir, req)
+	// The journals go on the sandbox's own disk, the working directory's: counted against its size,
+	// and not in the small memory-backed /tmp the sandbox's programs use.
+	journals, err := a.root.ResolveDir(a.workdir)
+	if err != nil {
+		writeErr(w, fmt.Errorf("journal directory: %w", err))
+		return
+	}
+	p, err := a.procs.Start(a.runner, dir, journals, req)
 	if err != nil {
 		writeErr(w, err)
 		return
@@ -112,9 +106,10 @@ func (a *Agent) startProcess(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, p)
 }
 
-// Start starts spec in dir, the directory spec.Cwd names (resolved by the caller), through runner.
-// Errors: those of proc.Runner.Spawn; ErrInvalidRequest when MaxProcesses are running.
-func (ps *Processes) Start(runner *proc.Runner, dir string, spec sandbox.ProcessSpec) (sandbox.Process, error) {
+// Start starts spec in dir, the directory spec.Cwd names (resolved by the caller), through runner, its
+// journal on the file system of journals ("": JournalDir). Errors: those of proc.Runner.Spawn;
+// ErrInvalidRequest when MaxProcesses are running.
+func (ps *Processes) Start(runner *proc.Runner, dir, journals string, spec sandbox.ProcessSpec) (sandbox.Process, error) {
 	if err := spec.Validate(); err != nil {
 		return sandbox.Process{}, err
 	}
@@ -123,10 +118,7 @@ func (ps *Processes) Start(runner *proc.Runner, dir string, spec sandbox.Process
 	if err := ps.admit(); err != nil {
 		return sandbox.Process{}, err
 	}
-	jdir, err := ps.journalDir()
-	if err != nil {
-		return sandbox.Process{}, fmt.Errorf("journal directory: %w", err)
-	}
+	jdir := cmp.Or(journals, ps.JournalDir, os.TempDir())
 	size := ps.JournalBytes
 	if size <= 0 {
 		size = protocol.JournalBytes
@@ -166,10 +158,6 @@ func (ps *Processes) Close() {
 	for pid, p := range ps.table {
 		p.j.release()
 		delete(ps.table, pid)
-	}
-	if ps.dir != "" {
-		os.RemoveAll(ps.dir)
-		ps.dir = ""
 	}
 }
 

@@ -82,6 +82,11 @@ func TestProcessOutputResumesByOffset(t *testing.T) {
 	if err != nil || len(list) != 1 || list[0].PID != p.PID {
 		t.Fatalf("list %+v, %v", list, err)
 	}
+	// The journal is on the working directory's file system, without a name: nothing in the
+	// sandbox sees it, or can open it.
+	if entries, err := a.c.List(ctx(t), "/workspace"); err != nil || len(entries) != 0 {
+		t.Fatalf("the working directory holds %+v (%v), want nothing", entries, err)
+	}
 }
 
 // TestProcessJournalDropsTheOldest: past protocol.JournalBytes the oldest output is dropped, and a

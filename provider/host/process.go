@@ -57,7 +57,7 @@ func (p *Provider) StartProcess(_ context.Context, ref sandbox.Ref, spec sandbox
 	if spec.Cwd == "" {
 		spec.Cwd = "/"
 	}
-	proc, err := t.Start(p.runner(ref, dir), cwd, spec)
+	proc, err := t.Start(p.runner(ref, dir), cwd, "", spec)
 	if err != nil {
 		return sandbox.Process{}, fmt.Errorf("host provider: start process in %s: %w", ref, err)
 	}
