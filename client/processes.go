@@ -158,12 +158,7 @@ func (s *OutputStream) Next() (OutputEvent, error) {
 		got = true
 		switch name {
 		case "output":
-			var v struct {
-				Offset     int64  `json:"offset"`
-				DataBase64 []byte `json:"dataBase64"`
-			}
-			perr = json.Unmarshal([]byte(data), &v)
-			ev = OutputEvent{Kind: name, Offset: v.Offset, Data: v.DataBase64}
+			ev, perr = decodeOutputEvent(data)
 		case "dropped":
 			var v struct{ From, To int64 }
 			perr = json.Unmarshal([]byte(data), &v)
@@ -191,6 +186,32 @@ func (s *OutputStream) Next() (OutputEvent, error) {
 		return OutputEvent{}, io.ErrUnexpectedEOF // the connection ended without an end event
 	}
 	return OutputEvent{}, err
+}
+
+// decodeOutputEvent decodes the data of an output event. The server writes it in one form,
+// {"offset":N,"dataBase64":"..."}, which is read here without a JSON decoder's scan of the base64;
+// any other form goes through encoding/json.
+func decodeOutputEvent(data string) (OutputEvent, error) {
+	const head, mid = `{"offset":`, `,"dataBase64":"`
+	if rest, ok := strings.CutPrefix(data, head); ok {
+		if off, b64, ok := strings.Cut(rest, mid); ok {
+			if b64, ok := strings.CutSuffix(b64, `"}`); ok {
+				if offset, err := strconv.ParseInt(off, 10, 64); err == nil && offset >= 0 {
+					out, err := base64.StdEncoding.Strict().DecodeString(b64)
+					if err != nil {
+						return OutputEvent{}, err
+					}
+					return OutputEvent{Kind: "output", Offset: offset, Data: out}, nil
+				}
+			}
+		}
+	}
+	var v struct {
+		Offset     int64  `json:"offset"`
+		DataBase64 []byte `json:"dataBase64"`
+	}
+	err := json.Unmarshal([]byte(data), &v)
+	return OutputEvent{Kind: "output", Offset: v.Offset, Data: v.DataBase64}, err
 }
 
 // Close closes the connection.

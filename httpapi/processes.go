@@ -277,7 +277,7 @@ func (s *Server) streamProcessOutput(w http.ResponseWriter, r *http.Request, _ [
 		}
 		if len(chunk.Data) > 0 {
 			next := chunk.Start + int64(len(chunk.Data))
-			if !event("output", next, map[string]any{"offset": chunk.Start, "dataBase64": chunk.Data}) {
+			if !send(outputEvent(chunk.Start, chunk.Data)) {
 				return nil
 			}
 			after = next
@@ -315,6 +315,20 @@ func (s *Server) streamProcessOutput(w http.ResponseWriter, r *http.Request, _ [
 			}
 		}
 	}
+}
+
+// outputEvent is the SSE message of an output event: its ProcessOutputEvent written as json.Marshal
+// would, the data base64-encoded straight into it (the standard alphabet needs no JSON escaping).
+func outputEvent(offset int64, data []byte) []byte {
+	off := strconv.FormatInt(offset, 10)
+	id := strconv.FormatInt(offset+int64(len(data)), 10)
+	n := base64.StdEncoding.EncodedLen(len(data))
+	const head, mid, tail = "event: output\nid: ", "\ndata: {\"offset\":", ",\"dataBase64\":\""
+	b := make([]byte, 0, len(head)+len(id)+len(mid)+len(off)+len(tail)+n+4)
+	b = append(append(append(append(append(b, head...), id...), mid...), off...), tail...)
+	b = b[:len(b)+n]
+	base64.StdEncoding.Encode(b[len(b)-n:], data)
+	return append(b, "\"}\n\n"...)
 }
 
 // pollOutput reads the output after offset, waiting up to the heartbeat interval for it; the wait
