@@ -27,23 +27,24 @@ var (
 // Errors: ErrNotFound, ErrUnsupportedCapability, ErrGenerationConflict, ErrInvalidState, and the provider's
 // ErrProviderUnavailable or ErrProviderProtocol (the sandbox is then failed: its state is unknown).
 func (r *Runtime) Pause(ctx context.Context, id sandbox.ID, gen sandbox.Generation) (*sandbox.Sandbox, error) {
-	return r.pauseResume(ctx, id, gen, pauseOp)
+	return r.pauseResume(ctx, id, gen, pauseOp, "pause requested")
 }
 
 // Resume thaws a paused sandbox. Resuming a ready or resuming sandbox returns it as it is.
 // Errors as for Pause.
 func (r *Runtime) Resume(ctx context.Context, id sandbox.ID, gen sandbox.Generation) (*sandbox.Sandbox, error) {
-	return r.pauseResume(ctx, id, gen, resumeOp)
+	return r.pauseResume(ctx, id, gen, resumeOp, "resume requested")
 }
 
-func (r *Runtime) pauseResume(ctx context.Context, id sandbox.ID, gen sandbox.Generation, op pauseResumeOp) (*sandbox.Sandbox, error) {
+// pauseResume records op's first step with reason, then has the provider carry it out.
+func (r *Runtime) pauseResume(ctx context.Context, id sandbox.ID, gen sandbox.Generation, op pauseResumeOp, reason string) (*sandbox.Sandbox, error) {
 	if _, err := r.store.Get(ctx, id); err != nil {
 		return nil, err
 	}
 	if err := r.require(sandbox.CapPauseResume); err != nil {
 		return nil, err
 	}
-	sb, moved, err := r.begin(ctx, id, gen, op.start, op.name+" requested")
+	sb, moved, err := r.begin(ctx, id, gen, op.start, reason)
 	if err != nil || !moved {
 		return sb, err
 	}
@@ -95,7 +96,12 @@ func (r *Runtime) begin(ctx context.Context, id sandbox.ID, gen sandbox.Generati
 //
 // Errors: ErrNotFound, ErrGenerationConflict.
 func (r *Runtime) Terminate(ctx context.Context, id sandbox.ID, gen sandbox.Generation) (*sandbox.Sandbox, error) {
-	sb, _, err := r.begin(ctx, id, gen, sandbox.ActionTerminate, "terminate requested")
+	return r.terminate(ctx, id, gen, "terminate requested")
+}
+
+// terminate is Terminate, its first step recorded with reason.
+func (r *Runtime) terminate(ctx context.Context, id sandbox.ID, gen sandbox.Generation, reason string) (*sandbox.Sandbox, error) {
+	sb, _, err := r.begin(ctx, id, gen, sandbox.ActionTerminate, reason)
 	if err != nil {
 		return nil, err
 	}

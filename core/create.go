@@ -42,7 +42,7 @@ func (r *Runtime) checkCapabilities(spec sandbox.Spec) error {
 	}
 	// A sandboxd.* key implies the capability it needs (semantics.md, "Extensions").
 	for _, k := range slices.Sorted(maps.Keys(spec.Extensions)) {
-		if c, ok := sandbox.ExtensionCapability(k); ok {
+		if c, ok := sandbox.ExtensionCapability(k); ok && c != "" {
 			caps = append(caps, c)
 		}
 	}
@@ -62,11 +62,18 @@ func (r *Runtime) Create(ctx context.Context, spec sandbox.Spec) (*sandbox.Sandb
 	if err := r.checkCapabilities(spec); err != nil {
 		return nil, err
 	}
+	if err := r.checkVolumes(ctx, spec); err != nil {
+		return nil, err
+	}
 	canon, err := spec.CanonicalJSON()
 	if err != nil {
 		return nil, fmt.Errorf("canonical spec: %v: %w", err, sandbox.ErrInvalidRequest)
 	}
 	now := r.now().UTC()
+	lt, err := r.lifetimeOf(spec, now)
+	if err != nil {
+		return nil, err
+	}
 	sb := &sandbox.Sandbox{
 		ID:         sandbox.NewID(),
 		Generation: 1,
@@ -76,6 +83,7 @@ func (r *Runtime) Create(ctx context.Context, spec sandbox.Spec) (*sandbox.Sandb
 		CreatedAt:  now,
 		UpdatedAt:  now,
 	}
+	setLifetime(sb, lt)
 	intent := sandbox.Intent{Key: spec.ClientRequestID, SandboxID: sb.ID, Generation: 1, Spec: canon}
 	created := sandbox.NewEvent(sandbox.EventCreated, sb.Ref(), now, sandbox.CreatedData{ClientRequestID: spec.ClientRequestID, Spec: spec})
 	got, isNew, err := r.store.Create(ctx, sb, intent, []sandbox.Event{created})
@@ -105,9 +113,15 @@ func (r *Runtime) Recreate(ctx context.Context, id sandbox.ID, gen sandbox.Gener
 	if err := r.checkCapabilities(spec); err != nil {
 		return nil, err
 	}
+	if err := r.checkVolumes(ctx, spec); err != nil {
+		return nil, err
+	}
 	canon, err := spec.CanonicalJSON()
 	if err != nil {
 		return nil, fmt.Errorf("canonical spec: %v: %w", err, sandbox.ErrInvalidRequest)
+	}
+	if _, err := r.lifetimeOf(spec, r.now()); err != nil {
+		return nil, err
 	}
 	sb, _, err := r.store.Update(ctx, id, func(sb *sandbox.Sandbox) (sandbox.Change, error) {
 		var ch sandbox.Change
@@ -123,6 +137,11 @@ func (r *Runtime) Recreate(ctx context.Context, id sandbox.ID, gen sandbox.Gener
 		sb.Spec = spec
 		sb.Provider = r.cachedManifest().Name
 		sb.Failure, sb.Endpoint, sb.ProviderExtensions = nil, nil, nil
+		lt, err := r.lifetimeOf(spec, sb.UpdatedAt)
+		if err != nil {
+			return ch, err
+		}
+		setLifetime(sb, lt)
 		ch.Intent = &sandbox.Intent{Key: spec.ClientRequestID, SandboxID: sb.ID, Generation: sb.Generation, Spec: canon}
 		created := sandbox.NewEvent(sandbox.EventCreated, sb.Ref(), sb.UpdatedAt, sandbox.CreatedData{ClientRequestID: spec.ClientRequestID, Spec: spec})
 		ch.Events = append([]sandbox.Event{created}, moved...)
@@ -206,8 +225,9 @@ func (r *Runtime) apply(ctx context.Context, ref sandbox.Ref, obs sandbox.Observ
 			ch.Events = append(ch.Events, evs...)
 		}
 		if obs.State != sandbox.ObservedAbsent && obs.State != sandbox.ObservedFailed {
-			if !sameEndpoint(sb.Endpoint, obs.Endpoint) || !sameExtensions(sb.ProviderExtensions, obs.Extensions) {
-				sb.Endpoint, sb.ProviderExtensions = obs.Endpoint, obs.Extensions
+			ext := withRuntimeExtensions(obs.Extensions, sb.ProviderExtensions)
+			if !sameEndpoint(sb.Endpoint, obs.Endpoint) || !sameExtensions(sb.ProviderExtensions, ext) {
+				sb.Endpoint, sb.ProviderExtensions = obs.Endpoint, ext
 				sb.UpdatedAt = r.now().UTC()
 			}
 		}

@@ -23,6 +23,13 @@ func (r *Runtime) dataPlane(ctx context.Context, id sandbox.ID, gen sandbox.Gene
 	if err := checkGeneration(sb, op, gen); err != nil {
 		return sandbox.Ref{}, err
 	}
+	r.Active(id)() // a data-plane call is use, whoever makes it
+	if lt := LifetimeOf(sb); sb.State == sandbox.StatePaused && lt != nil && lt.ResumeOnCall {
+		// A sandbox whose lifetime pauses it when idle is resumed by the next call that needs it.
+		if sb, err = r.pauseResume(ctx, id, gen, resumeOp, "resumed for "+op); err != nil {
+			return sandbox.Ref{}, err
+		}
+	}
 	if sb.State != sandbox.StateReady {
 		return sandbox.Ref{}, fmt.Errorf("%s in sandbox %s: it is %s, not ready: %w", op, id, sb.State, sandbox.ErrInvalidState)
 	}
@@ -50,6 +57,7 @@ func (r *Runtime) providerTrouble(ref sandbox.Ref, err error) {
 // Errors: ErrNotFound, ErrInvalidRequest, ErrUnsupportedCapability, ErrGenerationConflict,
 // ErrInvalidState, ErrProviderUnavailable, ErrProviderProtocol.
 func (r *Runtime) Exec(ctx context.Context, id sandbox.ID, gen sandbox.Generation, cmd sandbox.Command) (sandbox.CommandResult, error) {
+	defer r.Active(id)() // in use while the command runs, however it was called
 	cmd, err := cmd.Normalize()
 	if err != nil {
 		return sandbox.CommandResult{}, err

@@ -52,3 +52,19 @@ func (r *Runtime) notify() {
 		}
 	}
 }
+
+// EventLogBounds returns the cursor of the newest event (0 if none) and, when the store can say
+// (sandbox.PruneReporter), the cursor up to which the log has been pruned; pruned is -1 otherwise.
+func (r *Runtime) EventLogBounds(ctx context.Context) (pruned, last int64, err error) {
+	if last, err = r.store.LastCursor(ctx); err != nil {
+		return 0, 0, err
+	}
+	pr, ok := r.store.(sandbox.PruneReporter)
+	if !ok {
+		return -1, last, nil
+	}
+	if pruned, err = pr.Pruned(ctx); err != nil {
+		return 0, 0, err
+	}
+	return pruned, last, nil
+}

@@ -38,6 +38,11 @@ type Config struct {
 	// ReleaseBound is how long a terminate keeps retrying a failing provider clean-up before it declares the
 	// sandbox terminated anyway, naming the leftover in the event.
 	ReleaseBound time.Duration
+	// Lifetimes are the defaults and maxima of sandboxes' lifetimes (lifetime.go).
+	Lifetimes LifetimeConfig
+	// ObserveProvider, when set, is told of every provider operation once it returns: its name
+	// ("allocate", "exec", "release", ...), how long it took, and its error, classified (nil on success).
+	ObserveProvider func(op string, d time.Duration, err error)
 }
 
 // Runtime is the runtime core. Its methods are safe for concurrent use.
@@ -53,6 +58,10 @@ type Runtime struct {
 
 	watchMu  sync.Mutex
 	watchers map[chan struct{}]struct{}
+
+	activeMu sync.Mutex
+	active   map[sandbox.ID]*activity // requests naming a sandbox, open and last (lifetime.go)
+	started  time.Time
 
 	busyMu   sync.Mutex
 	busy     map[sandbox.Ref]int  // generations with a provider mutation or readiness wait in flight
@@ -88,6 +97,9 @@ func New(cfg Config) (*Runtime, error) {
 	if cfg.ReleaseBound <= 0 {
 		cfg.ReleaseBound = DefaultReleaseBound
 	}
+	if cfg.Lifetimes.Interval == 0 {
+		cfg.Lifetimes.Interval = DefaultLifetimeInterval
+	}
 	bg, stop := context.WithCancel(context.Background())
 	r := &Runtime{
 		store:    cfg.Store,
@@ -96,6 +108,8 @@ func New(cfg Config) (*Runtime, error) {
 		now:      cfg.Now,
 		cfg:      cfg,
 		watchers: make(map[chan struct{}]struct{}),
+		active:   make(map[sandbox.ID]*activity),
+		started:  cfg.Now(),
 		busy:     make(map[sandbox.Ref]int),
 		watching: make(map[sandbox.Ref]bool),
 		bg:       bg,
@@ -114,22 +128,13 @@ func (r *Runtime) Start(ctx context.Context) error {
 	if err := r.ReconcileAll(ctx); err != nil {
 		r.log.Warn("start-up reconcile incomplete", "err", err)
 	}
-	if r.cfg.ReconcileInterval > 0 {
-		r.goBackground(func(ctx context.Context) {
-			t := time.NewTicker(r.cfg.ReconcileInterval)
-			defer t.Stop()
-			for {
-				select {
-				case <-ctx.Done():
-					return
-				case <-t.C:
-					if err := r.ReconcileAll(ctx); err != nil && ctx.Err() == nil {
-						r.log.Warn("periodic reconcile incomplete", "err", err)
-					}
-				}
-			}
-		})
-	}
+	// Lifetimes are checked once a sandbox's state is known again (lifetime.go).
+	r.every(r.cfg.Lifetimes.Interval, r.enforceLifetimes)
+	r.every(r.cfg.ReconcileInterval, func(ctx context.Context) {
+		if err := r.ReconcileAll(ctx); err != nil && ctx.Err() == nil {
+			r.log.Warn("periodic reconcile incomplete", "err", err)
+		}
+	})
 	return nil
 }
 
@@ -141,6 +146,25 @@ func (r *Runtime) Close() error {
 		r.bgWG.Wait()
 	})
 	return nil
+}
+
+// every runs fn in the background each interval until Close; nothing when interval is not positive.
+func (r *Runtime) every(interval time.Duration, fn func(ctx context.Context)) {
+	if interval <= 0 {
+		return
+	}
+	r.goBackground(func(ctx context.Context) {
+		t := time.NewTicker(interval)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				fn(ctx)
+			}
+		}
+	})
 }
 
 func (r *Runtime) goBackground(fn func(ctx context.Context)) {
@@ -228,6 +252,10 @@ func (r *Runtime) callFor(ctx context.Context, op string, d time.Duration, detac
 	}
 	ctx, cancel := context.WithTimeout(ctx, d)
 	defer cancel()
+	if observe := r.cfg.ObserveProvider; observe != nil {
+		start := time.Now()
+		defer func() { observe(op, time.Since(start), err) }()
+	}
 	defer func() {
 		if p := recover(); p != nil {
 			r.log.Error("provider panicked", "op", op, "panic", p)

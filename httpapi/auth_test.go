@@ -147,7 +147,7 @@ func TestTokensReload(t *testing.T) {
 		t.Fatal("reload did not replace the set")
 	}
 	// A bad file keeps the set in force.
-	for _, bad := range []string{"", "# only a comment\n", "two words\n"} {
+	for _, bad := range []string{"", "# only a comment\n", "three words here\n", "bad/name token\n"} {
 		os.WriteFile(path, []byte(bad), 0o600)
 		if err := toks.Load(path); err == nil {
 			t.Errorf("token file %q loaded", bad)
@@ -158,6 +158,21 @@ func TestTokensReload(t *testing.T) {
 	}
 	if err := toks.Load(filepath.Join(t.TempDir(), "missing")); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("missing file: %v", err)
+	}
+	// A line of two words names its token: the name is what the audit log says; a token without one
+	// is named by its digest, which does not give it away.
+	os.WriteFile(path, []byte("ci-runner new-token\nother-token\n"), 0o600)
+	if err := toks.Load(path); err != nil {
+		t.Fatal(err)
+	}
+	if name, ok := toks.Name("new-token"); !ok || name != "ci-runner" {
+		t.Errorf("named token: %q %v", name, ok)
+	}
+	if name, ok := toks.Name("other-token"); !ok || !strings.HasPrefix(name, "sha256:") || strings.Contains(name, "other") {
+		t.Errorf("unnamed token: %q %v", name, ok)
+	}
+	if _, ok := toks.Name("ci-runner"); ok {
+		t.Error("a token's name is accepted as a token")
 	}
 	if _, err := NewTokens(); err == nil {
 		t.Fatal("NewTokens with no token succeeded")

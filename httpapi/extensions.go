@@ -36,6 +36,9 @@ func (s *Server) extensionRoutes() []route {
 func (s *Server) extensionGroups() [][]route {
 	return [][]route{
 		s.processRoutes(),
+		s.volumeRoutes(),
+		s.networkRoutes(),
+		s.statsRoutes(),
 	}
 }
 

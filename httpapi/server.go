@@ -77,6 +77,14 @@ type Config struct {
 	// PlainJSON parses request bodies with encoding/json instead of jsondoc's one pass
 	// (docs/design/json-parser.md).
 	PlainJSON bool
+	// ObserveRequest, when set, is told of every answered request: its operation ("METHOD /path" as in
+	// its document; "" for no route), the status, and how long the answer took (observe.go).
+	ObserveRequest func(operation string, status int, d time.Duration)
+	// Audit, when set, gets one line for every request that may change something: who (the token's
+	// name), the operation, its sandbox and the status (observe.go).
+	Audit *slog.Logger
+	// Metrics, when set, is served at GET /metrics, behind the same authentication as the API.
+	Metrics http.Handler
 }
 
 // Server is the HTTP handler of the API. It is safe for concurrent use.
@@ -94,6 +102,10 @@ type Server struct {
 	validators   validators
 	ext          *extensionDoc                     // api.Extensions, compiled
 	decodeFirst  func([]byte) (any, []byte, error) // a request body's first JSON value, and what follows it
+
+	observeRequest func(operation string, status int, d time.Duration)
+	audit          *slog.Logger
+	metrics        http.Handler
 
 	// done is closed by Close and ends every event stream.
 	done      chan struct{}
@@ -124,6 +136,10 @@ func New(cfg Config) *Server {
 		writeTimeout: DefaultStreamWriteTimeout,
 		mux:          http.NewServeMux(),
 		done:         make(chan struct{}),
+
+		observeRequest: cfg.ObserveRequest,
+		audit:          cfg.Audit,
+		metrics:        cfg.Metrics,
 	}
 	if s.log == nil {
 		s.log = slog.Default()
@@ -188,7 +204,8 @@ func (s *Server) routes() {
 	var paths []string
 	for _, rt := range routes {
 		op := docs[rt.method+" "+rt.path].operation(rt.method, rt.path)
-		s.mux.Handle(rt.method+" "+rt.path, s.guard(rt.path, s.endpoint(op, rt.h)))
+		name := rt.method + " " + rt.path
+		s.mux.Handle(name, s.observe(name, s.guard(rt.path, s.activity(rt.path, s.endpoint(op, rt.h)))))
 		if _, ok := allowed[rt.path]; !ok {
 			paths = append(paths, rt.path)
 		}
@@ -202,15 +219,15 @@ func (s *Server) routes() {
 			allow = append(allow, http.MethodHead)
 		}
 		header := strings.Join(allow, ", ")
-		s.mux.HandleFunc(p, func(w http.ResponseWriter, r *http.Request) {
+		s.mux.Handle(p, s.observe("* "+p, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			w.Header().Set("Allow", header)
 			s.writeError(w, r, fmt.Errorf("%s %s: allowed methods are %s: %w",
 				r.Method, r.URL.Path, header, sandbox.ErrMethodNotAllowed))
-		})
+		})))
 	}
-	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+	s.mux.Handle("/", s.observe("unrouted", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, fmt.Errorf("no route %s: %w", r.URL.Path, sandbox.ErrNotFound))
-	})
+	})))
 }
 
 func contains(list []string, v string) bool {

@@ -23,6 +23,7 @@ import (
 	"github.com/sandboxd/sandbox/core"
 	"github.com/sandboxd/sandbox/httpapi"
 	"github.com/sandboxd/sandbox/internal/fastpath"
+	"github.com/sandboxd/sandbox/internal/metrics"
 	"github.com/sandboxd/sandbox/internal/version"
 	"github.com/sandboxd/sandbox/provider/host"
 	"github.com/sandboxd/sandbox/provider/oci"
@@ -42,17 +43,19 @@ type Main struct {
 	ReconcileInterval time.Duration
 	LogFormat         string
 	OCIRuntime        string
-	OCIWarmPool       int            // started containers the oci provider keeps ready for new sandboxes
-	OCISpares         int            // sandbox directories (uid range, user namespace, disk) the oci provider lays out ahead
-	OCILimits         OCILimits      // what an oci sandbox gets when its spec says nothing, and the most it may ask
-	K8s               K8sFlags       // the kubernetes provider's settings
-	AuthTokenFile     string         // bearer tokens, one a line; required unless Listen is loopback
-	ReadHeaderTimeout time.Duration  // a client slower than this to send its headers is cut off
-	ReadBodyTimeout   time.Duration  // ... or its body, with a second more for every 64 KiB of it
-	IdleTimeout       time.Duration  // a kept-alive connection idle this long is closed
-	MaxConnections    int            // connections served at once; more wait to be accepted
-	AllowedHosts      []string       // hosts requests may name besides the address they reached
-	Plain             fastpath.Plain // fast paths switched back to their plain path (docs/design)
+	OCIWarmPool       int                 // started containers the oci provider keeps ready for new sandboxes
+	OCISpares         int                 // sandbox directories (uid range, user namespace, disk) the oci provider lays out ahead
+	OCILimits         OCILimits           // what an oci sandbox gets when its spec says nothing, and the most it may ask
+	OCINetwork        OCINetwork          // the oci sandboxes' networks and default egress policy
+	K8s               K8sFlags            // the kubernetes provider's settings
+	AuthTokenFile     string              // bearer tokens, one a line; required unless Listen is loopback
+	ReadHeaderTimeout time.Duration       // a client slower than this to send its headers is cut off
+	ReadBodyTimeout   time.Duration       // ... or its body, with a second more for every 64 KiB of it
+	IdleTimeout       time.Duration       // a kept-alive connection idle this long is closed
+	MaxConnections    int                 // connections served at once; more wait to be accepted
+	AllowedHosts      []string            // hosts requests may name besides the address they reached
+	Plain             fastpath.Plain      // fast paths switched back to their plain path (docs/design)
+	Lifetimes         core.LifetimeConfig // defaults and maxima of sandboxes' lifetimes (sandboxd.lifetime)
 
 	logOut io.Writer
 	log    *slog.Logger
@@ -133,6 +136,11 @@ func (m *Main) ParseFlags(args []string) error {
 	fs.DurationVar(&m.EventMaxAge, "event-max-age", m.EventMaxAge, "how long the log keeps an event (0: no age bound)")
 	fs.DurationVar(&m.ShutdownTimeout, "shutdown-timeout", m.ShutdownTimeout, "how long in-flight requests may run on after SIGTERM")
 	fs.DurationVar(&m.ReconcileInterval, "reconcile-interval", m.ReconcileInterval, "how often every live sandbox is reconciled")
+	fs.DurationVar(&m.Lifetimes.DefaultTTL, "default-ttl", m.Lifetimes.DefaultTTL, "time to live of a sandbox whose spec asks for none (0: none)")
+	fs.DurationVar(&m.Lifetimes.MaxTTL, "max-ttl", m.Lifetimes.MaxTTL, "the longest time to live a sandbox may ask for, and the one of a sandbox that asks for none (0: no bound)")
+	fs.DurationVar(&m.Lifetimes.DefaultIdle, "default-idle", m.Lifetimes.DefaultIdle, "idle bound of a sandbox whose spec asks for none (0: none)")
+	fs.DurationVar(&m.Lifetimes.MaxIdle, "max-idle", m.Lifetimes.MaxIdle, "the longest idle bound a sandbox may ask for, and the one of a sandbox that asks for none (0: no bound)")
+	fs.StringVar(&m.Lifetimes.DefaultOnIdle, "default-on-idle", m.Lifetimes.DefaultOnIdle, "what an idle sandbox undergoes when its spec does not say: pause or terminate (default: pause where the provider can)")
 	fs.StringVar(&m.LogFormat, "log-format", m.LogFormat, "log format: text or json")
 	fs.StringVar(&m.AuthTokenFile, "auth-token-file", m.AuthTokenFile, "file of accepted bearer tokens, one a line, reloaded on SIGHUP; required unless --listen is loopback")
 	fs.DurationVar(&m.ReadHeaderTimeout, "read-header-timeout", m.ReadHeaderTimeout, "how long a client may take to send its request headers")
@@ -159,6 +167,7 @@ func (m *Main) ParseFlags(args []string) error {
 		return err
 	})
 	m.K8s.register(fs)
+	m.OCINetwork.register(fs)
 	var envErr error
 	fs.VisitAll(func(f *flag.Flag) {
 		name := "SANDBOXD_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
@@ -196,6 +205,18 @@ func (m *Main) ParseFlags(args []string) error {
 	if m.MaxConnections < 1 {
 		return fmt.Errorf("--max-connections must be at least 1, got %d", m.MaxConnections)
 	}
+	lt := m.Lifetimes
+	for _, d := range []struct {
+		flag string
+		v    time.Duration
+	}{{"--default-ttl", lt.DefaultTTL}, {"--max-ttl", lt.MaxTTL}, {"--default-idle", lt.DefaultIdle}, {"--max-idle", lt.MaxIdle}} {
+		if d.v < 0 || d.v%time.Second != 0 {
+			return fmt.Errorf("%s must be whole seconds, not negative, got %v", d.flag, d.v)
+		}
+	}
+	if lt.DefaultOnIdle != "" && lt.DefaultOnIdle != "pause" && lt.DefaultOnIdle != "terminate" {
+		return fmt.Errorf("--default-on-idle must be pause or terminate, got %q", lt.DefaultOnIdle)
+	}
 	if m.OCIWarmPool < 0 || m.OCIWarmPool > 1000 {
 		return fmt.Errorf("--oci-warm-pool must be between 0 and 1000, got %d", m.OCIWarmPool)
 	}
@@ -228,8 +249,9 @@ func (m *Main) Run(ctx context.Context) error {
 	if err := makeDataDir(m.DataDir); err != nil {
 		return fmt.Errorf("data dir: %w", err)
 	}
+	met := metrics.New()
 	st, err := sqlite.Open(ctx, sqlite.Config{Path: filepath.Join(m.DataDir, "sandboxd.db"), Retention: m.EventRetention, MaxAge: m.EventMaxAge,
-		NoTail: m.Plain[fastpath.Tail], NoJournal: m.Plain[fastpath.Journal]})
+		NoTail: m.Plain[fastpath.Tail], NoJournal: m.Plain[fastpath.Journal], ObserveCommit: met.ObserveCommit})
 	if err != nil {
 		return fmt.Errorf("open store: %w", err)
 	}
@@ -238,16 +260,23 @@ func (m *Main) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	if man, err := prov.Manifest(ctx); err == nil {
+		met.SetRuntimeClass(man.RuntimeClass)
+	}
 	rt, err := core.New(core.Config{
 		Store:             st,
 		Provider:          prov,
 		Logger:            m.log,
 		ReconcileInterval: m.ReconcileInterval,
+		Lifetimes:         m.Lifetimes,
+		ObserveProvider:   met.ObserveProvider,
 	})
 	if err != nil {
 		return err
 	}
 	m.runtime = rt
+	pool, _ := prov.(sandbox.PoolReporter)
+	met.Watch(rt, pool)
 	if err := rt.Start(ctx); err != nil {
 		return err
 	}
@@ -263,6 +292,9 @@ func (m *Main) Run(ctx context.Context) error {
 		AllowedHosts:    m.allowedHosts(),
 		ReadBodyTimeout: m.ReadBodyTimeout,
 		PlainJSON:       m.Plain[fastpath.JSON],
+		ObserveRequest:  met.ObserveRequest,
+		Audit:           m.log,
+		Metrics:         met.Handler(),
 	}
 	if m.Plain[fastpath.Schema] {
 		cfg.Schemas = plainSchemas
@@ -407,6 +439,7 @@ var providers = map[string]func(m *Main) (sandbox.Provider, error){
 			MaxMemoryMiB:     m.OCILimits.MaxMemoryMiB,
 			DefaultDiskMiB:   m.OCILimits.DiskMiB,
 			MaxDiskMiB:       m.OCILimits.MaxDiskMiB,
+			Network:          m.OCINetwork.config(),
 		})
 	},
 	"kubernetes": func(m *Main) (sandbox.Provider, error) { return m.K8s.open(m.log) },

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -17,6 +18,9 @@ type specFlags struct {
 	image, template, requestID string
 	cpu, memory, disk          int64
 	require, extensions        []string
+	ttl, idle                  time.Duration
+	onIdle                     string
+	volumes                    []string
 }
 
 func (f *specFlags) bind(fs *pflag.FlagSet) {
@@ -28,6 +32,10 @@ func (f *specFlags) bind(fs *pflag.FlagSet) {
 	fs.StringArrayVar(&f.require, "require", nil, "a capability the provider must have (repeatable)")
 	fs.StringArrayVar(&f.extensions, "extension", nil, "a provider extension as KEY=JSON (repeatable)")
 	fs.StringVar(&f.requestID, "request-id", "", "clientRequestId: repeating a create with the same id returns the same sandbox (default: random)")
+	fs.DurationVar(&f.ttl, "ttl", 0, "time to live: the sandbox is terminated this long after its create (whole seconds; sandboxd.lifetime)")
+	fs.DurationVar(&f.idle, "idle", 0, "idle bound: the sandbox is paused (or terminated, --on-idle) after this long unused (whole seconds)")
+	fs.StringVar(&f.onIdle, "on-idle", "", "what an idle sandbox undergoes: pause or terminate (default: the daemon's)")
+	fs.StringArrayVarP(&f.volumes, "volume", "v", nil, "mount a persistent volume: NAME:PATH, or NAME:PATH:ro (repeatable; sandboxd.volumes)")
 }
 
 // spec builds the sandbox spec from the flags.
@@ -58,6 +66,51 @@ func (f *specFlags) spec() (sandbox.Spec, error) {
 		}
 		s.Extensions[k] = json.RawMessage(v)
 	}
+	if len(f.volumes) > 0 {
+		if _, ok := s.Extensions[sandbox.VolumesKey]; ok {
+			return sandbox.Spec{}, usagef("-v excludes --extension %s=...", sandbox.VolumesKey)
+		}
+		var mounts []sandbox.VolumeMount
+		for _, v := range f.volumes {
+			m, err := parseVolumeFlag(v)
+			if err != nil {
+				return sandbox.Spec{}, err
+			}
+			mounts = append(mounts, m)
+		}
+		var err error
+		if s, err = client.VolumeMounts(s, mounts...); err != nil {
+			return sandbox.Spec{}, err
+		}
+	}
+	if f.ttl != 0 || f.idle != 0 || f.onIdle != "" {
+		if _, ok := s.Extensions["sandboxd.lifetime"]; ok {
+			return sandbox.Spec{}, usagef("--ttl, --idle and --on-idle exclude --extension sandboxd.lifetime=...")
+		}
+		lt := map[string]any{}
+		for _, d := range []struct {
+			flag, key string
+			v         time.Duration
+		}{{"--ttl", "ttlSeconds", f.ttl}, {"--idle", "idleSeconds", f.idle}} {
+			if d.v < 0 || d.v%time.Second != 0 {
+				return sandbox.Spec{}, usagef("%s %s: want a positive number of whole seconds", d.flag, d.v)
+			}
+			if d.v > 0 {
+				lt[d.key] = int64(d.v / time.Second)
+			}
+		}
+		if f.onIdle != "" {
+			if f.onIdle != "pause" && f.onIdle != "terminate" {
+				return sandbox.Spec{}, usagef("--on-idle %q: want pause or terminate", f.onIdle)
+			}
+			lt["onIdle"] = f.onIdle
+		}
+		raw, _ := json.Marshal(lt)
+		if s.Extensions == nil {
+			s.Extensions = map[string]json.RawMessage{}
+		}
+		s.Extensions["sandboxd.lifetime"] = raw
+	}
 	return s, nil
 }
 
@@ -77,7 +130,8 @@ sbx waits until it is ready and fails with the reason if it fails to start.`,
 		Example: `  sbx create
   id=$(sbx create --wait --cpu 500 --memory 256)
   sbx create --require pauseResume --extension acme.gpu='{"count":1}'
-  sbx create --request-id deploy-42   # repeat it safely: the same sandbox comes back`,
+  sbx create --request-id deploy-42   # repeat it safely: the same sandbox comes back
+  sbx create --ttl 1h --idle 10m      # terminated after an hour, paused after ten idle minutes`,
 		Args: exactArgs(0, "no arguments"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			spec, err := f.spec()

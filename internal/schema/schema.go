@@ -123,7 +123,12 @@ type Schema struct {
 
 	items       *Schema
 	minItems    int // -1: none
+	maxItems    int // -1: none
 	uniqueItems bool
+
+	minProperties, maxProperties int // -1: none
+
+	allOf, anyOf, oneOf []*Schema
 
 	enum     []any // json.Number for numbers
 	hasConst bool
@@ -133,6 +138,7 @@ type Schema struct {
 	notMessage string
 
 	minLength int // -1: none
+	maxLength int // -1: none
 	pattern   *regexp.Regexp
 
 	minimum, maximum, exclusiveMinimum, exclusiveMaximum *bound
@@ -185,7 +191,7 @@ func (d *Document) compile(v any, ptr string) (*Schema, error) {
 		*s = *c
 		return s, nil
 	}
-	s := &Schema{ptr: ptr, minItems: -1, minLength: -1}
+	s := &Schema{ptr: ptr, minItems: -1, maxItems: -1, minLength: -1, maxLength: -1, minProperties: -1, maxProperties: -1}
 	keys := make([]string, 0, len(m))
 	for k := range m {
 		keys = append(keys, k)
@@ -262,6 +268,35 @@ func (d *Document) keyword(s *Schema, k string, v any, ptr string) error {
 		s.minItems, err = count(v)
 	case "minLength":
 		s.minLength, err = count(v)
+	case "maxLength":
+		s.maxLength, err = count(v)
+	case "maxItems":
+		s.maxItems, err = count(v)
+	case "minProperties":
+		s.minProperties, err = count(v)
+	case "maxProperties":
+		s.maxProperties, err = count(v)
+	case "allOf", "anyOf", "oneOf":
+		list, ok := v.([]any)
+		if !ok || len(list) == 0 {
+			return errors.New("not a non-empty list of schemas")
+		}
+		var subs []*Schema
+		for i, e := range list {
+			sub, err := d.compile(e, Pointer(ptr, k, strconv.Itoa(i)))
+			if err != nil {
+				return err
+			}
+			subs = append(subs, sub)
+		}
+		switch k {
+		case "allOf":
+			s.allOf = subs
+		case "anyOf":
+			s.anyOf = subs
+		default:
+			s.oneOf = subs
+		}
 	case "uniqueItems":
 		b, ok := v.(bool)
 		if !ok {
@@ -456,10 +491,32 @@ func (s *Schema) validate(v any, path []string) *Error {
 	if s.not != nil && s.not.validate(v, path) == nil {
 		return fail(s.notMessage)
 	}
+	for _, sub := range s.allOf {
+		if err := sub.validate(v, path); err != nil {
+			return err
+		}
+	}
+	if s.anyOf != nil && !slices.ContainsFunc(s.anyOf, func(sub *Schema) bool { return sub.validate(v, path) == nil }) {
+		return fail(fmt.Sprintf("anyOf: matches none of the %d alternatives", len(s.anyOf)))
+	}
+	if s.oneOf != nil {
+		n := 0
+		for _, sub := range s.oneOf {
+			if sub.validate(v, path) == nil {
+				n++
+			}
+		}
+		if n != 1 {
+			return fail(fmt.Sprintf("oneOf: matches %d of the %d alternatives, want exactly one", n, len(s.oneOf)))
+		}
+	}
 	switch v := v.(type) {
 	case string:
 		if s.minLength >= 0 && utf8.RuneCountInString(v) < s.minLength {
 			return fail(MinLengthMessage(utf8.RuneCountInString(v), s.minLength))
+		}
+		if s.maxLength >= 0 && utf8.RuneCountInString(v) > s.maxLength {
+			return fail(fmt.Sprintf("maxLength: got %d characters, want at most %d", utf8.RuneCountInString(v), s.maxLength))
 		}
 		if s.pattern != nil && !s.pattern.MatchString(v) {
 			return fail(PatternMessage(s.pattern.String()))
@@ -477,6 +534,9 @@ func (s *Schema) validate(v any, path []string) *Error {
 func (s *Schema) validateArray(v []any, path []string) *Error {
 	if s.minItems >= 0 && len(v) < s.minItems {
 		return &Error{Path: slices.Clone(path), Message: MinItemsMessage(len(v), s.minItems)}
+	}
+	if s.maxItems >= 0 && len(v) > s.maxItems {
+		return &Error{Path: slices.Clone(path), Message: fmt.Sprintf("maxItems: got %d items, want at most %d", len(v), s.maxItems)}
 	}
 	if s.uniqueItems {
 		for i := 1; i < len(v); i++ {
@@ -506,6 +566,12 @@ func (s *Schema) validateObject(v map[string]any, path []string) *Error {
 	}
 	if missing != nil {
 		return &Error{Path: slices.Clone(path), Message: RequiredMessage(missing)}
+	}
+	if s.minProperties >= 0 && len(v) < s.minProperties {
+		return &Error{Path: slices.Clone(path), Message: fmt.Sprintf("minProperties: got %d properties, want at least %d", len(v), s.minProperties)}
+	}
+	if s.maxProperties >= 0 && len(v) > s.maxProperties {
+		return &Error{Path: slices.Clone(path), Message: fmt.Sprintf("maxProperties: got %d properties, want at most %d", len(v), s.maxProperties)}
 	}
 	checkKeys := s.noAdditional || s.additional != nil || s.propertyNames != nil
 	if !checkKeys && s.properties == nil {

@@ -26,12 +26,13 @@ func decode(t testing.TB, src string) any {
 func TestCompileRefusesUnknownKeywords(t *testing.T) {
 	for _, schema := range []string{
 		`{ type: string, format: uri }`,
-		`{ type: string, maxLength: 3 }`,
 		`{ type: number, multipleOf: 2 }`,
 		`{ type: object, patternProperties: { "^x": {} } }`,
-		`{ anyOf: [ { type: string } ] }`,
+		`{ anyOf: [] }`,
+		`{ type: object, dependentRequired: { a: [b] } }`,
+		`{ type: array, prefixItems: [ { type: string } ] }`,
 		`{ type: string, nullable: true }`,
-		`{ type: object, properties: { a: { type: array, maxItems: 1 } } }`,
+		`{ type: object, properties: { a: { type: array, contains: {} } } }`,
 		`{ $ref: "#/components/schemas/Other", minLength: 1 }`,
 		`{ type: strin }`,
 		`{ pattern: "(" }`,
@@ -175,6 +176,44 @@ func BenchmarkValidateSandboxSpec(b *testing.B) {
 		}
 		if err := s.Validate(v); err != nil {
 			b.Fatal(err)
+		}
+	}
+}
+
+// TestCombinatorsAndBounds: allOf, anyOf, oneOf, maxLength, maxItems, minProperties and maxProperties
+// hold as JSON Schema 2020-12 says.
+func TestCombinatorsAndBounds(t *testing.T) {
+	for _, tc := range []struct {
+		schema, value string
+		ok            bool
+	}{
+		{`{ type: string, maxLength: 3 }`, `"abc"`, true},
+		{`{ type: string, maxLength: 3 }`, `"abcd"`, false},
+		{`{ type: string, maxLength: 1 }`, `"é"`, true},
+		{`{ type: array, maxItems: 1 }`, `[1]`, true},
+		{`{ type: array, maxItems: 1 }`, `[1, 2]`, false},
+		{`{ type: object, minProperties: 1, maxProperties: 2 }`, `{}`, false},
+		{`{ type: object, minProperties: 1, maxProperties: 2 }`, `{"a": 1}`, true},
+		{`{ type: object, minProperties: 1, maxProperties: 2 }`, `{"a": 1, "b": 2, "c": 3}`, false},
+		{`{ allOf: [ { type: integer }, { minimum: 2 } ] }`, `3`, true},
+		{`{ allOf: [ { type: integer }, { minimum: 2 } ] }`, `1`, false},
+		{`{ anyOf: [ { type: string }, { type: integer } ] }`, `1`, true},
+		{`{ anyOf: [ { type: string }, { type: integer } ] }`, `true`, false},
+		{`{ oneOf: [ { type: integer }, { minimum: 0 } ] }`, `-1`, true},
+		{`{ oneOf: [ { type: integer }, { minimum: 0 } ] }`, `1`, false},
+		{`{ oneOf: [ { type: integer }, { minimum: 0 } ] }`, `1.5`, true},
+		{`{ oneOf: [ { type: integer }, { type: string } ] }`, `null`, false},
+	} {
+		d, err := Parse([]byte("components:\n  schemas:\n    S: " + tc.schema + "\n"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, err := d.Compile("#/components/schemas/S")
+		if err != nil {
+			t.Fatalf("%s: %v", tc.schema, err)
+		}
+		if err := s.Validate(decode(t, tc.value)); (err == nil) != tc.ok {
+			t.Errorf("%s against %s: %v, want ok=%v", tc.value, tc.schema, err, tc.ok)
 		}
 	}
 }

@@ -46,6 +46,8 @@ type meta struct {
 	// IDBase is the first host uid (and gid) of the sandbox's user namespace (userns.go); zero for a
 	// generation laid out before sandboxes had one, which runs on as it started.
 	IDBase uint32 `json:"idBase,omitempty"`
+	// Volumes are the persistent volumes the sandbox mounts (volume.go).
+	Volumes []sandbox.VolumeMount `json:"volumes,omitempty"`
 }
 
 // upperBase is the directory that holds the sandbox's /workspace ("upper", for the layers an image
@@ -90,7 +92,8 @@ func rootDir(stateDir string) string { return filepath.Join(stateDir, "root") }
 // where a directory of the host's would show its host path (the state directory's, and the agent
 // binary's when that was bound in). A root an earlier provider left mounted goes first: its sandboxes
 // hold mounts of their own of it, which live on.
-func mountRoot(stateDir, agentPath string) (string, error) {
+// etc replaces files of the generated /etc (etcFiles) by name.
+func mountRoot(stateDir, agentPath string, etc map[string]string) (string, error) {
 	root := rootDir(stateDir)
 	if err := os.MkdirAll(root, 0o711); err != nil {
 		return "", err
@@ -110,7 +113,7 @@ func mountRoot(stateDir, agentPath string) (string, error) {
 	if err := unix.Mount("sandboxd-root", root, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, opts); err != nil {
 		return "", fmt.Errorf("mount a tmpfs on %s: %w", root, err)
 	}
-	err = buildRootfs(root, bin)
+	err = buildRootfs(root, bin, etc)
 	if err == nil {
 		// Read-only for every mount of it, the sandboxes' included.
 		err = unix.Mount("", root, "", unix.MS_REMOUNT|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV, "")
@@ -131,8 +134,12 @@ func unmountRoot(stateDir string) {
 // buildRootfs makes the skeleton root at root: empty mount points, symlinks into /usr as on the host,
 // a generated /etc, and the agent, a copy of agent. It is mounted read-only; only /tmp and /workspace
 // are writable in the sandbox.
-func buildRootfs(root string, agent io.Reader) error {
-	for _, d := range []string{"usr", "etc", "proc", "dev", "sys", "tmp", "workspace", "run", "var/tmp", ".sandboxd", guestSockDir} {
+func buildRootfs(root string, agent io.Reader, etcOverrides map[string]string) error {
+	dirs := []string{"usr", "etc", "proc", "dev", "sys", "tmp", "workspace", "run", "var/tmp", ".sandboxd", guestSockDir}
+	for _, r := range volumeRoots[1:] {
+		dirs = append(dirs, strings.TrimPrefix(r, "/")) // empty mount points for volumes (volume.go)
+	}
+	for _, d := range dirs {
 		if err := os.MkdirAll(filepath.Join(root, d), 0o755); err != nil {
 			return err
 		}
@@ -159,6 +166,9 @@ func buildRootfs(root string, agent io.Reader) error {
 	}
 	etc := filepath.Join(root, "etc")
 	for name, content := range etcFiles {
+		if c, ok := etcOverrides[name]; ok {
+			content = c
+		}
 		if err := os.WriteFile(filepath.Join(etc, name), []byte(content), 0o644); err != nil {
 			return err
 		}
@@ -269,6 +279,20 @@ func (p *Provider) containerSpec(l layout, m meta, userns string) (*specs.Spec, 
 	if gvisor {
 		mounts = append(mounts,
 			specs.Mount{Destination: guestSockDir, Type: "bind", Source: l.sockDir(), Options: []string{"bind", "rw", "nosuid", "nodev", "noexec"}})
+	}
+	for _, r := range volumeParents(m.Volumes) {
+		// A volume below one of the root's mount points: a small tmpfs there first, for the
+		// runtime to make the volume's mount point in.
+		mounts = append(mounts, tmpfs(r, "755", 1, "nosuid", "nodev", "noexec"))
+	}
+	for i, v := range m.Volumes {
+		// The sandbox's idmapped clone of the volume's mount (volume.go), which the container keeps.
+		rw := "rw"
+		if v.ReadOnly {
+			rw = "ro"
+		}
+		mounts = append(mounts, specs.Mount{Destination: v.MountPath, Type: "bind", Source: l.volumeClone(i),
+			Options: []string{"bind", rw, "nosuid", "nodev"}})
 	}
 	// On runc, the agent takes its listening socket as descriptor 3 (listenAgent) and the seccomp
 	// program to install on itself as descriptor 4 (seccompFile). gVisor's kernel applies the spec's

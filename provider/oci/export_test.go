@@ -24,6 +24,9 @@ func IdleEntries(p *Provider) int { return p.idleEntries() }
 // Abandon stops the fillers of the warm pool and the spares and forgets their idle entries and spares
 // without removing them: what a provider that dies leaves behind (a dead daemon's holders end with it).
 func Abandon(p *Provider) {
+	if p.net != nil && p.net.dns != nil {
+		p.net.dns.Close() // its socket, closed by a dying process
+	}
 	p.pool.stop()
 	<-p.pool.done
 	p.pool.mu.Lock()
@@ -81,3 +84,23 @@ func InitPid(p *Provider, ref sandbox.Ref) (int, error) {
 
 // SeccompFile is the sandboxes' seccomp program as the agent takes it, for a bundle run by hand.
 var SeccompFile = seccompFile
+
+// NetAddr is the address of ref's end of its network link; false when it has none (loopback only).
+func NetAddr(p *Provider, ref sandbox.Ref) (string, bool) {
+	st, err := readNetState(p.box(ref).l)
+	return st.Addr.String(), err == nil
+}
+
+// NetIface is the name of the host's end of ref's link; false when it has none.
+func NetIface(p *Provider, ref sandbox.Ref) (string, bool) {
+	st, err := readNetState(p.box(ref).l)
+	return st.Iface, err == nil
+}
+
+// NetPrefix begins the name of every host interface of the provider on stateDir; NetTable is its
+// nftables table.
+func NetPrefix(stateDir string) string { return "sx" + cgroupTag(stateDir)[:4] }
+func NetTable(stateDir string) string  { return "sandboxd_" + cgroupTag(stateDir) }
+
+// CloseNetwork removes the provider's nftables table.
+func CloseNetwork(p *Provider) error { return p.closeNetwork() }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -31,6 +32,17 @@ func (p *Provider) Allocate(ctx context.Context, ref sandbox.Ref, spec sandbox.S
 	if err != nil {
 		return sandbox.Observation{}, err
 	}
+	vols, err := sandbox.VolumeMounts(spec)
+	if err == nil {
+		err = checkVolumePaths(vols)
+	}
+	if err != nil {
+		return sandbox.Observation{}, err
+	}
+	rules, err := p.networkRules(spec)
+	if err != nil {
+		return sandbox.Observation{}, err
+	}
 	b := p.box(ref)
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -50,15 +62,37 @@ func (p *Provider) Allocate(ctx context.Context, ref sandbox.Ref, spec sandbox.S
 			return sandbox.Observation{}, fmt.Errorf("allocate %s: clearing a partial allocation: %v: %w", ref, err, sandbox.ErrProviderUnavailable)
 		}
 	}
+	unlockVolumes := func() {}
+	if len(vols) > 0 {
+		// Held until the sandbox's metadata names its volumes and they are mounted: no second writer
+		// can pass the check meanwhile (claimVolumes).
+		p.volMu.Lock()
+		var once sync.Once
+		unlockVolumes = func() { once.Do(p.volMu.Unlock) }
+		defer unlockVolumes()
+		if err := p.claimVolumes(ref, vols); errors.Is(err, errVolumeInUse) {
+			return sandbox.Observation{Ref: ref, State: sandbox.ObservedFailed, Reason: reasonVolumeInUse, Message: err.Error()}, nil
+		} else if err != nil {
+			return sandbox.Observation{}, fmt.Errorf("allocate %s: %w", ref, err)
+		}
+	}
 	// A create, failed or not, may have taken a spare: replaced once this allocation is done.
 	defer p.refillSpares()
-	if res.DiskMiB == p.cfg.DefaultDiskMiB && p.claim(ctx, b, res) {
+	if len(vols) == 0 && res.DiskMiB == p.cfg.DefaultDiskMiB && p.claim(ctx, b, res) {
 		defer p.refill()
-	} else if err := p.create(ctx, b, res); err != nil {
+	} else if err := p.create(ctx, b, res, vols); err != nil {
+		unlockVolumes() // the clean-up gives the volumes back
 		if cerr := p.releaseLocked(context.WithoutCancel(ctx), b); cerr != nil {
 			p.log.Error("cleaning up a failed allocation", "sandbox", ref, "err", cerr)
 		}
 		return sandbox.Observation{}, fmt.Errorf("allocate %s: %v: %w", ref, err, sandbox.ErrProviderUnavailable)
+	}
+	unlockVolumes()
+	if err := p.attachNetwork(b, rules); err != nil {
+		if cerr := p.releaseLocked(context.WithoutCancel(ctx), b); cerr != nil {
+			p.log.Error("cleaning up a failed allocation", "sandbox", ref, "err", cerr)
+		}
+		return sandbox.Observation{}, fmt.Errorf("allocate %s: network: %v: %w", ref, err, sandbox.ErrProviderUnavailable)
 	}
 	b.saw("running")
 	b.gone.Store(false)
@@ -68,7 +102,17 @@ func (p *Provider) Allocate(ctx context.Context, ref sandbox.Ref, spec sandbox.S
 // ValidateSpec refuses resources past the provider's bounds, before anything is recorded.
 // Errors: ErrInvalidRequest.
 func (p *Provider) ValidateSpec(spec sandbox.Spec) error {
-	_, err := p.resources(spec)
+	if _, err := p.resources(spec); err != nil {
+		return err
+	}
+	vols, err := sandbox.VolumeMounts(spec)
+	if err != nil {
+		return err
+	}
+	if err := checkVolumePaths(vols); err != nil {
+		return err
+	}
+	_, err = p.networkRules(spec)
 	return err
 }
 
@@ -112,8 +156,8 @@ func checkResources(r sandbox.Resources) error {
 }
 
 // create lays out the sandbox directory and starts the container.
-func (p *Provider) create(ctx context.Context, b *box, res sandbox.Resources) error {
-	m, ns, err := p.prepare(ctx, b, res, true)
+func (p *Provider) create(ctx context.Context, b *box, res sandbox.Resources, vols []sandbox.VolumeMount) error {
+	m, ns, err := p.prepare(ctx, b, res, vols, true)
 	if err != nil {
 		return err
 	}
@@ -151,6 +195,14 @@ func (p *Provider) start(ctx context.Context, l layout, m meta, name string, ns 
 		}
 		userns = h.path()
 	}
+	if len(m.Volumes) > 0 {
+		if userns == "" {
+			return nil, fmt.Errorf("volumes need the sandbox's own user namespace")
+		}
+		if err := p.mountVolumes(l, m, userns); err != nil {
+			return nil, err
+		}
+	}
 	if err := p.writeBundle(l, m, userns); err != nil {
 		return nil, err
 	}
@@ -172,6 +224,10 @@ func (p *Provider) start(ctx context.Context, l layout, m meta, name string, ns 
 		defer close(done)
 		if ns != nil {
 			ns.release() // the container's processes hold the namespace once runc has returned
+		}
+		// Like the disk's below: the container holds its own mounts of its volumes.
+		if err := unmountVolumeClones(l); err != nil {
+			p.log.Warn("unmounting a started sandbox's volumes on the host", "dir", l.dir, "err", err)
 		}
 		if m.Disk {
 			// The container holds a mount of its disk of its own. Left mounted on the host too, each
@@ -225,8 +281,8 @@ func (p *Provider) writeBundle(l layout, m meta, userns string) error {
 // prepare lays out the sandbox directory without starting anything, and returns its metadata (and,
 // with hold, its user namespace's holder being made, and the directory taken from a spare when one
 // fits: lay).
-func (p *Provider) prepare(ctx context.Context, b *box, res sandbox.Resources, hold bool) (meta, *pendingNS, error) {
-	m := meta{Ref: b.ref, Resources: res, Disk: res.DiskMiB > 0, CgroupPath: p.cgroupPath(b.ref.Name())}
+func (p *Provider) prepare(ctx context.Context, b *box, res sandbox.Resources, vols []sandbox.VolumeMount, hold bool) (meta, *pendingNS, error) {
+	m := meta{Ref: b.ref, Resources: res, Disk: res.DiskMiB > 0, CgroupPath: p.cgroupPath(b.ref.Name()), Volumes: vols}
 	if hold {
 		return p.lay(ctx, b.l, m)
 	}
@@ -425,6 +481,9 @@ func (p *Provider) remove(ctx context.Context, l layout, name string) error {
 	if err := p.removeContainer(ctx, name); err != nil {
 		return err
 	}
+	if err := p.detachNetwork(l); err != nil {
+		return err
+	}
 	m, merr := readMetaFile(l)
 	if merr == nil {
 		if err := removeCgroups(m.CgroupPath); err != nil {
@@ -439,6 +498,11 @@ func (p *Provider) remove(ctx context.Context, l layout, name string) error {
 // removeLayout removes what layOut made in l: the disk (unmounted, its loop device freed) and the
 // directory; with known, m is l's metadata and its uid range is given back.
 func (p *Provider) removeLayout(ctx context.Context, l layout, m meta, known bool) error {
+	// Never remove the directory through a volume's mount: whatever the metadata says, every clone
+	// under it is off the host first.
+	if err := unmountVolumeClones(l); err != nil {
+		return err
+	}
 	if err := removeDisk(ctx, l.diskImg(), l.diskDir()); err != nil {
 		return err
 	}
@@ -450,6 +514,11 @@ func (p *Provider) removeLayout(ctx context.Context, l layout, m meta, known boo
 	}
 	if known {
 		p.ids.give(m.IDBase)
+	}
+	if len(m.Volumes) > 0 {
+		p.volMu.Lock()
+		defer p.volMu.Unlock()
+		return p.releaseVolumes(m.Volumes)
 	}
 	return nil
 }

@@ -1,6 +1,6 @@
 // Package oci is a sandbox provider with real isolation: each sandbox generation is one runc container
-// with its own user (mapped to a host uid range of its own), mount, PID, network (loopback only), UTS
-// and IPC namespaces, moby's default seccomp profile, a read-only root built from the host's /usr and a
+// with its own user (mapped to a host uid range of its own), mount, PID, network (loopback only, or a link
+// of its own under the sandbox's egress policy: network.go), UTS and IPC namespaces, moby's default seccomp profile, a read-only root built from the host's /usr and a
 // generated /etc, a writable /workspace on a disk of its own, and cgroup limits, each with a default.
 // Inside it, the sandbox agent runs as PID 1 and serves commands and files on a unix socket in the
 // sandbox's host directory (which no sandbox sees), bound by the provider before the container starts
@@ -80,6 +80,9 @@ type Config struct {
 	// which starts a container of its own (the warm pool empty, or off) need not make them (see
 	// spare.go). Zero: none.
 	Spares int
+
+	// Network configures the networks of sandboxes whose policy lets something out (network.go).
+	Network NetworkConfig
 }
 
 // Provider runs sandboxes as runc containers. It is safe for concurrent use.
@@ -103,6 +106,9 @@ type Provider struct {
 
 	pool   pool
 	spares spares
+	net    *network // nil: every sandbox on loopback only (network.go)
+
+	volMu sync.Mutex // the volumes, and which sandboxes mount them (volume.go)
 
 	// DataPlane runs commands and file calls through each sandbox's agent (Exec, ReadFile, WriteFile,
 	// ListFiles); its clients come from usable, so a paused sandbox is ErrInvalidState.
@@ -114,6 +120,9 @@ var (
 	_ sandbox.Executor     = (*Provider)(nil)
 	_ sandbox.FileSystem   = (*Provider)(nil)
 	_ sandbox.PauseResumer = (*Provider)(nil)
+	_ sandbox.Volumes      = (*Provider)(nil)
+	_ sandbox.UsageReader  = (*Provider)(nil)
+	_ sandbox.PoolReporter = (*Provider)(nil)
 )
 
 // box is the provider's in-memory handle on one generation. Its lifecycle calls are serialized by mu;
@@ -293,7 +302,7 @@ func New(cfg Config) (*Provider, error) {
 		return nil, fmt.Errorf("oci: %w", err)
 	}
 	p.holdIDRanges()
-	if p.root, err = mountRoot(cfg.StateDir, cfg.AgentPath); err != nil {
+	if p.root, err = mountRoot(cfg.StateDir, cfg.AgentPath, p.networkEtc()); err != nil {
 		return nil, fmt.Errorf("oci: the sandboxes' root file system: %w", err)
 	}
 	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
@@ -309,6 +318,10 @@ func New(cfg Config) (*Provider, error) {
 	}
 	// Before a sandbox is allocated again under the name of a container nothing claims.
 	p.removeOrphans(context.Background())
+	p.tidyVolumes()
+	if err := p.startNetwork(); err != nil {
+		p.log.Warn("sandboxes get no network but loopback", "err", err)
+	}
 	if class == classRunc {
 		p.idmap = p.runc.idmapMounts(context.Background())
 	}
@@ -413,6 +426,9 @@ func (p *Provider) Manifest(context.Context) (sandbox.Manifest, error) {
 			FileAccess:       true,
 			PauseResume:      true,
 			ResourceLimits:   true,
+			// Volumes are idmapped mounts, which gVisor's file server does not serve (volume.go).
+			PersistentVolume: p.runc.class == classRunc,
+			NetworkPolicy:    p.net != nil,
 		},
 	}, nil
 }

@@ -139,11 +139,13 @@ func TestManifest(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := sandbox.Capabilities{CommandExecution: true, FileAccess: true, PauseResume: true, ResourceLimits: true}
 	class, err := oci.DetectClass(testRuntime)
 	if err != nil {
 		t.Fatal(err)
 	}
+	want := sandbox.Capabilities{CommandExecution: true, FileAccess: true, PauseResume: true, ResourceLimits: true,
+		PersistentVolume: class == "runc"} // TestVolumes
+	want.NetworkPolicy = class == "runc" // gVisor's sandboxes run with --network=none
 	if m.Name != "oci" || m.RuntimeClass != class || m.Capabilities != want {
 		t.Fatalf("manifest %+v", m)
 	}

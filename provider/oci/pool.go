@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sandboxd/sandbox"
@@ -47,6 +48,8 @@ type pool struct {
 	kick chan struct{} // wakes the filler
 	stop context.CancelFunc
 	done chan struct{} // closed when the filler has returned
+
+	hits, misses atomic.Uint64 // claims that took an entry, and that found none idle
 }
 
 type poolEntry struct {
@@ -90,7 +93,7 @@ func (p *Provider) Close() error {
 	idle := p.pool.idle
 	p.pool.idle = nil
 	p.pool.mu.Unlock()
-	errs := []error{p.closeSpares()}
+	errs := []error{p.closeSpares(), p.closeNetwork()}
 	for _, e := range idle {
 		e.client.Close()
 		if err := p.remove(context.Background(), e.l, e.name); err != nil {
@@ -219,6 +222,9 @@ func (p *Provider) claim(ctx context.Context, b *box, res sandbox.Resources) boo
 		p.pool.mu.Lock()
 		if len(p.pool.idle) == 0 {
 			p.pool.mu.Unlock()
+			if p.cfg.WarmPool > 0 {
+				p.pool.misses.Add(1)
+			}
 			return false
 		}
 		e := p.pool.idle[0]
@@ -250,6 +256,7 @@ func (p *Provider) claim(ctx context.Context, b *box, res sandbox.Resources) boo
 			}
 		}
 		if err == nil {
+			p.pool.hits.Add(1)
 			b.cid.Store(&e.name)
 			p.log.Debug("sandbox takes a warm pool entry", "sandbox", b.ref, "entry", e.name)
 			return true
@@ -280,4 +287,13 @@ func (p *Provider) idleEntries() int {
 	p.pool.mu.Lock()
 	defer p.pool.mu.Unlock()
 	return len(p.pool.idle)
+}
+
+// PoolStats says how full the warm pool is and how often a create found an entry
+// (sandbox.PoolReporter).
+func (p *Provider) PoolStats() sandbox.PoolStats {
+	return sandbox.PoolStats{
+		Idle: p.idleEntries(), Target: p.cfg.WarmPool,
+		Hits: p.pool.hits.Load(), Misses: p.pool.misses.Load(),
+	}
 }

@@ -60,7 +60,7 @@ func (p *Provider) PrepareBundle(ctx context.Context, ref sandbox.Ref, spec sand
 	if _, err := os.Stat(b.l.dir); err == nil {
 		return RawBundle{}, fmt.Errorf("prepare %s: it exists: %w", ref, sandbox.ErrProviderUnavailable)
 	}
-	m, _, err := p.prepare(ctx, b, res, false)
+	m, _, err := p.prepare(ctx, b, res, nil, false)
 	if err == nil {
 		// The runtime makes the user namespace itself: what a caller of the runtime does.
 		err = p.writeBundle(b.l, m, "")

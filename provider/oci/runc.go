@@ -64,9 +64,9 @@ func (r runc) run(ctx context.Context, l layout, name string, files ...*os.File)
 		return err
 	}
 	defer out.Close()
-	args := []string{"run", "--detach", "--bundle", l.dir, name}
+	args := []string{"run", "--detach", "--pid-file", l.pidFile(), "--bundle", l.dir, name}
 	if len(files) > 0 {
-		args = []string{"run", "--detach", "--preserve-fds", strconv.Itoa(len(files)), "--bundle", l.dir, name}
+		args = []string{"run", "--detach", "--pid-file", l.pidFile(), "--preserve-fds", strconv.Itoa(len(files)), "--bundle", l.dir, name}
 	}
 	c := r.cmd(ctx, l.runcLog(), args...)
 	c.Stdout, c.Stderr = out, out

@@ -285,3 +285,17 @@ func withCursors(events []sandbox.Event, cursors []int64) []sandbox.Event {
 	}
 	return out
 }
+
+// Pruned is the cursor up to which the log has been pruned (sandbox.PruneReporter): the oldest
+// retained event is the one after it; 0 when nothing was pruned.
+func (s *Store) Pruned(ctx context.Context) (int64, error) {
+	var pruned int64
+	st, err := s.rs.get(qPruned)
+	if err != nil {
+		return 0, fmt.Errorf("pruned cursor: %w", err)
+	}
+	if err := st.QueryRowContext(ctx).Scan(&pruned); err != nil {
+		return 0, fmt.Errorf("pruned cursor: %w", err)
+	}
+	return pruned, nil
+}

@@ -60,6 +60,8 @@ type Config struct {
 	// journal would (journal.go): the plain path of the journal, for comparisons. NoTail implies it,
 	// since the tail serves the journal's events until they are moved into the file.
 	NoJournal bool
+	// ObserveCommit, when set, is told how long each write transaction's commit took.
+	ObserveCommit func(time.Duration)
 }
 
 // Store is a sandbox.Store on one SQLite file. It is safe for concurrent use.
@@ -85,6 +87,7 @@ type Store struct {
 	now       func() time.Time
 	noTail    bool
 	noJournal bool // Config.NoJournal or NoTail
+	onCommit  func(time.Duration)
 }
 
 var _ sandbox.Store = (*Store)(nil)
@@ -105,7 +108,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	if cfg.MaxAge < 0 {
 		return nil, fmt.Errorf("sqlite store: negative max age %s", cfg.MaxAge)
 	}
-	s := &Store{retention: int64(cfg.Retention), maxAge: cfg.MaxAge, now: cfg.Now, noTail: cfg.NoTail, noJournal: cfg.NoJournal || cfg.NoTail}
+	s := &Store{retention: int64(cfg.Retention), maxAge: cfg.MaxAge, now: cfg.Now, noTail: cfg.NoTail, noJournal: cfg.NoJournal || cfg.NoTail, onCommit: cfg.ObserveCommit}
 	if s.retention == 0 {
 		s.retention = DefaultRetention
 	}
@@ -261,9 +264,13 @@ func (s *Store) writeLocked(ctx context.Context, fn func() error, committed func
 		return fmt.Errorf("commit: %w", err)
 	}
 	// Not cancelled half-way: a commit that has begun is let finish.
+	start := time.Now()
 	if _, err := s.ws.exec(context.WithoutCancel(ctx), qCommit); err != nil {
 		s.head.ok = false // committed or not: read the head again
 		return fmt.Errorf("commit: %w", err)
+	}
+	if s.onCommit != nil {
+		s.onCommit(time.Since(start))
 	}
 	done = true
 	if s.jn != nil && s.jn.moving > 0 {

@@ -2,7 +2,9 @@
 """A tool a language model can call to run the Python code it wrote, in a sandbox instead of on your
 machine.
 
-``PythonTool`` keeps one sandbox for a conversation (so files persist between calls), writes each
+``PythonTool`` keeps one sandbox for a conversation (so files persist between calls; should the
+conversation never be closed, its lifetime pauses the sandbox after ten idle minutes, the next call
+resumes it, and it is terminated after an hour), writes each
 snippet to a file and runs it with a time limit and an output cap, and answers with a small JSON-able
 dict the model can read: exit code, output, whether it timed out. The code never runs in this process,
 and never through a shell on the host: only as argv inside the sandbox.
@@ -22,7 +24,7 @@ import json
 import sys
 from typing import Any, Dict, List, Optional
 
-from sandboxd import Client, Sandbox, SandboxdError
+from sandboxd import Client, Lifetime, Sandbox, SandboxdError
 
 TOOL_SCHEMA: Dict[str, Any] = {
     "name": "run_python",
@@ -55,7 +57,11 @@ class PythonTool:
     def run_python(self, code: str, timeout_seconds: float = 10) -> Dict[str, Any]:
         """The tool: runs code, answers with what a model needs to read."""
         if self.sandbox is None:
-            self.sandbox = Sandbox.create(self.client, required_capabilities=["commandExecution", "fileAccess"])
+            self.sandbox = Sandbox.create(
+                self.client,
+                required_capabilities=["commandExecution", "fileAccess"],
+                lifetime=Lifetime(ttl_seconds=3600, idle_seconds=600),
+            )
         self.calls += 1
         name = f"snippet_{self.calls}.py"
         try:

@@ -1,4 +1,8 @@
-"""Checks documents against their schemas in the contract, api/openapi.yaml (JSON Schema 2020-12)."""
+"""Checks documents against their schemas in the contract, api/openapi.yaml, and in sandboxd's
+extensions, api/extensions.yaml (JSON Schema 2020-12).
+
+A pointer names a schema: ``#/components/...`` in the contract, ``extensions.yaml#/components/...`` in
+the extensions (the ``schema`` of the classes of sandboxd.types and of sandboxd.extensions)."""
 
 from __future__ import annotations
 
@@ -12,8 +16,15 @@ import yaml
 
 from sandboxd.types import _TS
 
-CONTRACT = Path(__file__).resolve().parents[3] / "api" / "openapi.yaml"
-DOC: Dict[str, Any] = yaml.safe_load(CONTRACT.read_text())
+API = Path(__file__).resolve().parents[3] / "api"
+CONTRACT = API / "openapi.yaml"
+EXTENSIONS = API / "extensions.yaml"
+DOCS: Dict[str, Dict[str, Any]] = {
+    "": yaml.safe_load(CONTRACT.read_text()),
+    "extensions.yaml": yaml.safe_load(EXTENSIONS.read_text()),
+}
+DOC = DOCS[""]
+"""The contract."""
 
 _formats = jsonschema.FormatChecker()
 
@@ -32,10 +43,48 @@ def _escape(s: str) -> str:
     return s.replace("~", "~0").replace("/", "~1")
 
 
-# operationId -> (path template, method)
-OPERATIONS: Dict[str, Tuple[str, str]] = {
-    op["operationId"]: (p, m) for p, item in DOC["paths"].items() for m, op in item.items() if isinstance(op, dict) and "operationId" in op
-}
+def split(pointer: str) -> Tuple[str, str]:
+    """(document, pointer within it) of a pointer: ``"extensions.yaml#/a"`` is ("extensions.yaml", "#/a")."""
+    doc, _, at = pointer.partition("#")
+    if doc not in DOCS:
+        raise KeyError(f"{pointer}: no document {doc!r}")
+    return doc, "#" + at
+
+
+def _operations() -> Dict[str, Tuple[str, str, str]]:
+    out: Dict[str, Tuple[str, str, str]] = {}
+    for name, doc in DOCS.items():
+        for p, item in doc["paths"].items():
+            for m, op in item.items():
+                if isinstance(op, dict) and "operationId" in op:
+                    assert op["operationId"] not in out, f"operationId {op['operationId']} twice"
+                    out[op["operationId"]] = (name, p, m)
+    return out
+
+
+# operationId -> (document, path template, method)
+OPERATIONS: Dict[str, Tuple[str, str, str]] = _operations()
+
+EXTENSION_OPERATIONS = frozenset({"getSandboxStats", "getMetrics"})
+"""The operations of api/extensions.yaml the SDK has methods for (sandboxd.extensions). Each must be in
+the document, have its answers mirrored by classes and be checked during a run; the others are reached
+through request(), whose answers are checked against the document too."""
+
+EXTENSION_KEYS = frozenset({"sandboxd.lifetime"})
+"""The sandboxd.* spec.extensions keys the SDK has a type for."""
+
+_TEMPLATES = [
+    (m.upper(), re.compile("^" + re.sub(r"\\{[^}]+\\}", "[^/]+", re.escape(p)) + "$"), op)
+    for op, (_, p, m) in OPERATIONS.items()
+]
+
+
+def operation_of(method: str, p: str) -> Optional[str]:
+    """The operationId of a request to p (without its query) with method, in either document."""
+    for m, pattern, op in _TEMPLATES:
+        if m == method and pattern.match(p):
+            return op
+    return None
 
 _validators: Dict[str, Any] = {}
 validated: Counter[str] = Counter()
@@ -43,52 +92,60 @@ validated: Counter[str] = Counter()
 
 
 def validator(pointer: str) -> Any:
-    """A validator of the schema at pointer (a JSON pointer into the contract, "#/components/...")."""
+    """A validator of the schema at pointer (a JSON pointer into the contract, "#/components/...", or
+    into the extensions, "extensions.yaml#/components/...")."""
     v = _validators.get(pointer)
     if v is None:
-        root = dict(DOC)
-        root["$ref"] = pointer
+        name, at = split(pointer)
+        root = dict(DOCS[name])
+        root["$ref"] = at
         v = jsonschema.Draft202012Validator(root, format_checker=_formats)
         _validators[pointer] = v
     return v
 
 
-def _resolve(node: Dict[str, Any], at: str) -> Tuple[Dict[str, Any], str]:
+def resolve(name: str, node: Dict[str, Any], at: str) -> Tuple[Dict[str, Any], str]:
+    """node, or what its $ref names within document name, with its pointer."""
     while "$ref" in node:
         at = node["$ref"]
-        node = DOC
+        node = DOCS[name]
         for part in at[2:].split("/"):
             node = node[part.replace("~1", "/").replace("~0", "~")]
     return node, at
 
 
 def response_pointer(operation: str, status: int) -> Optional[str]:
-    """The pointer of the schema of operation's answer with that status, or None when the contract
+    """The pointer of the schema of operation's answer with that status, or None when its document
     lists no such answer."""
     if operation == "streamEvents" and status == 200:
         return "#/components/schemas/SandboxEvent"
     if operation not in OPERATIONS:
         return None
-    p, m = OPERATIONS[operation]
-    responses = DOC["paths"][p][m]["responses"]
+    name, p, m = OPERATIONS[operation]
+    responses = DOCS[name]["paths"][p][m]["responses"]
     if str(status) not in responses:
         return None
     at = f"#/paths/{_escape(p)}/{m}/responses/{status}"
-    resp, at = _resolve(responses[str(status)], at)
-    return f"{at}/content/{_escape('application/json')}/schema"
+    resp, at = resolve(name, responses[str(status)], at)
+    content = resp.get("content", {})
+    media = "application/json" if "application/json" in content else next(iter(content))
+    return f"{name}{at}/content/{_escape(media)}/schema"
 
 
 ERROR_RESPONSE = "#/components/schemas/ErrorResponse"
 
 
 def check(operation: str, status: int, doc: Any) -> None:
-    """Raises AssertionError unless doc is what the contract says operation answers with status. An
-    error status the contract does not list for the operation (401, 405, 413 are the transport's) must
+    """Raises AssertionError unless doc is what its document says operation answers with status. An
+    error status the document does not list for the operation (401, 405, 413 are the transport's) must
     still be an ErrorResponse; a 2xx it does not list is a failure."""
+    if operation not in OPERATIONS and " " in operation:  # a request() call: "METHOD /path"
+        method, p = operation.split(" ", 1)
+        operation = operation_of(method, p.split("?", 1)[0]) or operation
     pointer = response_pointer(operation, status)
     if pointer is None:
         if status < 400:
-            raise AssertionError(f"{operation}: the contract has no {status} answer")
+            raise AssertionError(f"{operation}: the document has no {status} answer")
         pointer = ERROR_RESPONSE
     errors = sorted(validator(pointer).iter_errors(doc), key=lambda e: list(e.path))
     if errors:

@@ -14,7 +14,17 @@ import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent.parent
-MODULES = ["sandboxd", "sandboxd.client", "sandboxd.sandbox", "sandboxd.aio", "sandboxd.types", "sandboxd.errors"]
+MODULES = [
+    "sandboxd",
+    "sandboxd.client",
+    "sandboxd.sandbox",
+    "sandboxd.aio",
+    "sandboxd.types",
+    "sandboxd.errors",
+    "sandboxd.extensions",
+    "sandboxd.extensions.lifetime",
+    "sandboxd.extensions.stats",
+]
 
 
 def main() -> int:

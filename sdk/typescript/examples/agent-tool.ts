@@ -1,7 +1,8 @@
 // An "agent tool": the function a language model calls to run the code it wrote. Each conversation
 // gets a sandbox of its own, kept across the model's calls (files it writes stay for its next
-// call) and terminated when the conversation ends; each run has a time limit and an output cap, and
-// its result goes back to the model as plain JSON.
+// call) and terminated when the conversation ends (or, should it never end, paused after ten idle
+// minutes, resumed by its next call, and terminated after an hour: its lifetime); each run has a time
+// limit and an output cap, and its result goes back to the model as plain JSON.
 //
 //   SANDBOXD_URL=http://127.0.0.1:4311 node build/examples/agent-tool.js
 //
@@ -67,7 +68,8 @@ export class CodeSession implements AsyncDisposable {
         `provider ${provider.name} runs code as host processes, without isolation: refusing model-written code`,
       );
     }
-    return new CodeSession(await Sandbox.create(client, {}, { timeoutMs: 30_000 }), timeoutSeconds);
+    const lifetime = { ttlSeconds: 3600, idleSeconds: 600 };
+    return new CodeSession(await Sandbox.create(client, { lifetime }, { timeoutMs: 30_000 }), timeoutSeconds);
   }
 
   /** The tool's implementation: never throws for what the program does, only when the sandbox fails. */

@@ -1,7 +1,7 @@
 // The client of one sandboxd: configuration, the daemon-wide calls, and the seam for calls the SDK does
 // not wrap yet.
 
-import { EventHistoryUnavailable } from "./errors.js";
+import { EventHistoryUnavailable, SandboxdError } from "./errors.js";
 import { EventStream, type EventsOptions } from "./events.js";
 import { Sandbox, type CreateOptions } from "./sandbox.js";
 import { Transport, type RequestOptions, type RetryOptions } from "./transport.js";
@@ -103,6 +103,31 @@ export class Client {
    */
   runtime(options: CallOptions = {}): Promise<RuntimeInfo> {
     return this.transport.call<RuntimeInfo>({ method: "GET", path: "/v1/runtime", signal: options.signal });
+  }
+
+  /**
+   * The daemon's metrics (`GET /metrics`) in the Prometheus text exposition format, version 0.0.4:
+   * requests by operation and status (`sandboxd_http_*`), provider operations, sandboxes by state, the
+   * event log, the warm pool and the daemon's own figures. It needs the token when the daemon has tokens.
+   * @throws {@link Unauthenticated}
+   */
+  metrics(options: CallOptions = {}): Promise<string> {
+    return this.transport.call<string>({
+      method: "GET",
+      path: "/metrics",
+      headers: { Accept: "text/plain" },
+      signal: options.signal,
+      read: async (resp) => {
+        const type = resp.headers.get("Content-Type") ?? "";
+        if (!type.startsWith("text/plain")) {
+          throw new SandboxdError(`GET /metrics: answer of type ${JSON.stringify(type)}, want text/plain`, {
+            code: "unexpected_response",
+            status: resp.status,
+          });
+        }
+        return resp.text();
+      },
+    });
   }
 
   /** Creates a sandbox and waits until it is ready: {@link Sandbox.create}. */

@@ -18,6 +18,7 @@ export { Sandbox, newRequestId, type ActionOptions, type CreateOptions, type Wai
 export { CommandFailed, CommandResult, type RunOptions } from "./commands.js";
 export { SandboxFiles, type WrittenFile } from "./files.js";
 export { EventStream, type EventsOptions } from "./events.js";
+export { LIFETIME_KEY } from "./extensions/lifetime.js";
 export type { RequestOptions, RetryOptions, RetryPolicy } from "./transport.js";
 export {
   ConnectionError,

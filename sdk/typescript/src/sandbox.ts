@@ -5,6 +5,8 @@ import type { CallOptions, Client } from "./client.js";
 import { CommandResult, withStdin, type RunOptions } from "./commands.js";
 import { GenerationConflict, InvalidState, NotFound, SandboxFailed, SandboxdError, WaitTimeout } from "./errors.js";
 import { SandboxFiles } from "./files.js";
+import { recordedLifetime, withLifetime, type RecordedLifetime } from "./extensions/lifetime.js";
+import type { SandboxStats } from "./extensions/stats.js";
 import type { CommandResultBody, CreateSpec, SandboxResource, SandboxSpec, SandboxState } from "./types.js";
 
 /** How {@link Sandbox.create} creates. */
@@ -92,7 +94,7 @@ export class Sandbox {
    * {@link ProviderUnavailable}.
    */
   static async create(client: Client, spec: CreateSpec = {}, options: CreateOptions = {}): Promise<Sandbox> {
-    const full: SandboxSpec = { ...spec, clientRequestId: spec.clientRequestId ?? newRequestId() };
+    const full = specOf(spec, spec.clientRequestId ?? newRequestId());
     return within(options, async (signal) => {
       const after = options.wait === false ? 0 : await client.startCursor(signal);
       const res = await client.transport.call<SandboxResource>({
@@ -139,6 +141,31 @@ export class Sandbox {
   /** The resource as last seen. */
   get resource(): Readonly<SandboxResource> {
     return this.#resource;
+  }
+
+  /**
+   * The lifetime that holds for this generation as last seen (its time to live, with the deadline as
+   * a time, and its idle bound), from `providerExtensions["sandboxd.lifetime"]`; undefined when it
+   * has none.
+   */
+  get lifetime(): RecordedLifetime | undefined {
+    return recordedLifetime(this.#resource.providerExtensions);
+  }
+
+  /**
+   * What the sandbox uses now (`GET /v1/sandboxes/{id}/stats`): CPU time, memory, processes and disk,
+   * read from its cgroups and its disk; a figure the provider cannot read is left out. It needs no
+   * generation: the answer says which generation, and state, it read.
+   * @throws {@link UnsupportedCapability} on a provider that cannot read them (such as `host`),
+   * {@link InvalidState} when the sandbox is neither ready nor paused, {@link NotFound},
+   * {@link ProviderUnavailable}
+   */
+  stats(options: CallOptions = {}): Promise<SandboxStats> {
+    return this.client.transport.call<SandboxStats>({
+      method: "GET",
+      path: `${this.#path}/stats`,
+      signal: options.signal,
+    });
   }
 
   /**
@@ -200,7 +227,7 @@ export class Sandbox {
    */
   async recreate(spec?: CreateSpec, options: ActionOptions = {}): Promise<this> {
     const { clientRequestId: _old, ...current } = this.#resource.spec;
-    const next: SandboxSpec = { ...(spec ?? current), clientRequestId: spec?.clientRequestId ?? newRequestId() };
+    const next = specOf(spec ?? current, spec?.clientRequestId ?? newRequestId());
     const expected = this.generation;
     return within(options, async (signal) => {
       const after = await this.client.startCursor(signal);
@@ -441,4 +468,11 @@ function timeoutOr(
     );
   }
   return signal.reason;
+}
+
+/** The wire spec of a create or recreate: its lifetime moved into its extensions. */
+function specOf(spec: CreateSpec, clientRequestId: string): SandboxSpec {
+  const { lifetime, ...rest } = spec;
+  const extensions = withLifetime(rest.extensions, lifetime);
+  return extensions === undefined ? { ...rest, clientRequestId } : { ...rest, extensions, clientRequestId };
 }

@@ -1,10 +1,13 @@
 /**
  * The contract's types under their own names, taken from the types generated from `api/openapi.yaml`
- * (`src/generated/openapi.ts`), so that they cannot drift from the contract.
+ * (`src/generated/openapi.ts`), so that they cannot drift from the contract. The types of what sandboxd
+ * offers beyond it, from `api/extensions.yaml` (`src/generated/extensions.ts`), are in `src/extensions/`,
+ * one file per group of that document.
  *
  * @module
  */
 
+import type { Lifetime } from "./extensions/lifetime.js";
 import type { components, operations, paths } from "./generated/openapi.js";
 
 /** The protocol version and the provider's manifest (`GET /v1/runtime`). */
@@ -39,5 +42,21 @@ export type ErrorResponse = components["schemas"]["ErrorResponse"];
 /** The contract's paths, operations and components, for typing calls made with {@link Client.request}. */
 export type { components, operations, paths };
 
-/** A spec for {@link Sandbox.create}: like {@link SandboxSpec}, but the SDK makes up `clientRequestId` when it is left out. */
-export type CreateSpec = Omit<SandboxSpec, "clientRequestId"> & { clientRequestId?: string };
+/**
+ * A spec for {@link Sandbox.create}: like {@link SandboxSpec}, but the SDK makes up `clientRequestId`
+ * when it is left out, and `lifetime` goes into `extensions["sandboxd.lifetime"]`.
+ */
+export type CreateSpec = Omit<SandboxSpec, "clientRequestId"> & {
+  clientRequestId?: string;
+  /** The sandbox's time to live and idle bound (see {@link Lifetime}). */
+  lifetime?: Lifetime;
+};
+
+export type { Lifetime, RecordedLifetime } from "./extensions/lifetime.js";
+export type { SandboxStats } from "./extensions/stats.js";
+/** The paths, operations and components of `api/extensions.yaml`, for typing calls made with {@link Client.request}. */
+export type {
+  components as extensionComponents,
+  operations as extensionOperations,
+  paths as extensionPaths,
+} from "./generated/extensions.js";

@@ -8,7 +8,8 @@
         print(sandbox.run(["echo", "hello"]).text)
 
 :class:`Client` and :class:`Sandbox` are synchronous; :class:`AsyncClient` and :class:`AsyncSandbox` are
-the same API as coroutines. Errors are in :mod:`sandboxd.errors`, data types in :mod:`sandboxd.types`.
+the same API as coroutines. Errors are in :mod:`sandboxd.errors`, data types in :mod:`sandboxd.types`,
+what sandboxd offers beyond the contract (``api/extensions.yaml``) in :mod:`sandboxd.extensions`.
 Only the standard library is used.
 """
 
@@ -40,6 +41,7 @@ from .errors import (
     ValidationError,
     WaitTimeout,
 )
+from .extensions import Lifetime, RecordedLifetime, SandboxStats
 from .sandbox import Files, Sandbox
 from .types import (
     CommandResult,
@@ -76,11 +78,13 @@ __all__ = [
     "IdempotencyConflict",
     "InternalError",
     "InvalidState",
+    "Lifetime",
     "MethodNotAllowed",
     "NotFound",
     "ProviderManifest",
     "ProviderProtocolError",
     "ProviderUnavailable",
+    "RecordedLifetime",
     "RequestTooLarge",
     "Resources",
     "RuntimeCapabilities",
@@ -90,6 +94,7 @@ __all__ = [
     "SandboxFailed",
     "SandboxResource",
     "SandboxSpec",
+    "SandboxStats",
     "SandboxdError",
     "Unauthenticated",
     "UnexpectedResponse",

@@ -15,6 +15,7 @@ from .errors import (
     ValidationError,
     WaitTimeout,
 )
+from .extensions.lifetime import Lifetime, with_lifetime
 from .types import SETTLED_STATES, CommandResult, FileEntry, Resources, SandboxEvent, SandboxResource, SandboxSpec
 
 DEFAULT_WAIT = 60.0
@@ -40,7 +41,9 @@ def make_spec(
     required_capabilities: Optional[Iterable[str]],
     extensions: Optional[Mapping[str, Any]],
     client_request_id: Optional[str],
+    lifetime: Optional[Lifetime] = None,
 ) -> SandboxSpec:
+    extensions = with_lifetime(extensions, lifetime)
     return SandboxSpec(
         client_request_id=client_request_id or new_request_id(),
         image=image,

@@ -20,8 +20,9 @@ USER_AGENT = f"sandboxd-python/{__version__}"
 
 ResponseHook = Callable[[str, int, Any], None]
 RESPONSE_HOOKS: List[ResponseHook] = []
-"""Called with (operationId, status, decoded JSON) for every JSON body the client decodes, and with
-("streamEvents", 200, event) for every event of a stream. The test suite checks them against the contract."""
+"""Called with (operationId, status, decoded JSON) for every JSON body the client decodes (the text of a
+text/plain answer as a str), and with ("streamEvents", 200, event) for every event of a stream. The test
+suite checks them against the contract and api/extensions.yaml."""
 
 
 def observe(operation: str, status: int, doc: Any) -> None:
@@ -58,6 +59,7 @@ class Request:
     retry: Retry = Retry.UNSENT
     timeout: Optional[float] = None  # seconds the answer may take; None: the client's timeout
     headers: Tuple[Tuple[str, str], ...] = ()
+    text: bool = False  # the answer is text/plain, returned as a str
 
     def target(self, base_path: str) -> str:
         t = base_path + self.path
@@ -168,12 +170,19 @@ def transport_error(req: Request, base: Base, err: BaseException) -> ConnectionF
 
 
 def decode(req: Request, status: int, ctype: str, body: bytes) -> Any:
-    """The JSON document of a 2xx answer, or raises the error of another."""
+    """The JSON document of a 2xx answer (its text when req.text), or raises the error of another."""
     if status // 100 != 2:
         err = error_from_response(status, body)
         if RESPONSE_HOOKS and not isinstance(err, UnexpectedResponse):
             observe(req.operation, status, json.loads(body))
         raise err
+    if req.text:
+        if not ctype.startswith("text/plain"):
+            raise UnexpectedResponse(f"{req.method} {req.path}: answer of type {ctype!r}, want text/plain", status=status)
+        text = body.decode("utf-8", "replace")
+        if RESPONSE_HOOKS:
+            observe(req.operation, status, text)
+        return text
     if not ctype.startswith("application/json"):
         raise UnexpectedResponse(f"{req.method} {req.path}: answer of type {ctype!r}, want JSON", status=status)
     try:

@@ -74,6 +74,8 @@ from .errors import (
     UnexpectedResponse,
     ValidationError,
 )
+from .extensions.lifetime import Lifetime, RecordedLifetime
+from .extensions.stats import SandboxStats, get_metrics, get_sandbox_stats
 from .types import (
     CommandResult,
     Failure,
@@ -141,6 +143,11 @@ class AsyncClient:
         """See :meth:`sandboxd.Client.runtime`."""
         return RuntimeInfo.from_json(await self._t.call(_ops.get_runtime_info()))
 
+    async def metrics(self) -> str:
+        """See :meth:`sandboxd.Client.metrics`."""
+        text: str = await self._t.call(get_metrics())
+        return text
+
     def create_sandbox(
         self,
         *,
@@ -152,6 +159,7 @@ class AsyncClient:
         client_request_id: Optional[str] = None,
         wait: bool = True,
         timeout: float = DEFAULT_WAIT,
+        lifetime: Optional[Lifetime] = None,
     ) -> Creating:
         """See :meth:`AsyncSandbox.create`: await it, or ``async with`` it."""
         return AsyncSandbox.create(
@@ -164,6 +172,7 @@ class AsyncClient:
             client_request_id=client_request_id,
             wait=wait,
             timeout=timeout,
+            lifetime=lifetime,
         )
 
     async def get_sandbox(self, sandbox_id: str) -> AsyncSandbox:
@@ -457,6 +466,7 @@ class AsyncSandbox:
         client_request_id: Optional[str] = None,
         wait: bool = True,
         timeout: float = DEFAULT_WAIT,
+        lifetime: Optional[Lifetime] = None,
     ) -> Creating:
         """See :meth:`sandboxd.Sandbox.create`. ``sandbox = await AsyncSandbox.create(...)``, or
         ``async with AsyncSandbox.create(...) as sandbox:``."""
@@ -467,6 +477,7 @@ class AsyncSandbox:
             required_capabilities=required_capabilities,
             extensions=extensions,
             client_request_id=client_request_id,
+            lifetime=lifetime,
         )
         return Creating(cls._create(client, spec, wait, timeout))
 
@@ -511,6 +522,15 @@ class AsyncSandbox:
     @property
     def failure(self) -> Optional[Failure]:
         return self.resource.failure
+
+    @property
+    def lifetime(self) -> Optional[RecordedLifetime]:
+        """See :attr:`sandboxd.Sandbox.lifetime`."""
+        return RecordedLifetime.of(self.resource.provider_extensions)
+
+    async def stats(self) -> SandboxStats:
+        """See :meth:`sandboxd.Sandbox.stats`."""
+        return SandboxStats.from_json(await self.client._call(get_sandbox_stats(self.id)))
 
     def __repr__(self) -> str:
         return f"<AsyncSandbox {self.id} generation {self.generation} {self.state}>"

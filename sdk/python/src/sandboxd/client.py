@@ -25,6 +25,8 @@ from ._transport import (
     resolve_token,
 )
 from .errors import ConnectionFailed, EventHistoryUnavailable, SandboxdError, UnexpectedResponse
+from .extensions.lifetime import Lifetime
+from .extensions.stats import get_metrics
 from .types import Resources, RuntimeInfo, SandboxEvent, SandboxResource
 
 if TYPE_CHECKING:
@@ -106,6 +108,14 @@ class Client:
         Errors: ProviderProtocolError, ProviderUnavailable."""
         return RuntimeInfo.from_json(self._t.call(_ops.get_runtime_info()))
 
+    def metrics(self) -> str:
+        """The daemon's metrics (``GET /metrics``), in the Prometheus text exposition format (version
+        0.0.4): requests by operation and status (``sandboxd_http_*``), provider operations, sandboxes
+        by state, the event log, the warm pool, the process. It needs the token when the daemon has
+        tokens. Errors: Unauthenticated."""
+        text: str = self._t.call(get_metrics())
+        return text
+
     def create_sandbox(
         self,
         *,
@@ -117,6 +127,7 @@ class Client:
         client_request_id: Optional[str] = None,
         wait: bool = True,
         timeout: float = DEFAULT_WAIT,
+        lifetime: Optional[Lifetime] = None,
     ) -> Sandbox:
         """Creates a sandbox; the same as :meth:`sandboxd.Sandbox.create` with this client."""
         from .sandbox import Sandbox
@@ -131,6 +142,7 @@ class Client:
             client_request_id=client_request_id,
             wait=wait,
             timeout=timeout,
+            lifetime=lifetime,
         )
 
     def get_sandbox(self, sandbox_id: str) -> Sandbox:

@@ -37,6 +37,8 @@ from .errors import (
     UnexpectedResponse,
     ValidationError,
 )
+from .extensions.lifetime import Lifetime, RecordedLifetime
+from .extensions.stats import SandboxStats, get_sandbox_stats
 from .types import (
     CommandResult,
     Failure,
@@ -85,9 +87,14 @@ class Sandbox:
         client_request_id: Optional[str] = None,
         wait: bool = True,
         timeout: float = DEFAULT_WAIT,
+        lifetime: Optional[Lifetime] = None,
     ) -> Sandbox:
         """Creates a sandbox and, unless ``wait`` is False, waits up to ``timeout`` seconds for it to be
         ready, following the event stream.
+
+        ``lifetime`` (a :class:`~sandboxd.extensions.Lifetime`, e.g. ``Lifetime(ttl_seconds=3600)``)
+        goes into ``extensions["sandboxd.lifetime"]``: the daemon terminates the sandbox after its time
+        to live and pauses or terminates it after its idle bound; :attr:`lifetime` reads back what holds.
 
         Without a client it makes one from ``$SANDBOXD_URL`` and ``$SANDBOXD_TOKEN`` and closes it with
         the sandbox. The create carries a ``clientRequestId`` (``client_request_id``, else a fresh one),
@@ -108,6 +115,7 @@ class Sandbox:
                 required_capabilities=required_capabilities,
                 extensions=extensions,
                 client_request_id=client_request_id,
+                lifetime=lifetime,
             )
             after = c._known_cursor() if wait else None
             sb = cls(c, SandboxResource.from_json(c._call(_ops.create_sandbox(spec))), own_client=own)
@@ -148,6 +156,13 @@ class Sandbox:
     def failure(self) -> Optional[Failure]:
         """Why it failed, when its state is ``failed``."""
         return self.resource.failure
+
+    @property
+    def lifetime(self) -> Optional[RecordedLifetime]:
+        """The lifetime that holds for this generation when last seen (its time to live, with the
+        deadline as a time, and its idle bound), from ``providerExtensions["sandboxd.lifetime"]``; None
+        when it has none."""
+        return RecordedLifetime.of(self.resource.provider_extensions)
 
     def __repr__(self) -> str:
         return f"<Sandbox {self.id} generation {self.generation} {self.state}>"
@@ -263,6 +278,16 @@ class Sandbox:
                 continue
             self.refresh()
             return finish(self.resource, tr, wanted, self)
+
+    # --- beyond the contract ---
+
+    def stats(self) -> SandboxStats:
+        """What the sandbox uses now (``GET /v1/sandboxes/{id}/stats``): CPU time, memory, processes,
+        disk, read from its cgroups and its disk; a figure the provider cannot read is None. It needs
+        no generation: the answer says which generation, and state, it read. Errors: NotFound,
+        InvalidState (not ready or paused), UnsupportedCapability (a provider that cannot read them,
+        such as ``host``), ProviderUnavailable."""
+        return SandboxStats.from_json(self.client._call(get_sandbox_stats(self.id)))
 
     # --- commands ---
 

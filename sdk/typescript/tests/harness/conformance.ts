@@ -1,6 +1,8 @@
 // The conformance check: a fetch for the SDK that validates every answer it hands the SDK against the
-// schema of its operation and status in api/openapi.yaml (JSON Schema 2020-12, with ajv), and every
-// event of an event stream against SandboxEvent, as the SDK reads them.
+// schema of its operation and status in its document, api/openapi.yaml (the contract) or
+// api/extensions.yaml (what sandboxd offers beyond it), with JSON Schema 2020-12 (ajv), and every event
+// of an event stream against SandboxEvent, as the SDK reads them. An operation of a later group of
+// extensions.yaml is checked as soon as it is in the document.
 
 import { readFileSync } from "node:fs";
 import path from "node:path";
@@ -12,18 +14,30 @@ import YAML from "yaml";
 
 const addFormats = addFormatsModule as unknown as (ajv: Ajv2020) => void;
 
-const specPath = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "../../../../../api/openapi.yaml");
+const apiDir = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "../../../../../api");
+/** The documents, each with the id its schemas are registered under. */
+const documents = [
+  { file: "openapi.yaml", id: "sandboxd-openapi" },
+  { file: "extensions.yaml", id: "sandboxd-extensions" },
+];
 
 interface Operation {
   id: string;
+  /** The document it is described in. */
+  document: string;
   method: string;
   pattern: RegExp;
-  responses: Map<string, ValidateFunction | "stream">;
+  responses: Map<string, ValidateFunction | "stream" | { text: ValidateFunction }>;
 }
 
 type Json = null | boolean | number | string | Json[] | { [k: string]: Json };
 
-const defsId = "sandboxd-openapi";
+const defsId = documents[0]!.id;
+
+interface Document {
+  paths: Record<string, Record<string, { operationId?: string; responses?: Record<string, Json> }>>;
+  components: { schemas: Record<string, Json>; responses: Record<string, Json> };
+}
 
 /** Rewrites the contract's component references to the schema document the validators share. */
 function rewrite(node: Json, prefix: string): Json {
@@ -51,31 +65,43 @@ export class Conformance {
   readonly #error: ValidateFunction;
 
   constructor() {
-    const doc = YAML.parse(readFileSync(specPath, "utf8")) as {
-      paths: Record<string, Record<string, { operationId?: string; responses?: Record<string, Json> }>>;
-      components: { schemas: Record<string, Json>; responses: Record<string, Json> };
-    };
-    // strictRequired would refuse the contract's own `not: {required: [image, template]}`.
+    // strictRequired would refuse the contract's own `not: {required: [image, template]}`; x-capability
+    // is extensions.yaml's annotation of a spec.extensions key.
     this.#ajv = new Ajv2020({ allErrors: true, strict: true, strictRequired: false });
+    this.#ajv.addKeyword("x-capability");
     addFormats(this.#ajv);
-    this.#ajv.addSchema({ $id: defsId, $defs: rewrite(doc.components.schemas as Json, "") } as object);
+    for (const { file, id } of documents) {
+      const doc = YAML.parse(readFileSync(path.join(apiDir, file), "utf8")) as Document;
+      this.#ajv.addSchema({ $id: id, $defs: rewrite(doc.components.schemas as Json, "") } as object);
+      this.#addOperations(doc, file, id);
+    }
     this.#event = this.#ajv.compile({ $ref: `${defsId}#/$defs/SandboxEvent` });
     this.#error = this.#ajv.compile({ $ref: `${defsId}#/$defs/ErrorResponse` });
+  }
+
+  /** Every operationId of both documents. */
+  get operations(): { id: string; document: string }[] {
+    return this.#ops.map(({ id, document }) => ({ id, document }));
+  }
+
+  #addOperations(doc: Document, file: string, defs: string): void {
     for (const [p, item] of Object.entries(doc.paths)) {
       const pattern = new RegExp("^" + p.replace(/\{[^}]+\}/g, "[^/]+") + "$");
       for (const [method, op] of Object.entries(item)) {
         if (method === "parameters" || !op.operationId) continue;
-        const responses = new Map<string, ValidateFunction | "stream">();
+        const responses = new Map<string, ValidateFunction | "stream" | { text: ValidateFunction }>();
         for (const [status, r] of Object.entries(op.responses ?? {})) {
           let resp = r as { $ref?: string; content?: Record<string, { schema: Json }> };
           if (resp.$ref) resp = doc.components.responses[resp.$ref.split("/").pop()!] as typeof resp;
           const content = resp.content ?? {};
           if (content["text/event-stream"]) responses.set(status, "stream");
           else if (content["application/json"]) {
-            responses.set(status, this.#ajv.compile(rewrite(content["application/json"].schema, defsId) as object));
+            responses.set(status, this.#ajv.compile(rewrite(content["application/json"].schema, defs) as object));
+          } else if (content["text/plain"]) {
+            responses.set(status, { text: this.#ajv.compile(rewrite(content["text/plain"].schema, defs) as object) });
           }
         }
-        this.#ops.push({ id: op.operationId, method: method.toUpperCase(), pattern, responses });
+        this.#ops.push({ id: op.operationId, document: file, method: method.toUpperCase(), pattern, responses });
       }
     }
   }
@@ -93,14 +119,28 @@ export class Conformance {
     }
     const schema = op.responses.get(String(resp.status));
     if (schema === "stream") return this.#checkStream(resp, `${op.id} ${resp.status}`);
+    if (schema && "text" in schema) return this.#checkText(resp, schema.text, `${op.id} ${resp.status}`, what);
     if (schema) return this.#checkJSON(resp, schema, `${op.id} ${resp.status}`, what);
-    if (resp.status < 400) this.violations.push(`${what}: status not in the contract for ${op.id}`);
+    if (resp.status < 400) this.violations.push(`${what}: status not in ${op.document} for ${op.id}`);
     // Statuses the contract leaves to the error table (401, 405, 413): an ErrorResponse still.
     return this.#checkJSON(resp, this.#error, `${op.id} ${resp.status} (unlisted)`, what);
   };
 
   #note(key: string): void {
     this.covered.set(key, (this.covered.get(key) ?? 0) + 1);
+  }
+
+  async #checkText(resp: Response, validate: ValidateFunction, key: string, what: string): Promise<Response> {
+    const text = await resp
+      .clone()
+      .text()
+      .catch(() => undefined);
+    if (text === undefined) return resp;
+    this.#note(key);
+    const type = resp.headers.get("Content-Type") ?? "";
+    if (!type.startsWith("text/plain")) this.violations.push(`${what}: Content-Type ${type}, want text/plain`);
+    if (!validate(text)) this.violations.push(`${what}: ${this.#ajv.errorsText(validate.errors)}`);
+    return resp;
   }
 
   async #checkJSON(resp: Response, validate: ValidateFunction, key: string, what: string): Promise<Response> {

@@ -1,0 +1,54 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"net/netip"
+	"strings"
+
+	"github.com/sandboxd/sandbox/netpolicy"
+	"github.com/sandboxd/sandbox/provider/oci"
+)
+
+// OCINetwork are the flags of the oci provider's sandbox networks (provider/oci/network.go).
+type OCINetwork struct {
+	Off     bool
+	Pool    netip.Prefix
+	Egress  string
+	Uplinks []string
+}
+
+func (n *OCINetwork) register(fs *flag.FlagSet) {
+	fs.BoolVar(&n.Off, "oci-network-off", n.Off, "oci provider: keep every sandbox on loopback only; a policy that lets something out is refused (422)")
+	fs.Func("oci-network-pool", "oci provider: the IPv4 prefix the sandboxes' addresses come from (default 10.203.0.0/16)", func(v string) error {
+		p, err := netip.ParsePrefix(v)
+		if err != nil || !p.Addr().Is4() || p.Bits() > 29 || p.Masked() != p {
+			return fmt.Errorf("want an IPv4 network of at most /29, such as 10.203.0.0/16")
+		}
+		n.Pool = p
+		return nil
+	})
+	fs.Func("oci-network-egress", "oci provider: the egress of a sandbox whose spec has no sandboxd.network policy: deny (loopback only) or allow (default deny)", func(v string) error {
+		if v != netpolicy.EgressDeny && v != netpolicy.EgressAllow {
+			return fmt.Errorf("want %s or %s", netpolicy.EgressDeny, netpolicy.EgressAllow)
+		}
+		n.Egress = v
+		return nil
+	})
+	fs.Func("oci-network-uplinks", "oci provider: the interfaces replies to the sandboxes come back through, comma separated, on which IPv4 forwarding is turned on (default: those of the default routes)", func(v string) error {
+		n.Uplinks = nil
+		for _, u := range strings.Split(v, ",") {
+			if u = strings.TrimSpace(u); u != "" {
+				if strings.ContainsAny(u, "/.") || len(u) > 15 {
+					return fmt.Errorf("interface name %q", u)
+				}
+				n.Uplinks = append(n.Uplinks, u)
+			}
+		}
+		return nil
+	})
+}
+
+func (n OCINetwork) config() oci.NetworkConfig {
+	return oci.NetworkConfig{Off: n.Off, Pool: n.Pool, DefaultEgress: n.Egress, Uplinks: n.Uplinks}
+}

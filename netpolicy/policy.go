@@ -1,0 +1,235 @@
+// Package netpolicy is a sandbox's egress policy (the value of spec.extensions["sandboxd.network"]) and
+// the nftables rules that enforce it on the host (firewall.go).
+//
+// A policy says whether egress is allowed by default and lists destinations to allow and to deny. Deny
+// beats allow. Whatever it says, a sandbox never reaches another sandbox, and it reaches the host
+// (its own addresses, the daemon) or a link-local address (169.254.0.0/16, where clouds serve their
+// metadata) only through an allow rule that names it: a single address (/32) or a range inside
+// 169.254.0.0/16. IPv6 is denied.
+package netpolicy
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"net/netip"
+	"strings"
+
+	"github.com/sandboxd/sandbox"
+)
+
+// ExtensionKey is the spec.extensions key that holds a sandbox's policy.
+const ExtensionKey = "sandboxd.network"
+
+// Egress defaults.
+const (
+	EgressDeny  = "deny"
+	EgressAllow = "allow"
+)
+
+// maxRules bounds each list of a policy: every entry is one rule on the host's packet path.
+const maxRules = 256
+
+// Policy is a sandbox's egress policy as written in its spec.
+type Policy struct {
+	Egress string   `json:"egress,omitempty"` // EgressDeny or EgressAllow; empty: the daemon's default
+	Allow  []string `json:"allow,omitempty"`  // CIDRs, addresses or names (Rules.AllowNames)
+	Deny   []string `json:"deny,omitempty"`
+}
+
+// Rules is a checked policy, ready for the firewall.
+type Rules struct {
+	Egress bool // egress to what no rule names is allowed
+	Allow  []netip.Prefix
+	Deny   []netip.Prefix
+	// AllowNames and DenyNames are the entries that are names, not addresses: "example.com" is that
+	// name alone, "*.example.com" its subdomains (not itself). The daemon's resolver (Forwarder)
+	// answers a sandbox's queries and makes the firewall allow (or deny) the addresses of an answer
+	// for a name they name, for its TTL.
+	AllowNames []string `json:",omitempty"`
+	DenyNames  []string `json:",omitempty"`
+}
+
+// linkLocal is where clouds serve instance metadata; reached only through a rule inside it.
+var linkLocal = netip.MustParsePrefix("169.254.0.0/16")
+
+// never are destinations no rule opens: "this network", loopback (martian off the host's own), and
+// multicast, reserved and broadcast.
+var never = []netip.Prefix{
+	netip.MustParsePrefix("0.0.0.0/8"),
+	netip.MustParsePrefix("127.0.0.0/8"),
+	netip.MustParsePrefix("224.0.0.0/3"),
+}
+
+// Explicit reports whether an allow rule for pr names its destination explicitly enough to open the
+// host or a link-local address: one address, or a range inside 169.254.0.0/16.
+func Explicit(pr netip.Prefix) bool {
+	return pr.IsSingleIP() || (linkLocal.Bits() <= pr.Bits() && linkLocal.Contains(pr.Addr()))
+}
+
+// Needs reports whether rules need a network at all: a sandbox whose egress is denied and which
+// allows nothing keeps the loopback-only path.
+func (r Rules) Needs() bool { return r.Egress || len(r.Allow) > 0 || len(r.AllowNames) > 0 }
+
+// Name tells what the rules say of a query for name (lower case, without the final dot): denied
+// when a deny rule matches it, allowed by a rule that names it (named), or by the default egress.
+func (r Rules) Name(name string) (allowed, named bool) {
+	if matchName(r.DenyNames, name) {
+		return false, true
+	}
+	if matchName(r.AllowNames, name) {
+		return true, true
+	}
+	return r.Egress, false
+}
+
+func matchName(rules []string, name string) bool {
+	for _, r := range rules {
+		if sub, ok := strings.CutPrefix(r, "*."); ok {
+			if strings.HasSuffix(name, "."+sub) {
+				return true
+			}
+		} else if name == r {
+			return true
+		}
+	}
+	return false
+}
+
+// Parse checks the policy in raw (nil or JSON null: none) and returns its rules, with defaultEgress
+// for a policy that does not say. Errors: ErrInvalidRequest for a malformed policy.
+func Parse(raw json.RawMessage, defaultEgress string) (Rules, error) {
+	var p Policy
+	if len(raw) > 0 && !bytes.Equal(bytes.TrimSpace(raw), []byte("null")) {
+		dec := json.NewDecoder(bytes.NewReader(raw))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&p); err != nil {
+			return Rules{}, fmt.Errorf("%s: %v: %w", ExtensionKey, err, sandbox.ErrInvalidRequest)
+		}
+	}
+	return p.Rules(defaultEgress)
+}
+
+// Rules checks p and returns its rules, with defaultEgress when p does not say.
+// Errors: ErrInvalidRequest.
+func (p Policy) Rules(defaultEgress string) (Rules, error) {
+	egress := p.Egress
+	if egress == "" {
+		egress = defaultEgress
+	}
+	var r Rules
+	switch egress {
+	case EgressAllow:
+		r.Egress = true
+	case EgressDeny:
+	default:
+		return Rules{}, fmt.Errorf("%s: egress %q: want %q or %q: %w", ExtensionKey, egress, EgressDeny, EgressAllow, sandbox.ErrInvalidRequest)
+	}
+	var err error
+	if r.Allow, err = parseList("allow", p.Allow, &r.AllowNames); err != nil {
+		return Rules{}, err
+	}
+	if r.Deny, err = parseList("deny", p.Deny, &r.DenyNames); err != nil {
+		return Rules{}, err
+	}
+	return r, nil
+}
+
+func parseList(name string, entries []string, domains *[]string) ([]netip.Prefix, error) {
+	if len(entries) > maxRules {
+		return nil, fmt.Errorf("%s: %d %s rules: at most %d: %w", ExtensionKey, len(entries), name, maxRules, sandbox.ErrInvalidRequest)
+	}
+	var out []netip.Prefix
+	for _, e := range entries {
+		pr, isAddr, err := parseDestination(e)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %s rule %q: %v: %w", ExtensionKey, name, e, err, sandbox.ErrInvalidRequest)
+		}
+		if !isAddr {
+			*domains = append(*domains, e)
+			continue
+		}
+		out = append(out, pr)
+	}
+	return out, nil
+}
+
+// parseDestination reads one rule: an IPv4 CIDR in canonical form, an IPv4 address (a /32), or a
+// domain name (isAddr false).
+func parseDestination(s string) (pr netip.Prefix, isAddr bool, err error) {
+	if s == "" {
+		return pr, false, fmt.Errorf("empty")
+	}
+	if strings.ContainsAny(s, "/:") || startsWithDigitDot(s) {
+		if strings.Contains(s, "/") {
+			pr, err = netip.ParsePrefix(s)
+		} else {
+			var a netip.Addr
+			if a, err = netip.ParseAddr(s); err == nil {
+				pr = netip.PrefixFrom(a, a.BitLen())
+			}
+		}
+		switch {
+		case err != nil:
+			return pr, false, err
+		case !pr.Addr().Is4():
+			return pr, false, fmt.Errorf("only IPv4: a sandbox has no IPv6")
+		case pr.Masked() != pr:
+			return pr, false, fmt.Errorf("host bits set: %s is the network", pr.Masked())
+		}
+		return pr, true, nil
+	}
+	if err := checkDomain(s); err != nil {
+		return pr, false, err
+	}
+	return pr, false, nil
+}
+
+func startsWithDigitDot(s string) bool {
+	for _, c := range s {
+		if c == '.' {
+			return true
+		}
+		if c < '0' || c > '9' {
+			return false
+		}
+	}
+	return true
+}
+
+// checkDomain accepts a lower-case DNS name of letters, digits and hyphens, with an optional leading
+// "*." for its subdomains.
+func checkDomain(s string) error {
+	name := strings.TrimPrefix(s, "*.")
+	if len(name) > 253 || !strings.Contains(name, ".") {
+		return fmt.Errorf("not a CIDR, an address or a fully qualified name")
+	}
+	for _, label := range strings.Split(name, ".") {
+		if label == "" || len(label) > 63 || label[0] == '-' || label[len(label)-1] == '-' {
+			return fmt.Errorf("label %q of a name", label)
+		}
+		for _, c := range label {
+			if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-') {
+				return fmt.Errorf("%q in a name: lower-case letters, digits and hyphens only", c)
+			}
+		}
+	}
+	return nil
+}
+
+// Policy is rules written as a policy, the daemon's default made explicit.
+func (r Rules) Policy() Policy {
+	p := Policy{Egress: EgressDeny, Allow: []string{}, Deny: []string{}}
+	if r.Egress {
+		p.Egress = EgressAllow
+	}
+	for _, pr := range r.Allow {
+		p.Allow = append(p.Allow, pr.String())
+	}
+	p.Allow = append(p.Allow, r.AllowNames...)
+	for _, pr := range r.Deny {
+		p.Deny = append(p.Deny, pr.String())
+	}
+	p.Deny = append(p.Deny, r.DenyNames...)
+	return p
+}

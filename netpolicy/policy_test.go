@@ -1,0 +1,125 @@
+package netpolicy
+
+import (
+	"encoding/json"
+	"errors"
+	"net/netip"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/sandboxd/sandbox"
+)
+
+func TestParse(t *testing.T) {
+	r, err := Parse(json.RawMessage(`{"egress":"deny","allow":["203.0.113.0/24","198.51.100.7","pypi.org","*.example.com"],"deny":["203.0.113.9/32","bad.example.com"]}`), EgressAllow)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Egress || !slices.Equal(r.Allow, []netip.Prefix{netip.MustParsePrefix("203.0.113.0/24"), netip.MustParsePrefix("198.51.100.7/32")}) ||
+		!slices.Equal(r.AllowNames, []string{"pypi.org", "*.example.com"}) || !slices.Equal(r.DenyNames, []string{"bad.example.com"}) ||
+		!slices.Equal(r.Deny, []netip.Prefix{netip.MustParsePrefix("203.0.113.9/32")}) {
+		t.Errorf("rules %+v", r)
+	}
+	if !r.Needs() {
+		t.Error("an allow list needs a network")
+	}
+	for raw, egress := range map[string]bool{"": true, "null": true, `{}`: true, `{"egress":"deny"}`: false} {
+		r, err := Parse(json.RawMessage(raw), EgressAllow)
+		if err != nil || r.Egress != egress {
+			t.Errorf("%q: %+v %v", raw, r, err)
+		}
+	}
+	if r, _ := Parse(nil, EgressDeny); r.Needs() {
+		t.Error("the default deny needs a network")
+	}
+	if r, _ := Parse(json.RawMessage(`{"deny":["10.0.0.0/8","x.example"]}`), EgressDeny); r.Needs() {
+		t.Error("a deny list alone needs a network")
+	}
+	long := strings.Repeat("a", 64) + ".example"
+	many, _ := json.Marshal(map[string]any{"allow": slices.Repeat([]string{"10.0.0.0/8"}, maxRules+1)})
+	for _, bad := range []string{`{"egress":"maybe"}`, `{"allow":["10.0.0.1/8"]}`, `{"allow":["::/0"]}`, `{"deny":["::1"]}`,
+		`{"allow":[""]}`, `{"allow":["Example.com"]}`, `{"allow":["localhost"]}`, `{"allow":["a..b"]}`, `{"allow":["-a.b"]}`,
+		`{"allow":["*.*.b.c"]}`, `{"allow":["a.b/33"]}`, `{"allow":["1.2.3"]}`, `{"allow":["` + long + `"]}`, `{"allow":["a_b.c"]}`,
+		`{"allow":"10.0.0.0/8"}`, `{"other":1}`, `[]`, `{`, string(many)} {
+		if _, err := Parse(json.RawMessage(bad), EgressDeny); !errors.Is(err, sandbox.ErrInvalidRequest) {
+			t.Errorf("%s: %v, want ErrInvalidRequest", bad, err)
+		}
+	}
+}
+
+func TestName(t *testing.T) {
+	r := Rules{AllowNames: []string{"pypi.org", "*.example.com"}, DenyNames: []string{"bad.example.com", "*.evil.example.com"}}
+	for name, want := range map[string][2]bool{
+		"pypi.org":              {true, true},
+		"files.pypi.org":        {false, false}, // a name is not its subdomains
+		"example.com":           {false, false}, // a wildcard is not its apex
+		"a.example.com":         {true, true},
+		"a.b.example.com":       {true, true},
+		"notexample.com":        {false, false},
+		"aexample.com":          {false, false},
+		"bad.example.com":       {false, true}, // deny beats allow
+		"x.evil.example.com":    {false, true},
+		"evil.example.com":      {true, true}, // the deny wildcard's apex is the allow wildcard's subdomain
+		"other.org":             {false, false},
+		"pypi.org.attacker.net": {false, false},
+	} {
+		allowed, named := r.Name(name)
+		if allowed != want[0] || named != want[1] {
+			t.Errorf("%s: allowed %v named %v, want %v", name, allowed, named, want)
+		}
+	}
+	r.Egress = true
+	if allowed, named := r.Name("other.org"); !allowed || named {
+		t.Errorf("egress allow: other.org allowed %v named %v", allowed, named)
+	}
+	if allowed, _ := r.Name("bad.example.com"); allowed {
+		t.Error("egress allow opened a denied name")
+	}
+}
+
+func TestExplicit(t *testing.T) {
+	for s, want := range map[string]bool{"169.254.169.254/32": true, "169.254.0.0/16": true, "169.254.1.0/24": true,
+		"169.0.0.0/8": false, "0.0.0.0/0": false, "10.0.0.5/32": true, "10.0.0.0/8": false} {
+		if got := Explicit(netip.MustParsePrefix(s)); got != want {
+			t.Errorf("%s: %v", s, got)
+		}
+	}
+}
+
+func TestPolicyRoundTrip(t *testing.T) {
+	raw := `{"egress":"allow","allow":["203.0.113.0/24","pypi.org"],"deny":["198.51.100.7/32","*.bad.example"]}`
+	r, err := Parse(json.RawMessage(raw), EgressDeny)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, _ := json.Marshal(r.Policy())
+	if string(out) != raw {
+		t.Errorf("%s, want %s", out, raw)
+	}
+}
+
+// FuzzParse: any input is a policy whose written form reads back the same, or ErrInvalidRequest.
+func FuzzParse(f *testing.F) {
+	for _, s := range []string{`{"egress":"allow"}`, `{"allow":["203.0.113.0/24","*.example.com"],"deny":["a.b"]}`, `{"allow":["1.2.3.4"]}`, `null`} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, raw string) {
+		r, err := Parse(json.RawMessage(raw), EgressDeny)
+		if err != nil {
+			if !errors.Is(err, sandbox.ErrInvalidRequest) {
+				t.Fatalf("%q: %v", raw, err)
+			}
+			return
+		}
+		out, _ := json.Marshal(r.Policy())
+		again, err := Parse(out, EgressAllow)
+		if err != nil {
+			t.Fatalf("%s does not read back: %v", out, err)
+		}
+		back, _ := json.Marshal(again.Policy())
+		if string(back) != string(out) {
+			t.Fatalf("%s read back as %s", out, back)
+		}
+	})
+}

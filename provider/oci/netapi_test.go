@@ -1,0 +1,246 @@
+package oci_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sandboxd/sandbox"
+	"github.com/sandboxd/sandbox/client"
+	"github.com/sandboxd/sandbox/httpapi"
+	"github.com/sandboxd/sandbox/httpapi/apitest"
+	"github.com/sandboxd/sandbox/internal/testenv"
+	teststack "github.com/sandboxd/sandbox/internal/testenv/stack"
+)
+
+// TestNetworkAPI: the policy through GET and PUT /v1/sandboxes/{id}/network on oci, every answer
+// checked against api/extensions.yaml: a change holds for new connections while the sandbox runs,
+// connections open go on, it is fenced by the generation, and denials are counted and listed with the
+// name they were resolved from.
+func TestNetworkAPI(t *testing.T) {
+	in := newInternet(t)
+	p := netProvider(t, in, testenv.StateDir(t))
+	st := teststack.New(t, p, teststack.API(func(c *httpapi.Config) { c.HeartbeatInterval = 200 * time.Millisecond }))
+	c, err := client.New(st.URL, client.WithHTTPClient(&http.Client{Transport: apitest.Transport(t, http.DefaultTransport)}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	create := func(policy string) *sandbox.Sandbox {
+		t.Helper()
+		spec := sandbox.Spec{ClientRequestID: string(sandbox.NewID())}
+		if policy != "" {
+			spec.Extensions = map[string]json.RawMessage{"sandboxd.network": json.RawMessage(policy)}
+		}
+		sb, err := c.Create(ctx, spec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for sb.State != sandbox.StateReady {
+			if sb.State == sandbox.StateFailed {
+				t.Fatalf("sandbox failed: %+v", sb.Failure)
+			}
+			time.Sleep(20 * time.Millisecond)
+			if sb, err = c.Get(ctx, sb.ID); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return sb
+	}
+	run := func(sb *sandbox.Sandbox, script string) (string, bool) {
+		t.Helper()
+		res, err := c.Exec(ctx, sb.ID, sb.Generation, sandbox.Command{Argv: []string{"sh", "-c", script}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(res.Stdout), res.ExitCode != nil && *res.ExitCode == 0
+	}
+	server := "http://" + in.server.String() + "/"
+
+	t.Run("default: loopback, then a policy set while it runs", func(t *testing.T) {
+		sb := create("")
+		n, err := c.Network(ctx, sb.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n.Policy.Egress != "deny" || len(n.Policy.Allow) != 0 || n.Generation != sb.Generation {
+			t.Errorf("network %+v", n)
+		}
+		if _, ok := run(sb, "curl -sS --max-time 2 "+server); ok {
+			t.Error("reached the server before any policy allowed it")
+		}
+		if _, err := c.SetNetwork(ctx, sb.ID, sb.Generation+1, client.NetworkPolicy{Egress: "allow"}); !errors.Is(err, sandbox.ErrGenerationConflict) {
+			t.Errorf("a stale generation: %v, want a generation conflict", err)
+		}
+		n, err = c.SetNetwork(ctx, sb.ID, sb.Generation, client.NetworkPolicy{Allow: []string{"allowed.test"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n.Policy.Egress != "deny" || strings.Join(n.Policy.Allow, ",") != "allowed.test" {
+			t.Errorf("after the change: %+v", n)
+		}
+		if out, ok := run(sb, "curl -sS --max-time 2 http://allowed.test/"); !ok || out != "server" {
+			t.Errorf("after the change allowed.test: %q %v", out, ok)
+		}
+		run(sb, "curl -sS --max-time 2 http://"+in.other.String()+"/; curl -sS --max-time 2 http://other.test/")
+		n, err = c.Network(ctx, sb.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n.AllowedConnections == 0 || n.DeniedConnections == 0 {
+			t.Errorf("counters %d allowed, %d denied", n.AllowedConnections, n.DeniedConnections)
+		}
+		var sawAddr, sawName bool
+		for _, d := range n.Denials {
+			sawAddr = sawAddr || d.Destination == in.other.String()
+			sawName = sawName || (d.Name == "other.test" && d.Destination == "")
+			if time.Since(d.Time) > time.Minute || time.Until(d.Time) > time.Second {
+				t.Errorf("denial at %v", d.Time)
+			}
+		}
+		if !sawAddr || !sawName {
+			t.Errorf("denials %+v: want %s and the name other.test", n.Denials, in.other)
+		}
+		// The spec keeps what was asked at create.
+		if got, _ := c.Get(ctx, sb.ID); len(got.Spec.Extensions) != 0 {
+			t.Errorf("spec extensions %v", got.Spec.Extensions)
+		}
+	})
+	t.Run("a connection open goes on when the policy denies; a new one does not", func(t *testing.T) {
+		sb := create(`{"egress":"allow"}`)
+		// A download of 64 MiB at 4 MiB/s: open while the policy changes under it.
+		done := make(chan string, 1)
+		go func() {
+			out, _ := run(sb, "curl -sS --max-time 60 --limit-rate 4M -o /dev/null -w '%{size_download}' "+server+"bytes/67108864")
+			done <- out
+		}()
+		time.Sleep(time.Second)
+		if _, err := c.SetNetwork(ctx, sb.ID, sb.Generation, client.NetworkPolicy{Egress: "deny"}); err != nil {
+			t.Fatal(err)
+		}
+		if _, ok := run(sb, "curl -sS --max-time 2 "+server); ok {
+			t.Error("a new connection went out after the policy denied it")
+		}
+		if got := <-done; got != "67108864" {
+			t.Errorf("the open download got %q bytes", got)
+		}
+	})
+	t.Run("denials are streamed, and the stream ends with the sandbox", func(t *testing.T) {
+		sb := create(`{"allow":["allowed.test"]}`)
+		hc := &http.Client{Transport: apitest.Transport(t, http.DefaultTransport)}
+		sctx, scancel := context.WithTimeout(ctx, time.Minute)
+		defer scancel()
+		req, _ := http.NewRequestWithContext(sctx, "GET", st.URL+"/v1/sandboxes/"+string(sb.ID)+"/network/denials", nil)
+		resp, err := hc.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		if resp.StatusCode != 200 || resp.Header.Get("Content-Type") != "text/event-stream" {
+			t.Fatalf("%d %s", resp.StatusCode, resp.Header.Get("Content-Type"))
+		}
+		events := make(chan [2]string, 16)
+		go func() {
+			defer close(events)
+			sc := bufio.NewScanner(resp.Body)
+			var name string
+			for sc.Scan() {
+				line := sc.Text()
+				if line == ": heartbeat" {
+					events <- [2]string{"heartbeat", ""}
+				} else if v, ok := strings.CutPrefix(line, "event: "); ok {
+					name = v
+				} else if v, ok := strings.CutPrefix(line, "data: "); ok {
+					events <- [2]string{name, v}
+				}
+			}
+		}()
+		run(sb, "curl -sS --max-time 2 http://"+in.other.String()+"/")
+		next := func() [2]string {
+			t.Helper()
+			select {
+			case ev, ok := <-events:
+				if !ok {
+					t.Fatal("the stream closed")
+				}
+				return ev
+			case <-time.After(20 * time.Second):
+				t.Fatal("no event")
+			}
+			return [2]string{}
+		}
+		ev := next()
+		beats := 0
+		for ; ev[0] == "heartbeat"; ev = next() {
+			beats++
+		}
+		var d sandbox.NetworkDenial
+		if err := json.Unmarshal([]byte(ev[1]), &d); ev[0] != "denial" || err != nil || d.Destination != in.other.String() {
+			t.Fatalf("event %q: %+v %v", ev, d, err)
+		}
+		if _, err := c.Terminate(ctx, sb.ID, sb.Generation); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(500 * time.Millisecond)
+		for ev = next(); ev[0] == "denial" || ev[0] == "heartbeat"; ev = next() {
+			if ev[0] == "heartbeat" {
+				beats++
+			}
+		}
+		if beats == 0 {
+			t.Error("no heartbeat between the events")
+		}
+		if ev[0] != "end" || !strings.Contains(ev[1], "reason") {
+			t.Errorf("last event %q, want end", ev)
+		}
+		if _, ok := <-events; ok {
+			t.Error("the stream went on after its end")
+		}
+	})
+	t.Run("the client's stream of denials", func(t *testing.T) {
+		sb := create(`{"egress":"deny","allow":["allowed.test"]}`)
+		type result struct {
+			got []sandbox.NetworkDenial
+			end *client.NetworkDenialsEnd
+			err error
+		}
+		done := make(chan result, 1)
+		go func() {
+			var r result
+			r.end, r.err = c.StreamNetworkDenials(ctx, sb.ID, func(d sandbox.NetworkDenial) bool {
+				r.got = append(r.got, d)
+				return true
+			})
+			done <- r
+		}()
+		run(sb, "getent hosts other.test")
+		time.Sleep(time.Second)
+		if _, err := c.Terminate(ctx, sb.ID, sb.Generation); err != nil {
+			t.Fatal(err)
+		}
+		r := <-done
+		if r.err != nil || r.end == nil || r.end.Reason == "" {
+			t.Fatalf("end %+v, %v", r.end, r.err)
+		}
+		if len(r.got) == 0 || r.got[len(r.got)-1].Name != "other.test" {
+			t.Errorf("denials %+v, want the name other.test", r.got)
+		}
+	})
+	t.Run("malformed policies are refused", func(t *testing.T) {
+		sb := create("")
+		for _, bad := range []client.NetworkPolicy{{Egress: "sometimes"}, {Allow: []string{"10.0.0.1/8"}}, {Deny: []string{"::1"}}, {Allow: []string{"UPPER.example"}}} {
+			if _, err := c.SetNetwork(ctx, sb.ID, sb.Generation, bad); !errors.Is(err, sandbox.ErrInvalidRequest) {
+				t.Errorf("%+v: %v, want invalid request", bad, err)
+			}
+		}
+		if _, err := c.Network(ctx, sandbox.ID("sbx_nope")); !errors.Is(err, sandbox.ErrNotFound) {
+			t.Errorf("an unknown sandbox: %v", err)
+		}
+	})
+}

@@ -1,0 +1,242 @@
+package oci_test
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/netip"
+	"os/exec"
+	"runtime"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/miekg/dns"
+	"github.com/vishvananda/netns"
+
+	"github.com/sandboxd/sandbox/provider/oci"
+)
+
+// internet is a test's stand-in for the world outside the machine: a network namespace the test makes,
+// joined to the host by a veth pair, with HTTP servers on addresses no other machine has. The host
+// routes to them through the veth only; nothing the tests send leaves the machine.
+//
+//	host end: 198.18.K.1/30 (uplink)       the namespace's end: 198.18.K.2/30 (server)
+//	a second server at 198.19.K.2, routed through the namespace, for rules that tell two nets apart
+//	169.254.169.254, the cloud metadata address, routed to the namespace too: a rule that failed
+//	open would reach the test's server there, never a real one.
+type internet struct {
+	ns       string
+	uplink   string // the host's end
+	hostAddr netip.Addr
+	server   netip.Addr // 198.18.K.2
+	other    netip.Addr // 198.19.K.2
+	metadata netip.Addr
+	k        byte
+}
+
+func ipCmd(t testing.TB, args ...string) {
+	t.Helper()
+	if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
+		t.Fatalf("ip %s: %v: %s", strings.Join(args, " "), err, out)
+	}
+}
+
+// newInternet makes the namespace, its link and servers, all removed when the test ends. Each HTTP
+// server answers "NAME" for its name on port 80.
+func newInternet(t testing.TB) *internet {
+	t.Helper()
+	if _, err := exec.LookPath("ip"); err != nil {
+		t.Fatal("the network tests need iproute2's ip (scripts/test installs it)")
+	}
+	var rnd [3]byte
+	rand.Read(rnd[:])
+	tag := hex.EncodeToString(rnd[:])
+	k := rnd[0]
+	in := &internet{ns: "sbxtest-" + tag, uplink: "ti" + tag, k: k,
+		hostAddr: netip.AddrFrom4([4]byte{198, 18, k, 1}), server: netip.AddrFrom4([4]byte{198, 18, k, 2}),
+		other: netip.AddrFrom4([4]byte{198, 19, k, 2}), metadata: netip.MustParseAddr("169.254.169.254")}
+	ipCmd(t, "netns", "add", in.ns)
+	t.Cleanup(func() { exec.Command("ip", "netns", "del", in.ns).Run() })
+	ipCmd(t, "link", "add", in.uplink, "type", "veth", "peer", "name", "eth0", "netns", in.ns)
+	t.Cleanup(func() { exec.Command("ip", "link", "del", in.uplink).Run() })
+	ipCmd(t, "addr", "add", in.hostAddr.String()+"/30", "dev", in.uplink)
+	ipCmd(t, "link", "set", in.uplink, "up")
+	for _, args := range [][]string{
+		{"addr", "add", in.server.String() + "/30", "dev", "eth0"},
+		{"addr", "add", in.other.String() + "/32", "dev", "eth0"},
+		{"addr", "add", in.metadata.String() + "/32", "dev", "eth0"},
+		{"link", "set", "eth0", "up"},
+		{"link", "set", "lo", "up"},
+		// Replies to the sandboxes' masqueraded connections go back to the host's end.
+		{"route", "add", "default", "via", in.hostAddr.String()},
+	} {
+		ipCmd(t, append([]string{"-n", in.ns}, args...)...)
+	}
+	ipCmd(t, "route", "add", netip.PrefixFrom(in.other, 24).Masked().String(), "via", in.server.String(), "dev", in.uplink)
+	t.Cleanup(func() {
+		exec.Command("ip", "route", "del", netip.PrefixFrom(in.other, 24).Masked().String()).Run()
+	})
+	ipCmd(t, "route", "add", in.metadata.String()+"/32", "via", in.server.String(), "dev", in.uplink)
+	t.Cleanup(func() { exec.Command("ip", "route", "del", in.metadata.String()+"/32").Run() })
+	for name, a := range map[string]netip.Addr{"server": in.server, "other": in.other, "metadata": in.metadata} {
+		in.serve(t, name, netip.AddrPortFrom(a, 80))
+	}
+	in.serveDNS(t)
+	return in
+}
+
+// names are the test's DNS names, with the address each answers.
+func (in *internet) names() map[string]netip.Addr {
+	return map[string]netip.Addr{
+		"allowed.test.":       in.server,
+		"other.test.":         in.other,
+		"wild.test.":          in.other, // the apex of *.wild.test
+		"sub.wild.test.":      in.server,
+		"deep.sub.wild.test.": in.server,
+		"denied.wild.test.":   in.server,
+		"rebind.test.":        in.metadata, // an allowed name answering a link-local address
+		"host.test.":          in.hostAddr, // ... or the host's own
+	}
+}
+
+// serveDNS answers the test's names (TTL 1 s: every answer is asked again) on the server's address,
+// port 53, over UDP and TCP.
+func (in *internet) serveDNS(t testing.TB) {
+	t.Helper()
+	names := in.names()
+	handler := dns.HandlerFunc(func(w dns.ResponseWriter, req *dns.Msg) {
+		m := new(dns.Msg)
+		m.SetReply(req)
+		if len(req.Question) == 1 {
+			q := req.Question[0]
+			if a, ok := names[strings.ToLower(q.Name)]; ok && q.Qtype == dns.TypeA {
+				m.Answer = append(m.Answer, &dns.A{Hdr: dns.RR_Header{Name: q.Name, Rrtype: dns.TypeA, Class: dns.ClassINET, Ttl: 1}, A: a.AsSlice()})
+			} else if !ok {
+				m.Rcode = dns.RcodeNameError
+			}
+		}
+		w.WriteMsg(m)
+	})
+	target, err := netns.GetFromName(in.ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer target.Close()
+	addr := netip.AddrPortFrom(in.server, 53).String()
+	var pc net.PacketConn
+	var ln net.Listener
+	inNamespace(t, target, func() {
+		if pc, err = net.ListenPacket("udp4", addr); err != nil {
+			t.Fatal(err)
+		}
+		if ln, err = net.Listen("tcp4", addr); err != nil {
+			t.Fatal(err)
+		}
+	})
+	for _, srv := range []*dns.Server{{PacketConn: pc, Handler: handler}, {Listener: ln, Handler: handler}} {
+		go srv.ActivateAndServe()
+		t.Cleanup(func() { srv.Shutdown() })
+	}
+}
+
+// serve answers name over HTTP on ap inside the namespace.
+func (in *internet) serve(t testing.TB, name string, ap netip.AddrPort) {
+	t.Helper()
+	ln := in.listen(t, ap.String())
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// /bytes/N answers N zero bytes, for the throughput benchmarks.
+		if n, err := strconv.ParseInt(strings.TrimPrefix(r.URL.Path, "/bytes/"), 10, 64); err == nil && n <= 1<<30 {
+			w.Header().Set("Content-Length", strconv.FormatInt(n, 10))
+			io.CopyN(w, zeros{}, n)
+			return
+		}
+		fmt.Fprint(w, name)
+	}), ReadHeaderTimeout: 5 * time.Second}
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Close() })
+}
+
+type zeros struct{}
+
+func (zeros) Read(b []byte) (int, error) { clear(b); return len(b), nil }
+
+// listen opens a TCP listener inside the namespace.
+func (in *internet) listen(t testing.TB, addr string) net.Listener {
+	t.Helper()
+	target, err := netns.GetFromName(in.ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer target.Close()
+	var ln net.Listener
+	inNamespace(t, target, func() {
+		if ln, err = net.Listen("tcp", addr); err != nil {
+			t.Fatal(err)
+		}
+	})
+	return ln
+}
+
+// hostServer answers name over HTTP on addr in the host's namespace, until the test ends; it returns
+// the port.
+func hostServer(t testing.TB, name, addr string) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprint(w, name)
+	}), ReadHeaderTimeout: 5 * time.Second}
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Close() })
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+// pool is a test provider's address pool, apart from the internet's.
+func (in *internet) pool() netip.Prefix {
+	return netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 231, in.k, 0}), 24)
+}
+
+// inNetns runs fn on a thread in the network namespace of process pid.
+func inNetns(t testing.TB, pid int, fn func()) {
+	t.Helper()
+	target, err := netns.GetFromPid(pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer target.Close()
+	inNamespace(t, target, fn)
+}
+
+// inNamespace runs fn on a thread in the network namespace target.
+func inNamespace(t testing.TB, target netns.NsHandle, fn func()) {
+	t.Helper()
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	orig, err := netns.Get()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer orig.Close()
+	if err := netns.Set(target); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := netns.Set(orig); err != nil {
+			panic(err) // the thread would stay in the other namespace
+		}
+	}()
+	fn()
+}
+
+// config is the network configuration of a provider whose world outside is in.
+func (in *internet) config() oci.NetworkConfig {
+	return oci.NetworkConfig{Pool: in.pool(), Uplinks: []string{in.uplink},
+		Resolvers: []string{netip.AddrPortFrom(in.server, 53).String()}}
+}

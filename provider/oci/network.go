@@ -1,0 +1,482 @@
+package oci
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/miekg/dns"
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
+
+	"github.com/sandboxd/sandbox"
+	"github.com/sandboxd/sandbox/netpolicy"
+)
+
+// A sandbox whose policy lets anything out gets a network of its own at allocation, once its container
+// runs (cold or taken from the warm pool): a veth pair from the host into the network namespace the
+// runtime made for it, a routed point-to-point link. The sandbox's end, eth0, has one address of the
+// pool (a /32) and a default route through the pool's first address, which every sandbox's host end
+// carries; the host end routes that one address. No bridge joins two sandboxes: each has a link of its
+// own, and the daemon's nftables table (netpolicy.Firewall) holds each one's policy and masquerades
+// the pool behind whatever interface the host routes a destination through. A sandbox whose egress is
+// denied and which allows nothing keeps the runtime's loopback-only namespace: nothing is added.
+//
+// Everything added is named from the provider: the host ends' names begin with ifPrefix, the table is
+// the provider's. A restarted provider sets again the rules of the sandboxes it finds running (their
+// net.json) and removes every other host end of its prefix; a sandbox's namespace, and its end of the
+// link, go with its container.
+
+// NetworkConfig configures the sandboxes' networks.
+type NetworkConfig struct {
+	// Pool is where the sandboxes' addresses come from (IPv4; its first address is the gateway).
+	// Default 10.203.0.0/16. Two providers on one host need pools apart.
+	Pool netip.Prefix
+	// DefaultEgress is the policy of a sandbox whose spec says none ("deny" or "allow"); default "deny".
+	DefaultEgress string
+	// Uplinks are the interfaces replies come back through, on which the provider turns IPv4
+	// forwarding on when the first sandbox gets a network; default the interfaces of the host's IPv4
+	// default routes.
+	Uplinks []string
+	// Resolvers are the upstream DNS servers ("host:port") the sandboxes' resolver forwards to;
+	// default the nameservers of the host's /etc/resolv.conf.
+	Resolvers []string
+	// Off leaves every sandbox on loopback, whatever its policy asks: a policy that needs a network
+	// is refused (ErrUnsupportedCapability).
+	Off bool
+}
+
+// defaultPool is NetworkConfig.Pool's default.
+var defaultPool = netip.MustParsePrefix("10.203.0.0/16")
+
+// networkEtc are the sandboxes' /etc files that name their resolver, the daemon's on the gateway
+// (netpolicy.Forwarder); a sandbox on loopback only cannot reach it, and a name fails at once.
+func (p *Provider) networkEtc() map[string]string {
+	cfg := p.cfg.Network
+	if cfg.Off || p.runc.class != classRunc {
+		return nil
+	}
+	pool := cmpPrefix(cfg.Pool, defaultPool)
+	return map[string]string{
+		"resolv.conf":   "nameserver " + pool.Masked().Addr().Next().String() + "\noptions timeout:2 attempts:2\n",
+		"nsswitch.conf": "passwd: files\ngroup: files\nhosts: files dns\n",
+	}
+}
+
+func cmpPrefix(a, b netip.Prefix) netip.Prefix {
+	if a.IsValid() {
+		return a
+	}
+	return b
+}
+
+// guestIface is the sandbox's end of its link.
+const guestIface = "eth0"
+
+// netState is what a sandbox's directory records of its network (net.json), so that release and a
+// restarted provider find it.
+type netState struct {
+	Iface string          `json:"iface"`
+	Addr  netip.Addr      `json:"addr"`
+	Rules netpolicy.Rules `json:"rules"`
+}
+
+func (l layout) netFile() string { return filepath.Join(l.dir, "net.json") }
+func (l layout) pidFile() string { return filepath.Join(l.dir, "init.pid") }
+
+// network is the provider's share of the host's network.
+type network struct {
+	cfg      NetworkConfig
+	fw       *netpolicy.Firewall
+	dns      *netpolicy.Forwarder // nil: no rules by name
+	ifPrefix string
+	gateway  netip.Addr
+
+	mu       sync.Mutex
+	used     map[netip.Addr]bool
+	next     netip.Addr
+	uplinkOn bool
+}
+
+// startNetwork makes the provider's table afresh, sets again the rules of the sandboxes an earlier
+// provider left running, and removes every other host interface of the provider's. Called by New once
+// the runtime's containers are listed.
+func (p *Provider) startNetwork() error {
+	cfg := p.cfg.Network
+	if cfg.Off || p.runc.class != classRunc {
+		return nil
+	}
+	cfg.Pool = cmpPrefix(cfg.Pool, defaultPool)
+	if cfg.DefaultEgress == "" {
+		cfg.DefaultEgress = netpolicy.EgressDeny
+	}
+	if !cfg.Pool.Addr().Is4() || cfg.Pool.Bits() > 29 {
+		return fmt.Errorf("network pool %s: an IPv4 prefix of at most /29", cfg.Pool)
+	}
+	if _, err := netpolicy.Parse(nil, cfg.DefaultEgress); err != nil {
+		return fmt.Errorf("default egress: %w", err)
+	}
+	cfg.Pool = cfg.Pool.Masked()
+	n := &network{cfg: cfg, ifPrefix: "sx" + p.cgTag[:4], used: map[netip.Addr]bool{}}
+	n.gateway = cfg.Pool.Addr().Next()
+	n.next = n.gateway.Next()
+	fw, err := netpolicy.NewFirewall("sandboxd_"+p.cgTag, cfg.Pool, n.ifPrefix)
+	if err != nil {
+		return err
+	}
+	n.fw = fw
+	if n.dns, err = startResolver(fw, cfg.Resolvers, p.log); err != nil {
+		// Rules by name are refused then; the rest works.
+		p.log.Warn("the sandboxes' resolver did not start; policies with names are refused", "err", err)
+	}
+	kept := map[string]bool{}
+	ents, _ := os.ReadDir(p.boxDir)
+	for _, e := range ents {
+		l := layout{dir: filepath.Join(p.boxDir, e.Name())}
+		st, err := readNetState(l)
+		if err != nil {
+			continue
+		}
+		m, err := readMetaFile(l)
+		if err != nil {
+			continue
+		}
+		name := m.Container
+		if name == "" {
+			name = m.Ref.Name()
+		}
+		cs, ok := p.found[name]
+		if !ok || cs.Status == "stopped" || !strings.HasPrefix(st.Iface, n.ifPrefix) || !cfg.Pool.Contains(st.Addr) {
+			continue
+		}
+		if _, err := netlink.LinkByName(st.Iface); err != nil {
+			continue
+		}
+		if err := fw.Set(st.Iface, st.Addr, st.Rules); err != nil {
+			p.log.Warn("setting again the rules of a running sandbox", "dir", e.Name(), "err", err)
+			continue
+		}
+		n.used[st.Addr] = true
+		kept[st.Iface] = true
+		if n.dns != nil {
+			n.dns.Set(st.Addr, st.Iface, st.Rules)
+		}
+	}
+	links, err := netlink.LinkList()
+	if err != nil {
+		return fmt.Errorf("list links: %w", err)
+	}
+	for _, link := range links {
+		name := link.Attrs().Name
+		if strings.HasPrefix(name, n.ifPrefix) && !kept[name] {
+			p.log.Warn("removing a sandbox interface no running sandbox claims", "iface", name)
+			if err := netlink.LinkDel(link); err != nil && !errors.Is(err, unix.ENODEV) {
+				p.log.Error("removing a sandbox interface", "iface", name, "err", err)
+			}
+		}
+	}
+	p.net = n
+	return nil
+}
+
+// closeNetwork removes the provider's table when no sandbox has rules in it: a provider that closes
+// leaves its sandboxes running, with their network, for the next one.
+func (p *Provider) closeNetwork() error {
+	if p.net == nil {
+		return nil
+	}
+	if p.net.dns != nil {
+		p.net.dns.Close()
+	}
+	p.net.mu.Lock()
+	inUse := len(p.net.used) > 0
+	p.net.mu.Unlock()
+	if inUse {
+		return nil
+	}
+	return p.net.fw.Close()
+}
+
+// networkRules are the checked policy of spec, with the daemon's default for what it leaves out.
+// Errors: ErrInvalidRequest for a malformed policy, ErrUnsupportedCapability for one this provider
+// cannot enforce (names, until the sandboxes have a resolver; any network on a provider without one).
+func (p *Provider) networkRules(spec sandbox.Spec) (netpolicy.Rules, error) {
+	rules, err := netpolicy.Parse(spec.Extensions[netpolicy.ExtensionKey], p.defaultEgress())
+	if err != nil {
+		return rules, err
+	}
+	if rules.Needs() && p.net == nil {
+		return rules, fmt.Errorf("%s: this provider runs sandboxes on loopback only: %w", netpolicy.ExtensionKey, sandbox.ErrUnsupportedCapability)
+	}
+	if names := slices.Concat(rules.AllowNames, rules.DenyNames); len(names) > 0 && (p.net == nil || p.net.dns == nil) {
+		return rules, fmt.Errorf("%s: rules by name (%s) need the sandboxes' resolver, which is not running: %w", netpolicy.ExtensionKey, names[0], sandbox.ErrUnsupportedCapability)
+	}
+	return rules, nil
+}
+
+// defaultEgress is the egress of a sandbox whose policy does not say.
+func (p *Provider) defaultEgress() string {
+	if p.cfg.Network.DefaultEgress == "" {
+		return netpolicy.EgressDeny
+	}
+	return p.cfg.Network.DefaultEgress
+}
+
+// attachNetwork gives the running container of b a network under rules; nothing when rules need none.
+// On failure, what it added is removed by the caller's release (net.json is written first).
+func (p *Provider) attachNetwork(b *box, rules netpolicy.Rules) error {
+	if !rules.Needs() {
+		return nil
+	}
+	n := p.net
+	m, err := readMetaFile(b.l)
+	if err != nil {
+		return err
+	}
+	pid, err := containerPid(b.l, m.CgroupPath)
+	if err != nil {
+		return err
+	}
+	ns, err := netns.GetFromPath("/proc/" + strconv.Itoa(pid) + "/ns/net")
+	if err != nil {
+		return fmt.Errorf("the sandbox's network namespace: %w", err)
+	}
+	defer ns.Close()
+	if err := n.enableUplinks(); err != nil {
+		return err
+	}
+	addr, err := n.take()
+	if err != nil {
+		return err
+	}
+	var rnd [4]byte
+	rand.Read(rnd[:])
+	st := netState{Iface: n.ifPrefix + hex.EncodeToString(rnd[:]), Addr: addr, Rules: rules}
+	if err := writeJSONFile(b.l.netFile(), st); err != nil {
+		n.give(addr)
+		return err
+	}
+	// The rules match the host end by name: they are set while the link is made.
+	fwErr := make(chan error, 1)
+	go func() { fwErr <- n.fw.Set(st.Iface, addr, rules) }()
+	err = n.link(ns, st)
+	if err = errors.Join(err, <-fwErr); err != nil {
+		return err
+	}
+	if n.dns != nil {
+		n.dns.Set(addr, st.Iface, rules)
+	}
+	return nil
+}
+
+// link makes st's veth pair, its host end in the host's namespace and its other end, eth0, in ns.
+func (n *network) link(ns netns.NsHandle, st netState) error {
+	veth := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: st.Iface}, PeerName: guestIface, PeerNamespace: netlink.NsFd(int(ns))}
+	if err := netlink.LinkAdd(veth); err != nil {
+		return fmt.Errorf("veth %s: %w", st.Iface, err)
+	}
+	if err := n.hostEnd(st); err != nil {
+		return err
+	}
+	return n.guestEnd(ns, st.Addr)
+}
+
+// hostEnd configures the host's end of st's link: the gateway's address with the sandbox's as its
+// peer, no IPv6, forwarding.
+func (n *network) hostEnd(st netState) error {
+	link, err := netlink.LinkByName(st.Iface)
+	if err != nil {
+		return err
+	}
+	for key, val := range map[string]string{"ipv6/conf/%s/disable_ipv6": "1", "ipv4/conf/%s/forwarding": "1"} {
+		if err := writeSysctl(fmt.Sprintf(key, st.Iface), val); err != nil {
+			return err
+		}
+	}
+	// A point-to-point address: the kernel routes the peer, the sandbox's address, through the link.
+	if err := netlink.AddrAdd(link, &netlink.Addr{IPNet: hostNet(n.gateway), Peer: hostNet(st.Addr)}); err != nil {
+		return fmt.Errorf("address of %s: %w", st.Iface, err)
+	}
+	return netlink.LinkSetUp(link)
+}
+
+// guestEnd configures the sandbox's end: its address, up, and its default route through the gateway.
+func (n *network) guestEnd(ns netns.NsHandle, addr netip.Addr) error {
+	h, err := netlink.NewHandleAt(ns)
+	if err != nil {
+		return err
+	}
+	defer h.Close()
+	link, err := h.LinkByName(guestIface)
+	if err != nil {
+		return err
+	}
+	if err := h.AddrAdd(link, &netlink.Addr{IPNet: hostNet(addr), Peer: hostNet(n.gateway)}); err != nil {
+		return err
+	}
+	if err := h.LinkSetUp(link); err != nil {
+		return err
+	}
+	return h.RouteAdd(&netlink.Route{LinkIndex: link.Attrs().Index, Gw: net.IP(n.gateway.AsSlice())})
+}
+
+// detachNetwork removes what attachNetwork added for the sandbox in l: its rules, its host end (gone
+// already with its namespace, usually) and its address. Nothing recorded is nothing to do.
+func (p *Provider) detachNetwork(l layout) error {
+	st, err := readNetState(l)
+	if os.IsNotExist(err) || p.net == nil {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if st.Iface == "" { // a policy recorded, no network
+		return os.Remove(l.netFile())
+	}
+	if p.net.dns != nil {
+		p.net.dns.Remove(st.Addr)
+	}
+	if err := p.net.fw.Remove(st.Iface); err != nil {
+		return err
+	}
+	if link, err := netlink.LinkByName(st.Iface); err == nil {
+		if err := netlink.LinkDel(link); err != nil && !errors.Is(err, unix.ENODEV) {
+			return fmt.Errorf("remove %s: %w", st.Iface, err)
+		}
+	}
+	p.net.give(st.Addr)
+	return os.Remove(l.netFile())
+}
+
+// take reserves a free address of the pool.
+func (n *network) take() (netip.Addr, error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for range 1 << (32 - n.cfg.Pool.Bits()) {
+		a := n.next
+		n.next = a.Next()
+		if !n.cfg.Pool.Contains(n.next) || n.next == lastAddr(n.cfg.Pool) {
+			n.next = n.gateway.Next()
+		}
+		if n.cfg.Pool.Contains(a) && a != n.gateway && a != lastAddr(n.cfg.Pool) && !n.used[a] {
+			n.used[a] = true
+			return a, nil
+		}
+	}
+	return netip.Addr{}, fmt.Errorf("the network pool %s is exhausted", n.cfg.Pool)
+}
+
+func (n *network) give(a netip.Addr) {
+	n.mu.Lock()
+	delete(n.used, a)
+	n.mu.Unlock()
+}
+
+// enableUplinks turns IPv4 forwarding on on the uplinks, once: replies to the sandboxes come in there.
+func (n *network) enableUplinks() error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.uplinkOn {
+		return nil
+	}
+	ups := n.cfg.Uplinks
+	if len(ups) == 0 {
+		routes, err := netlink.RouteListFiltered(netlink.FAMILY_V4, &netlink.Route{Dst: nil}, netlink.RT_FILTER_DST)
+		if err != nil {
+			return fmt.Errorf("default routes: %w", err)
+		}
+		for _, r := range routes {
+			if link, err := netlink.LinkByIndex(r.LinkIndex); err == nil {
+				ups = append(ups, link.Attrs().Name)
+			}
+		}
+	}
+	for _, up := range ups {
+		if err := writeSysctl(fmt.Sprintf("ipv4/conf/%s/forwarding", up), "1"); err != nil {
+			return fmt.Errorf("uplink %s: %w", up, err)
+		}
+	}
+	n.uplinkOn = true
+	return nil
+}
+
+// startResolver starts the sandboxes' resolver, forwarding to upstreams, or to the host's resolvers.
+func startResolver(fw *netpolicy.Firewall, upstreams []string, log *slog.Logger) (*netpolicy.Forwarder, error) {
+	if len(upstreams) == 0 {
+		conf, err := dns.ClientConfigFromFile("/etc/resolv.conf")
+		if err != nil {
+			return nil, err
+		}
+		for _, s := range conf.Servers {
+			upstreams = append(upstreams, net.JoinHostPort(s, conf.Port))
+		}
+	}
+	return netpolicy.NewForwarder(fw, upstreams, log)
+}
+
+func lastAddr(pr netip.Prefix) netip.Addr {
+	a := pr.Masked().Addr().As4()
+	v := uint32(a[0])<<24 | uint32(a[1])<<16 | uint32(a[2])<<8 | uint32(a[3])
+	v |= 1<<(32-pr.Bits()) - 1
+	return netip.AddrFrom4([4]byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v)})
+}
+
+func hostNet(a netip.Addr) *net.IPNet {
+	return &net.IPNet{IP: net.IP(a.AsSlice()), Mask: net.CIDRMask(32, 32)}
+}
+
+func writeSysctl(key, val string) error {
+	if strings.Contains(key, "..") {
+		return fmt.Errorf("sysctl %q", key)
+	}
+	return os.WriteFile("/proc/sys/net/"+key, []byte(val), 0o644)
+}
+
+func readNetState(l layout) (netState, error) {
+	raw, err := os.ReadFile(l.netFile())
+	if err != nil {
+		return netState{}, err
+	}
+	var st netState
+	if err := json.Unmarshal(raw, &st); err != nil {
+		return netState{}, fmt.Errorf("%s: %w", l.netFile(), err)
+	}
+	return st, nil
+}
+
+// containerPid is the host pid of the container's init in l, as the runtime recorded it, checked to be
+// a process of the container's cgroup (not a pid reused since).
+func containerPid(l layout, cgroupPath string) (int, error) {
+	raw, err := os.ReadFile(l.pidFile())
+	if err != nil {
+		return 0, fmt.Errorf("the container's pid: %w", err)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(raw)))
+	if err != nil || pid <= 1 {
+		return 0, fmt.Errorf("the container's pid %q", raw)
+	}
+	cg, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cgroup")
+	if err != nil {
+		return 0, fmt.Errorf("the container's init: %w", err)
+	}
+	for _, line := range strings.Split(string(cg), "\n") {
+		if _, path, ok := strings.Cut(line, ":"); ok {
+			if _, path, ok = strings.Cut(path, ":"); ok && path == cgroupPath {
+				return pid, nil
+			}
+		}
+	}
+	return 0, fmt.Errorf("pid %d is not in the container's cgroup %s", pid, cgroupPath)
+}

@@ -1,0 +1,406 @@
+package oci_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/nftables"
+	"github.com/vishvananda/netlink"
+
+	"github.com/sandboxd/sandbox"
+	"github.com/sandboxd/sandbox/internal/testenv"
+	"github.com/sandboxd/sandbox/provider/oci"
+)
+
+// netProvider is a provider whose sandboxes' network uses in as the world outside.
+func netProvider(t testing.TB, in *internet, dir string, mutate ...func(*oci.Config)) *oci.Provider {
+	t.Helper()
+	cfg := testConfig(t, dir)
+	cfg.Network = in.config()
+	for _, m := range mutate {
+		m(&cfg)
+	}
+	p := newProviderWith(t, cfg)
+	if onGVisor(t, p) {
+		t.Skip("sandboxes on gVisor run with loopback only (runsc --network=none)")
+	}
+	return p
+}
+
+// withPolicy allocates a sandbox whose spec holds policy (nil: none) and fails unless it is ready.
+func withPolicy(t testing.TB, p *oci.Provider, policy string) sandbox.Ref {
+	t.Helper()
+	ref := sandbox.Ref{ID: sandbox.NewID(), Generation: 1}
+	spec := sandbox.Spec{ClientRequestID: "t"}
+	if policy != "" {
+		spec.Extensions = map[string]json.RawMessage{"sandboxd.network": json.RawMessage(policy)}
+	}
+	obs, err := p.Allocate(ctxFor(t), ref, spec)
+	if err != nil {
+		t.Fatalf("allocate with %s: %v", policy, err)
+	}
+	if obs.State != sandbox.ObservedReady {
+		t.Fatalf("allocate with %s: %+v", policy, obs)
+	}
+	return ref
+}
+
+// fetch asks for url from inside the sandbox and returns the body, or false when it could not connect.
+func fetch(t *testing.T, p *oci.Provider, ref sandbox.Ref, url string) (string, bool) {
+	t.Helper()
+	res := sh(t, p, ref, "curl -sS --max-time 2 "+url)
+	if code(res) != 0 {
+		return string(res.Stderr), false
+	}
+	return string(res.Stdout), true
+}
+
+func mustReach(t *testing.T, p *oci.Provider, ref sandbox.Ref, url, want string) {
+	t.Helper()
+	body, ok := fetch(t, p, ref, url)
+	if !ok || body != want {
+		t.Errorf("%s: got %q (connected %v), want %q", url, body, ok, want)
+	}
+}
+
+func mustNotReach(t *testing.T, p *oci.Provider, ref sandbox.Ref, url string) {
+	t.Helper()
+	if body, ok := fetch(t, p, ref, url); ok {
+		t.Errorf("%s reached from the sandbox: %q", url, body)
+	}
+}
+
+// hostAddrs are the host's IPv4 addresses outside loopback and the given prefixes.
+func hostAddrs(t *testing.T, but ...netip.Prefix) []netip.Addr {
+	addrs, err := net.InterfaceAddrs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []netip.Addr
+next:
+	for _, a := range addrs {
+		pr, err := netip.ParsePrefix(a.String())
+		if err != nil || !pr.Addr().Is4() || pr.Addr().IsLoopback() {
+			continue
+		}
+		for _, b := range but {
+			if b.Contains(pr.Addr()) {
+				continue next
+			}
+		}
+		out = append(out, pr.Addr())
+	}
+	return out
+}
+
+func TestNetworkPolicy(t *testing.T) {
+	in := newInternet(t)
+	p := netProvider(t, in, testenv.StateDir(t))
+	// A listener of the host's on every address and one on its loopback only, as the daemon's would be.
+	hostPort := hostServer(t, "host", ":0")
+	loopPort := hostServer(t, "loopback", "127.0.0.1:0")
+	server := "http://" + in.server.String() + "/"
+	other := "http://" + in.other.String() + "/"
+	metadata := "http://" + in.metadata.String() + "/"
+
+	// The host's side of every link and address, which no policy without a rule naming it reaches.
+	gateway := in.pool().Addr().Next()
+	host := append(hostAddrs(t, in.pool()), gateway)
+	var neighbour sandbox.Ref
+	neverReached := func(t *testing.T, ref sandbox.Ref) {
+		t.Helper()
+		mustNotReach(t, p, ref, metadata)
+		mustNotReach(t, p, ref, fmt.Sprintf("http://127.0.0.1:%d/", loopPort))
+		mustNotReach(t, p, ref, fmt.Sprintf("http://127.0.0.1:%d/", hostPort))
+		for _, a := range host {
+			mustNotReach(t, p, ref, fmt.Sprintf("http://%s:%d/", a, hostPort))
+		}
+		if addr, ok := oci.NetAddr(p, neighbour); ok && neighbour != ref {
+			mustNotReach(t, p, ref, "http://"+addr+":8000/")
+		}
+	}
+
+	// Another sandbox, with a network and a server on it, that no sandbox reaches.
+	neighbour = withPolicy(t, p, `{"egress":"allow"}`)
+	sh(t, p, neighbour, "echo neighbour > /tmp/index.html")
+	serveCtx, stopServe := context.WithCancel(context.Background())
+	served := make(chan struct{})
+	go func() {
+		defer close(served)
+		p.Exec(serveCtx, neighbour, sandbox.Command{Argv: []string{"python3", "-m", "http.server", "8000", "--directory", "/tmp"}, Timeout: 10 * time.Minute})
+	}()
+	t.Cleanup(func() { stopServe(); <-served })
+	naddr, _ := oci.NetAddr(p, neighbour)
+	waitFor(t, func() bool {
+		body, ok := fetch(t, p, neighbour, "http://"+naddr+":8000/index.html")
+		return ok && strings.TrimSpace(body) == "neighbour"
+	})
+
+	t.Run("default deny: loopback only", func(t *testing.T) {
+		ref := withPolicy(t, p, "")
+		if _, ok := oci.NetAddr(p, ref); ok {
+			t.Error("a sandbox without a policy got a network")
+		}
+		res := sh(t, p, ref, "ls /sys/class/net")
+		if got := strings.Fields(string(res.Stdout)); len(got) != 1 || got[0] != "lo" {
+			t.Errorf("interfaces %q, want lo alone", got)
+		}
+		mustNotReach(t, p, ref, server)
+		neverReached(t, ref)
+	})
+	t.Run("explicit deny with rules", func(t *testing.T) {
+		ref := withPolicy(t, p, `{"egress":"deny","deny":["198.18.0.0/15"]}`)
+		if _, ok := oci.NetAddr(p, ref); ok {
+			t.Error("a sandbox that allows nothing got a network")
+		}
+		mustNotReach(t, p, ref, server)
+	})
+	t.Run("egress allow", func(t *testing.T) {
+		ref := withPolicy(t, p, `{"egress":"allow"}`)
+		mustReach(t, p, ref, server, "server")
+		mustReach(t, p, ref, other, "other")
+		neverReached(t, ref)
+		if res := sh(t, p, ref, "curl -sS -6 --max-time 2 http://[fd00::1]/"); code(res) == 0 {
+			t.Error("IPv6 went out")
+		}
+	})
+	t.Run("allow list by CIDR", func(t *testing.T) {
+		ref := withPolicy(t, p, fmt.Sprintf(`{"allow":["%s"]}`, netip.PrefixFrom(in.server, 24).Masked()))
+		mustReach(t, p, ref, server, "server")
+		mustNotReach(t, p, ref, other)
+		neverReached(t, ref)
+	})
+	t.Run("allow everything by CIDR opens neither host nor metadata", func(t *testing.T) {
+		ref := withPolicy(t, p, `{"allow":["0.0.0.0/0"]}`)
+		mustReach(t, p, ref, other, "other")
+		neverReached(t, ref)
+	})
+	t.Run("deny beats allow", func(t *testing.T) {
+		ref := withPolicy(t, p, fmt.Sprintf(`{"egress":"allow","allow":["%s/32"],"deny":["%s"]}`,
+			in.server, netip.PrefixFrom(in.server, 24).Masked()))
+		mustNotReach(t, p, ref, server)
+		mustReach(t, p, ref, other, "other")
+		neverReached(t, ref)
+	})
+	t.Run("a rule naming the metadata address or a host address opens it", func(t *testing.T) {
+		ref := withPolicy(t, p, fmt.Sprintf(`{"allow":["169.254.169.254/32","%s/32"]}`, in.hostAddr))
+		mustReach(t, p, ref, metadata, "metadata")
+		mustReach(t, p, ref, fmt.Sprintf("http://%s:%d/", in.hostAddr, hostPort), "host")
+		mustNotReach(t, p, ref, server)
+		mustNotReach(t, p, ref, fmt.Sprintf("http://%s:%d/", gateway, hostPort))
+	})
+	t.Run("no rule opens another sandbox", func(t *testing.T) {
+		ref := withPolicy(t, p, fmt.Sprintf(`{"egress":"allow","allow":["%s/32","%s"]}`, naddr, in.pool()))
+		mustNotReach(t, p, ref, "http://"+naddr+":8000/")
+	})
+	t.Run("a forged source address goes nowhere", func(t *testing.T) {
+		ref := withPolicy(t, p, `{"egress":"allow"}`)
+		// The sandbox's root may not change its namespace's addresses (no CAP_NET_ADMIN) ...
+		if res := sh(t, p, ref, "ip addr add "+naddr+"/32 dev eth0"); code(res) == 0 {
+			t.Error("the sandbox's root added an address")
+		}
+		// ... and were it to, the host drops what does not come from the address it was given: the
+		// test adds the neighbour's address inside the sandbox's namespace and sends from it.
+		pid, err := oci.InitPid(p, ref)
+		if err != nil {
+			t.Fatal(err)
+		}
+		own, _ := oci.NetAddr(p, ref)
+		inNetns(t, pid, func() {
+			h, err := netlink.NewHandle()
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer h.Close()
+			eth0, err := h.LinkByName("eth0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			forged := &netlink.Addr{IPNet: &net.IPNet{IP: net.ParseIP(naddr), Mask: net.CIDRMask(32, 32)}}
+			if err := h.AddrAdd(eth0, forged); err != nil {
+				t.Fatal(err)
+			}
+			for _, src := range []string{own, naddr} {
+				d := net.Dialer{Timeout: 2 * time.Second, LocalAddr: &net.TCPAddr{IP: net.ParseIP(src)}}
+				c, err := d.Dial("tcp", in.server.String()+":80")
+				if c != nil {
+					c.Close()
+				}
+				if (err == nil) != (src == own) {
+					t.Errorf("from %s: connect error %v", src, err)
+				}
+			}
+		})
+	})
+	t.Run("malformed policies", func(t *testing.T) {
+		for _, bad := range []string{`{"egress":"maybe"}`, `{"allow":["10.0.0.1/8"]}`, `{"allow":["::/0"]}`,
+			`{"allow":[""]}`, `{"deny":["Example.COM"]}`, `{"allow":"10.0.0.0/8"}`, `{"other":1}`, `[]`} {
+			spec := sandbox.Spec{Extensions: map[string]json.RawMessage{"sandboxd.network": json.RawMessage(bad)}}
+			if err := p.ValidateSpec(spec); !errors.Is(err, sandbox.ErrInvalidRequest) {
+				t.Errorf("%s: %v, want ErrInvalidRequest", bad, err)
+			}
+		}
+	})
+}
+
+// TestNetworkWarmPool: a sandbox that takes a warm pool entry gets its network and policy then.
+func TestNetworkWarmPool(t *testing.T) {
+	in := newInternet(t)
+	p := netProvider(t, in, testenv.StateDir(t), func(c *oci.Config) { c.WarmPool = 1 })
+	waitFor(t, func() bool { return oci.IdleEntries(p) == 1 })
+	ref := withPolicy(t, p, fmt.Sprintf(`{"allow":["%s/32"]}`, in.server))
+	if oci.Container(p, ref) == ref.Name() {
+		t.Fatal("the sandbox did not take the pool's entry")
+	}
+	mustReach(t, p, ref, "http://"+in.server.String()+"/", "server")
+	mustNotReach(t, p, ref, "http://"+in.other.String()+"/")
+}
+
+// TestNetworkLeaks: many networked sandboxes made and released, and a provider that dies with some
+// running, leave nothing behind once the next provider has started and released what was left: no
+// host interface, no address of the pool, no route to it, no rule, no namespace.
+func TestNetworkLeaks(t *testing.T) {
+	in := newInternet(t)
+	dir := testenv.StateDir(t)
+	p := netProvider(t, in, dir)
+	cycles := 100
+	if testing.Short() {
+		cycles = 20
+	}
+	for i := range cycles {
+		ref := withPolicy(t, p, `{"egress":"allow"}`)
+		if i%10 == 0 {
+			mustReach(t, p, ref, "http://"+in.server.String()+"/", "server")
+		}
+		if err := p.Release(ctxFor(t), ref); err != nil {
+			t.Fatal(err)
+		}
+	}
+	checkNoNetwork(t, dir, in.pool(), true)
+
+	// A provider that dies with three networked sandboxes running; two of them die with it.
+	cfg := testConfig(t, dir)
+	cfg.Network = in.config()
+	dead, err := oci.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var refs []sandbox.Ref
+	for range 3 {
+		refs = append(refs, withPolicy(t, dead, `{"egress":"allow"}`))
+	}
+	survivor := refs[0]
+	oci.Abandon(dead)
+	for _, ref := range refs[1:] {
+		if out, err := exec.Command("runc", "--root", dir+"/runc", "delete", "-f", oci.Container(dead, ref)).CombinedOutput(); err != nil {
+			t.Fatalf("runc delete: %v: %s", err, out)
+		}
+	}
+	// And an interface of the provider's left half-made.
+	stray := oci.NetPrefix(dir) + "dead"
+	if err := netlink.LinkAdd(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: stray}, PeerName: stray + "p"}); err != nil {
+		t.Fatal(err)
+	}
+
+	next := netProvider(t, in, dir)
+	iface, _ := oci.NetIface(next, survivor)
+	if got := links(t, oci.NetPrefix(dir)); len(got) != 1 || got[0] != iface {
+		t.Errorf("after the restart the provider's interfaces are %q, want the survivor's %q", got, iface)
+	}
+	if got := tableSandboxes(t, dir); len(got) != 1 || got[0] != "fwd-"+iface {
+		t.Errorf("after the restart the table's sandbox chains are %q, want the survivor's", got)
+	}
+	mustReach(t, next, survivor, "http://"+in.server.String()+"/", "server")
+	releaseAll(t, next)
+	checkNoNetwork(t, dir, in.pool(), true)
+	if err := oci.CloseNetwork(next); err != nil {
+		t.Fatal(err)
+	}
+	checkNoNetwork(t, dir, in.pool(), false)
+}
+
+// checkNoNetwork fails when anything of the provider on dir is left on the host: an interface of its
+// prefix, an address or route of pool, a sandbox's chain (or, without table, the table itself).
+func checkNoNetwork(t *testing.T, dir string, pool netip.Prefix, table bool) {
+	t.Helper()
+	if got := links(t, oci.NetPrefix(dir)); len(got) > 0 {
+		t.Errorf("interfaces left: %q", got)
+	}
+	routes, err := netlink.RouteList(nil, netlink.FAMILY_V4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range routes {
+		if r.Dst != nil && pool.Contains(netip.MustParseAddr(r.Dst.IP.String())) {
+			t.Errorf("route left: %s", r)
+		}
+	}
+	for _, a := range hostAddrs(t) {
+		if pool.Contains(a) {
+			t.Errorf("address left: %s", a)
+		}
+	}
+	conn, err := nftables.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	tables, err := conn.ListTablesOfFamily(nftables.TableFamilyINet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, tb := range tables {
+		found = found || tb.Name == oci.NetTable(dir)
+	}
+	if found != table {
+		t.Errorf("the provider's table there: %v, want %v", found, table)
+	}
+	if table {
+		if got := tableSandboxes(t, dir); len(got) > 0 {
+			t.Errorf("sandbox chains left: %q", got)
+		}
+	}
+}
+
+// tableSandboxes lists the per-sandbox forward chains of the provider's table.
+func tableSandboxes(t *testing.T, dir string) []string {
+	t.Helper()
+	conn, err := nftables.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	chains, err := conn.ListChainsOfTableFamily(nftables.TableFamilyINet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, c := range chains {
+		if c.Table.Name == oci.NetTable(dir) && strings.HasPrefix(c.Name, "fwd-") {
+			out = append(out, c.Name)
+		}
+	}
+	return out
+}
+
+func links(t *testing.T, prefix string) []string {
+	t.Helper()
+	all, err := netlink.LinkList()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, l := range all {
+		if strings.HasPrefix(l.Attrs().Name, prefix) {
+			out = append(out, l.Attrs().Name)
+		}
+	}
+	return out
+}

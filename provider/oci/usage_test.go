@@ -1,0 +1,65 @@
+package oci_test
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/sandboxd/sandbox"
+)
+
+// TestUsage: what the provider reads of a sandbox's cgroups and disk moves with what runs in it: CPU
+// time after a busy loop, memory after a file in its tmpfs, processes while some sleep, the disk's
+// used bytes after a write; the limits are the sandbox's. An unknown generation is not found.
+func TestUsage(t *testing.T) {
+	p := newProvider(t)
+	ref := ready(t, p, &sandbox.Resources{MemoryMiB: 128, DiskMiB: 64})
+	before, err := p.Usage(ctxFor(t), ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if before.CPUSeconds == nil || before.MemoryBytes == nil || before.Pids == nil || before.DiskBytes == nil {
+		t.Fatalf("figures missing: %+v", before)
+	}
+	if before.MemoryLimitBytes == nil || *before.MemoryLimitBytes != 128<<20 {
+		t.Errorf("memory limit %d, want %d", deref(before.MemoryLimitBytes), 128<<20)
+	}
+	if before.DiskLimitBytes == nil || *before.DiskLimitBytes < 48<<20 || *before.DiskLimitBytes > 64<<20 {
+		t.Errorf("disk limit %d, want about 64 MiB", deref(before.DiskLimitBytes))
+	}
+	if before.PidsLimit == nil || *before.PidsLimit <= 0 {
+		t.Errorf("pids limit %d", deref(before.PidsLimit))
+	}
+	// Busy for a while, a file on the disk, three sleepers left running.
+	if r := sh(t, p, ref, `i=0; while [ $i -lt 200000 ]; do i=$((i+1)); done
+		head -c 8388608 /dev/zero > /workspace/f && sync
+		for n in 1 2 3; do sleep 60 & done`); code(r) != 0 {
+		t.Fatalf("script: %+v", r)
+	}
+	after, err := p.Usage(ctxFor(t), ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if *after.CPUSeconds <= *before.CPUSeconds {
+		t.Errorf("CPU %v s after a busy loop, %v s before", *after.CPUSeconds, *before.CPUSeconds)
+	}
+	if *after.DiskBytes < *before.DiskBytes+(7<<20) {
+		t.Errorf("disk %d bytes after an 8 MiB file, %d before", *after.DiskBytes, *before.DiskBytes)
+	}
+	if *after.Pids < *before.Pids+3 {
+		t.Errorf("%d processes with three sleepers, %d before", *after.Pids, *before.Pids)
+	}
+	if *after.MemoryPeakBytes < *after.MemoryBytes {
+		t.Errorf("peak %d below current %d", *after.MemoryPeakBytes, *after.MemoryBytes)
+	}
+	gone := sandbox.Ref{ID: sandbox.NewID(), Generation: 1}
+	if _, err := p.Usage(ctxFor(t), gone); !errors.Is(err, sandbox.ErrNotFound) {
+		t.Errorf("usage of an unknown sandbox: %v", err)
+	}
+}
+
+func deref(p *int64) int64 {
+	if p == nil {
+		return -1
+	}
+	return *p
+}
