@@ -49,6 +49,8 @@ type Agent struct {
 
 	mu   sync.Mutex
 	runs map[string]context.CancelFunc // run id -> cancels the run
+
+	procs *Processes // background processes and their journals (process.go)
 }
 
 // Main runs the agent until ctx ends or it gets SIGTERM or SIGINT. args are the flags after the
@@ -127,6 +129,7 @@ func Main(ctx context.Context, args []string) error {
 		log:     log,
 		runs:    make(map[string]context.CancelFunc),
 		warm:    make(chan struct{}),
+		procs:   &Processes{},
 	}
 	// Health answers at once; the first command waits for the threads.
 	go func() {
@@ -242,6 +245,12 @@ func (a *Agent) Handler() http.Handler {
 	mux.HandleFunc("GET "+protocol.PathFile, a.readFile)
 	mux.HandleFunc("PUT "+protocol.PathFile, a.writeFile)
 	mux.HandleFunc("GET "+protocol.PathList, a.list)
+	mux.HandleFunc("POST "+protocol.PathProcesses, a.startProcess)
+	mux.HandleFunc("GET "+protocol.PathProcesses, a.listProcesses)
+	mux.HandleFunc("GET "+protocol.PathProcess, a.getProcess)
+	mux.HandleFunc("GET "+protocol.PathProcessOutput, a.processOutput)
+	mux.HandleFunc("POST "+protocol.PathProcessStdin, a.processStdin)
+	mux.HandleFunc("POST "+protocol.PathProcessSignal, a.signalProcess)
 	return mux
 }
 
@@ -285,15 +294,8 @@ func (a *Agent) exec(w http.ResponseWriter, r *http.Request) {
 			a.mu.Unlock()
 		}()
 	}
-	if a.warm != nil {
-		select {
-		case <-a.warm:
-		case <-r.Context().Done():
-			return
-		}
-	}
 	// Checked last, right before the fork: the queue before this point is where a pause leaves requests.
-	if !checkDeadline(w, r) {
+	if !a.readyToFork(w, r) {
 		return
 	}
 	res := a.run(ctx, req)
@@ -302,6 +304,19 @@ func (a *Agent) exec(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, protocol.ExecResult{ExecStatus: res.ExecStatus, Stdout: []byte(res.Stdout), Stderr: []byte(res.Stderr)})
+}
+
+// readyToFork waits for the agent's threads (warmThreads), then checks the request's deadline; false
+// when the request must not start a process (answered, or its caller gone).
+func (a *Agent) readyToFork(w http.ResponseWriter, r *http.Request) bool {
+	if a.warm != nil {
+		select {
+		case <-a.warm:
+		case <-r.Context().Done():
+			return false
+		}
+	}
+	return checkDeadline(w, r)
 }
 
 // writeExecResult answers res in the compact form (agentwire).
@@ -438,6 +453,12 @@ func writeErr(w http.ResponseWriter, err error) {
 	}
 	c := sandbox.ClassOf(err)
 	writeJSON(w, errhttp.Status(c.Code), protocol.Error{Code: string(c.Code), Message: err.Error()})
+}
+
+// jsonLine is v in JSON and a newline.
+func jsonLine(v any) ([]byte, error) {
+	b, err := json.Marshal(v)
+	return append(b, '\n'), err
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

@@ -119,8 +119,28 @@ func (e *protocolError) Unwrap() error { return sandbox.ErrProviderProtocol }
 // readEvents reads Server-Sent Events from r and hands each event to fn until r ends or fn returns false.
 // It returns how many events it handed over, whether fn stopped, and the read error (nil at a clean end).
 func readEvents(r io.Reader, fn func(sandbox.Event) bool) (int, bool, error) {
-	br := bufio.NewReader(r)
+	var perr error
+	n, stopped, err := readSSE(bufio.NewReader(r), func(_, data string) bool {
+		var ev sandbox.Event
+		if err := json.Unmarshal([]byte(data), &ev); err != nil {
+			perr = &protocolError{fmt.Sprintf("event data is not an event: %v", err)}
+			return false
+		}
+		return fn(ev)
+	})
+	if perr != nil {
+		return n - 1, false, perr
+	}
+	return n, stopped, err
+}
+
+// readSSE reads Server-Sent Events from br and hands each event's name and data to fn until br ends
+// or fn returns false. It returns how many events it handed over, whether fn stopped, and the read
+// error (nil at a clean end). Comments (a greeting, heartbeats) and id: lines are skipped: the data
+// of both streams holds what their ids say.
+func readSSE(br *bufio.Reader, fn func(name, data string) bool) (int, bool, error) {
 	var data strings.Builder
+	name := ""
 	n := 0
 	for {
 		line, err := br.ReadString('\n')
@@ -136,24 +156,21 @@ func readEvents(r io.Reader, fn func(sandbox.Event) bool) (int, bool, error) {
 			if data.Len() == 0 {
 				continue
 			}
-			var ev sandbox.Event
-			if err := json.Unmarshal([]byte(data.String()), &ev); err != nil {
-				return n, false, &protocolError{fmt.Sprintf("event data is not an event: %v", err)}
-			}
-			data.Reset()
 			n++
-			if !fn(ev) {
+			if !fn(name, data.String()) {
 				return n, true, nil
 			}
+			data.Reset()
+			name = ""
 		case strings.HasPrefix(line, ":"):
-			// a comment: the stream's greeting or a heartbeat
+		case strings.HasPrefix(line, "event:"):
+			name = strings.TrimPrefix(strings.TrimPrefix(line, "event:"), " ")
 		case strings.HasPrefix(line, "data:"):
 			if data.Len() > 0 {
 				data.WriteByte('\n')
 			}
 			data.WriteString(strings.TrimPrefix(strings.TrimPrefix(line, "data:"), " "))
 		}
-		// id: and event: repeat what the data holds (its cursor and type).
 	}
 }
 

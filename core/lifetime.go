@@ -3,6 +3,7 @@ package core
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
@@ -273,6 +274,10 @@ func (r *Runtime) enforceLifetimes(ctx context.Context) {
 			r.log.Info("sandbox past its time to live", "sandbox", sb.ID, "generation", sb.Generation, "expired", lt.ExpiresAt)
 			_, err = r.terminate(ctx, sb.ID, sb.Generation, ReasonTTLExpired)
 		case lt.IdleSeconds > 0 && sb.State == sandbox.StateReady && r.idleFor(sb.ID, lt.Since, now) >= time.Duration(lt.IdleSeconds)*time.Second:
+			if r.runsProcesses(ctx, sb.Ref()) {
+				r.Active(sb.ID)() // a process running in the background is use
+				continue
+			}
 			r.log.Info("sandbox idle", "sandbox", sb.ID, "generation", sb.Generation, "action", lt.OnIdle)
 			if lt.OnIdle == "pause" {
 				_, err = r.pauseResume(ctx, sb.ID, sb.Generation, pauseOp, ReasonIdle)
@@ -300,4 +305,31 @@ func (r *Runtime) forgetActivity(list []*sandbox.Sandbox) {
 			delete(r.active, id)
 		}
 	}
+}
+
+// runsProcesses reports whether a background process runs in ref (sandbox.ProcessManager), or whether
+// the provider could not say: a sandbox is never idled on a guess.
+func (r *Runtime) runsProcesses(ctx context.Context, ref sandbox.Ref) bool {
+	pm, ok := r.prov.(sandbox.ProcessManager)
+	if !ok {
+		return false
+	}
+	var list []sandbox.Process
+	err := r.call(ctx, "list processes", func(ctx context.Context) (err error) {
+		list, err = pm.ListProcesses(ctx, ref)
+		return err
+	})
+	if errors.Is(err, sandbox.ErrUnsupportedCapability) {
+		return false
+	}
+	if err != nil {
+		r.log.Warn("lifetimes: cannot tell whether a sandbox runs processes; not idled this time", "sandbox", ref.ID, "err", err)
+		return true
+	}
+	for _, p := range list {
+		if p.Running {
+			return true
+		}
+	}
+	return false
 }

@@ -280,3 +280,36 @@ func TestLifetimeDefaultsAndMaxima(t *testing.T) {
 		t.Errorf("recreated generation's lifetime %+v, want expiry at %s", lt, at.Add(100*time.Second))
 	}
 }
+
+// TestIdleWithARunningProcess: a sandbox whose background process runs is not idle, however long
+// nobody calls; once the process has ended, the idle bound counts from the last time it was seen.
+func TestIdleWithARunningProcess(t *testing.T) {
+	e := newLifetimeEnv(t, core.LifetimeConfig{})
+	sb := e.create(`{"idleSeconds": 10}`)
+	ctx := context.Background()
+	p, err := e.st.Runtime.StartProcess(ctx, sb.ID, sb.Generation, sandbox.ProcessSpec{Argv: []string{"sleep", "60"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.clk.add(time.Hour)
+	e.still(sb.ID, sandbox.StateReady)
+	if err := e.st.Runtime.SignalProcess(ctx, sb.ID, sb.Generation, p.PID, "KILL"); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		got, err := e.st.Runtime.WaitProcess(ctx, sb.ID, sb.Generation, p.PID, time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !got.Running {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the process did not end")
+		}
+	}
+	e.still(sb.ID, sandbox.StateReady) // seen running a moment ago
+	e.clk.add(10 * time.Second)
+	e.wait(sb.ID, sandbox.StatePaused)
+}

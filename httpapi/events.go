@@ -90,22 +90,11 @@ func (s *Server) streamEvents(w http.ResponseWriter, r *http.Request, _ []byte) 
 		return err
 	}
 
-	h := w.Header()
-	h.Set("Content-Type", "text/event-stream")
-	h.Set("Cache-Control", "no-store")
-	h.Set("X-Accel-Buffering", "no")
-	w.WriteHeader(http.StatusOK)
-	rc := http.NewResponseController(w)
 	// send writes what write writes and flushes it, all within one write timeout. Events are encoded
 	// and written one at a time, through the response's own small buffer, so that a stream whose write
 	// waits holds its page of events and little more.
+	send := s.startSSE(w)
 	var buf bytes.Buffer
-	send := func(write func() bool) bool {
-		if err := rc.SetWriteDeadline(time.Now().Add(s.writeTimeout)); err != nil && !errors.Is(err, http.ErrNotSupported) {
-			return false
-		}
-		return write() && rc.Flush() == nil
-	}
 	sendBytes := func(b []byte) bool {
 		return send(func() bool {
 			_, err := w.Write(b)
@@ -155,6 +144,24 @@ func (s *Server) streamEvents(w http.ResponseWriter, r *http.Request, _ []byte) 
 			}
 			return nil
 		}
+	}
+}
+
+// startSSE writes the head of a Server-Sent Events answer and returns its send: it writes what write
+// writes and flushes it, all within one write timeout, and reports false when the stream must end (the
+// client does not read, or is gone).
+func (s *Server) startSSE(w http.ResponseWriter) func(write func() bool) bool {
+	h := w.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-store")
+	h.Set("X-Accel-Buffering", "no")
+	w.WriteHeader(http.StatusOK)
+	rc := http.NewResponseController(w)
+	return func(write func() bool) bool {
+		if err := rc.SetWriteDeadline(time.Now().Add(s.writeTimeout)); err != nil && !errors.Is(err, http.ErrNotSupported) {
+			return false
+		}
+		return write() && rc.Flush() == nil
 	}
 }
 

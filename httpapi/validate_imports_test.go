@@ -15,8 +15,9 @@ var heavyImports = []string{"github.com/getkin/kin-openapi", "github.com/santhos
 // alone, and the library path of request validation, which the daemon links only when built with
 // -tags plainschema (docs/design/request-validation.md).
 var outsideTheDefaultBuild = map[string]bool{
-	"github.com/sandboxd/sandbox/httpapi/apitest":       true,
-	"github.com/sandboxd/sandbox/internal/schema/plain": true,
+	"github.com/sandboxd/sandbox/httpapi/apitest":              true,
+	"github.com/sandboxd/sandbox/internal/testenv/processtest": true,
+	"github.com/sandboxd/sandbox/internal/schema/plain":        true,
 }
 
 // TestNoHeavyImports: neither the daemon nor any other package of the module's default build depends

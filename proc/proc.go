@@ -134,37 +134,14 @@ func (r *Runner) Run(ctx context.Context, dir string, cmd sandbox.Command) (sand
 	runCtx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	r.mu.Lock()
-	if r.closed || r.stopped {
+	if err := r.refuseLocked(cmd.Argv[0]); err != nil {
 		r.mu.Unlock()
 		outR.Close()
 		errR.Close()
 		closeWriters()
-		state := "paused"
-		if r.closed {
-			state = "closed"
-		}
-		return res, fmt.Errorf("run %q: the sandbox is %s: %w", cmd.Argv[0], state, sandbox.ErrInvalidState)
+		return res, err
 	}
-	waiter := r.Waiter
-	if waiter == nil {
-		waiter = directWaiter{}
-	}
-	// Fork under the lock, so that Stop cannot miss a group that is being born.
-	pgid, exited, startErr := waiter.Start(func() (int, error) {
-		pid, err := syscall.ForkExec(path, cmd.Argv, attr)
-		if err == nil && r.OOMScoreAdj != 0 {
-			// The waiter cannot have reaped pid yet, so the pid is still the command's.
-			setOOMScoreAdj(pid, r.OOMScoreAdj)
-		}
-		return pid, err
-	})
-	if startErr == nil {
-		if r.running == nil {
-			r.running = make(map[int]context.CancelCauseFunc)
-		}
-		r.running[pgid] = cancel
-		r.wg.Add(1)
-	}
+	waiter, pgid, exited, startErr := r.forkLocked(path, cmd.Argv, attr, cancel)
 	r.mu.Unlock()
 	closeWriters()
 	if startErr != nil {
@@ -221,6 +198,44 @@ func (r *Runner) Run(ctx context.Context, dir string, cmd sandbox.Command) (sand
 	}
 	res.FinishedAt = time.Now()
 	return res, nil
+}
+
+// refuseLocked is the error of a start while the runner is stopped or closed. The caller holds r.mu.
+func (r *Runner) refuseLocked(name string) error {
+	switch {
+	case r.closed:
+		return fmt.Errorf("run %q: the sandbox is closed: %w", name, sandbox.ErrInvalidState)
+	case r.stopped:
+		return fmt.Errorf("run %q: the sandbox is paused: %w", name, sandbox.ErrInvalidState)
+	}
+	return nil
+}
+
+// forkLocked forks path with attr through the runner's waiter and registers its group, which cancel
+// kills, for Stop, Continue and Close. The caller holds r.mu: the fork is under the lock, so that Stop
+// cannot miss a group that is being born; after a nil error it calls r.wg.Done once the group is gone.
+func (r *Runner) forkLocked(path string, argv []string, attr *syscall.ProcAttr, cancel context.CancelCauseFunc) (Waiter, int, <-chan unix.WaitStatus, error) {
+	waiter := r.Waiter
+	if waiter == nil {
+		waiter = directWaiter{}
+	}
+	pgid, exited, err := waiter.Start(func() (int, error) {
+		pid, err := syscall.ForkExec(path, argv, attr)
+		if err == nil && r.OOMScoreAdj != 0 {
+			// The waiter cannot have reaped pid yet, so the pid is still the command's.
+			setOOMScoreAdj(pid, r.OOMScoreAdj)
+		}
+		return pid, err
+	})
+	if err != nil {
+		return waiter, 0, nil, err
+	}
+	if r.running == nil {
+		r.running = make(map[int]context.CancelCauseFunc)
+	}
+	r.running[pgid] = cancel
+	r.wg.Add(1)
+	return waiter, pgid, exited, nil
 }
 
 // Stop sends SIGSTOP to every running command's process group and refuses new commands until Continue.

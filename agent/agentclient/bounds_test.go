@@ -94,7 +94,10 @@ func allocated(f func()) uint64 {
 	return after.TotalAlloc - before.TotalAlloc
 }
 
-const healthBody = `{"ok":true,"version":"x","pid":7}`
+var (
+	healthBody = fmt.Sprintf(`{"ok":true,"protocol":%d,"version":"x","pid":7}`, protocol.Version)
+	hlen       = strconv.Itoa(len(healthBody))
+)
 
 // boundCase is an answer and what the client must make of it: call returns want.
 type boundCase struct {
@@ -150,7 +153,7 @@ func TestClientBoundsTheAnswerHead(t *testing.T) {
 				return err
 			}
 		}
-		valid := "Content-Type: application/json\r\nContent-Length: 33\r\n\r\n"
+		valid := "Content-Type: application/json\r\nContent-Length: " + hlen + "\r\n\r\n"
 		cases := []boundCase{
 			{"64 MiB status line", func(w io.Writer, _ *http.Request) error {
 				return flood(w, "HTTP/1.1 200 ", "a", huge, "\r\n"+valid+healthBody)
@@ -169,7 +172,7 @@ func TestClientBoundsTheAnswerHead(t *testing.T) {
 			{"no status", answer("garbage\r\n" + valid), callHealth, sandbox.ErrProviderProtocol},
 			{"folded header", answer("HTTP/1.1 200 OK\r\nX-A: b\r\n c\r\n" + valid), callHealth, sandbox.ErrProviderProtocol},
 			{"header without a colon", answer("HTTP/1.1 200 OK\r\nX-A b\r\n" + valid), callHealth, sandbox.ErrProviderProtocol},
-			{"space before the colon", answer("HTTP/1.1 200 OK\r\nContent-Length : 33\r\n\r\n"), callHealth, sandbox.ErrProviderProtocol},
+			{"space before the colon", answer("HTTP/1.1 200 OK\r\nContent-Length : " + hlen + "\r\n\r\n"), callHealth, sandbox.ErrProviderProtocol},
 		}
 		runBounds(t, wire, cases, 4<<20)
 	})
@@ -191,11 +194,11 @@ func TestClientBoundsTheAnswerBody(t *testing.T) {
 			{"Content-Length 2^62", withLength(strconv.Itoa(1 << 62)), callHealth, sandbox.ErrProviderProtocol},
 			{"Content-Length past int64", withLength("99999999999999999999"), callHealth, sandbox.ErrProviderProtocol},
 			{"negative Content-Length", withLength("-1"), callHealth, sandbox.ErrProviderProtocol},
-			{"signed Content-Length", withLength("+33"), callHealth, sandbox.ErrProviderProtocol},
-			{"non-numeric Content-Length", withLength("33x"), callHealth, sandbox.ErrProviderProtocol},
+			{"signed Content-Length", withLength("+" + hlen), callHealth, sandbox.ErrProviderProtocol},
+			{"non-numeric Content-Length", withLength(hlen + "x"), callHealth, sandbox.ErrProviderProtocol},
 			{"empty Content-Length", withLength(""), callHealth, sandbox.ErrProviderProtocol},
-			{"list of Content-Lengths", withLength("33, 33"), callHealth, sandbox.ErrProviderProtocol},
-			{"two Content-Lengths", withLength("33\r\nContent-Length: 33"), callHealth, sandbox.ErrProviderProtocol},
+			{"list of Content-Lengths", withLength(hlen + ", " + hlen), callHealth, sandbox.ErrProviderProtocol},
+			{"two Content-Lengths", withLength(hlen + "\r\nContent-Length: " + hlen), callHealth, sandbox.ErrProviderProtocol},
 			{"chunked", func(w io.Writer, _ *http.Request) error {
 				_, err := fmt.Fprintf(w, "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n%x\r\n%s\r\n0\r\n\r\n", len(healthBody), healthBody)
 				return err
@@ -368,7 +371,7 @@ func TestClientCutsATrickle(t *testing.T) {
 
 // TestClientRefusesAnotherProtocol: an agent that speaks another protocol version is refused at its
 // health answer with an error naming both versions and its build; one that names none speaks 1 (the
-// agent of a sandbox an older daemon started), and is served.
+// agent of a sandbox an older daemon started), and is refused too.
 func TestClientRefusesAnotherProtocol(t *testing.T) {
 	eachTransport(t, func(t *testing.T, wire agentclient.Wire) {
 		answer := func(body string) func(w io.Writer, r *http.Request) error {
@@ -377,17 +380,18 @@ func TestClientRefusesAnotherProtocol(t *testing.T) {
 				return err
 			}
 		}
-		for _, body := range []string{healthBody, `{"ok":true,"protocol":1,"version":"x","pid":7}`} {
-			c, _ := hostile(t, wire, answer(body))
-			if _, err := c.Health(bounded(t)); err != nil {
-				t.Errorf("%s: %v", body, err)
-			}
+		c, _ := hostile(t, wire, answer(healthBody))
+		if _, err := c.Health(bounded(t)); err != nil {
+			t.Errorf("%s: %v", healthBody, err)
 		}
-		c, _ := hostile(t, wire, answer(`{"ok":true,"protocol":2,"version":"9.9","pid":7}`))
-		_, err := c.Health(bounded(t))
-		if !errors.Is(err, protocol.ErrMismatch) || !errors.Is(err, sandbox.ErrProviderProtocol) ||
-			!strings.Contains(err.Error(), "protocol 2, this daemon 1") || !strings.Contains(err.Error(), `"9.9"`) {
-			t.Fatalf("an agent of protocol 2: %v", err)
+		// An answer that names no protocol is of protocol 1, older than this one.
+		for _, body := range []string{`{"ok":true,"version":"9.9","pid":7}`, fmt.Sprintf(`{"ok":true,"protocol":%d,"version":"9.9","pid":7}`, protocol.Version+1)} {
+			c, _ := hostile(t, wire, answer(body))
+			_, err := c.Health(bounded(t))
+			if !errors.Is(err, protocol.ErrMismatch) || !errors.Is(err, sandbox.ErrProviderProtocol) ||
+				!strings.Contains(err.Error(), fmt.Sprintf("this daemon %d", protocol.Version)) || !strings.Contains(err.Error(), `"9.9"`) {
+				t.Errorf("an agent of another protocol (%s): %v", body, err)
+			}
 		}
 	})
 }

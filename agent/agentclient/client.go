@@ -339,8 +339,8 @@ func (c *Client) do(ctx context.Context, method, path string, q url.Values, acce
 	return nil, err
 }
 
-// agentError is the error an answer other than 2xx stands for: the agent's not_found, invalid_request
-// and request_too_large keep their class.
+// agentError is the error an answer other than 2xx stands for: the agent's not_found, invalid_request,
+// request_too_large and invalid_state keep their class.
 func agentError(path string, a *agenthttp.Answer) error {
 	raw, err := readAll(a)
 	if err != nil {
@@ -355,7 +355,7 @@ func agentError(path string, a *agenthttp.Answer) error {
 		msg = sandbox.TruncateUTF8(msg, 512)
 	}
 	switch e.Code {
-	case string(sandbox.CodeNotFound), string(sandbox.CodeInvalidRequest), string(sandbox.CodeRequestTooLarge):
+	case string(sandbox.CodeNotFound), string(sandbox.CodeInvalidRequest), string(sandbox.CodeRequestTooLarge), string(sandbox.CodeInvalidState):
 		return fmt.Errorf("agent %s: %s: %w", path, msg, sandbox.ErrorForCode(sandbox.ErrorCode(e.Code)))
 	case protocol.CodeDeadline, string(sandbox.CodeInternal), string(sandbox.CodeProviderUnavailable):
 		return fmt.Errorf("agent %s: %s: %w", path, msg, sandbox.ErrProviderUnavailable)

@@ -3,6 +3,7 @@ package agentclient_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"net/http"
 	"os"
@@ -52,7 +53,7 @@ func counted(t *testing.T, wire agentclient.Wire, srv *http.Server) (*agentclien
 
 func health(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "application/json")
-	w.Write([]byte(`{"ok":true,"version":"x","pid":7}`))
+	w.Write([]byte(healthBody))
 }
 
 func bounded(t *testing.T) context.Context {
@@ -110,7 +111,7 @@ func TestTransportDropsAConnectionWithUnsolicitedBytes(t *testing.T) {
 				return
 			}
 			defer conn.Close()
-			buf.WriteString("HTTP/1.1 200 OK\r\nContent-Length: 33\r\n\r\n{\"ok\":true,\"version\":\"x\",\"pid\":7}HTTP/1.1 200 OK\r\n")
+			fmt.Fprintf(buf, "HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%sHTTP/1.1 200 OK\r\n", len(healthBody), healthBody)
 			buf.Flush()
 			time.Sleep(100 * time.Millisecond)
 		})}

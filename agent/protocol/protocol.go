@@ -32,7 +32,7 @@ const (
 // and the client refuses another (ErrMismatch). An answer that names none is of protocol 1, the one
 // before the field, which an oci sandbox started by an older daemon still speaks after an upgrade.
 // Raise it with a change an agent of the version before cannot follow.
-const Version = 1
+const Version = 2
 
 // ErrMismatch: the agent speaks another version of the protocol than this daemon (an agent image, or
 // a sandbox's agent, of another build). The client's Health wraps it with ErrProviderProtocol.

@@ -48,6 +48,14 @@ func (f *execFlags) command(argv []string) (sandbox.Command, error) {
 	return cmd, nil
 }
 
+// idAndCommand checks the arguments of a command run in a sandbox: its id, then the argv.
+func idAndCommand(_ *cobra.Command, args []string) error {
+	if len(args) < 1 {
+		return usagef("want a sandbox id and a command after --")
+	}
+	return nil
+}
+
 func (a *app) execCmd() *cobra.Command {
 	var f execFlags
 	var gen int64
@@ -61,12 +69,7 @@ With -o json, the whole result is printed as JSON instead, and the status still 
 		Example: `  sbx exec sbx_abc -- uname -a
   sbx exec sbx_abc --cwd src --env GOFLAGS=-v -- go build ./...
   sbx exec sbx_abc --timeout 5 -- sh -c 'sleep 10'   # exits 124`,
-		Args: func(_ *cobra.Command, args []string) error {
-			if len(args) < 1 {
-				return usagef("want a sandbox id and a command after --")
-			}
-			return nil
-		},
+		Args:              idAndCommand,
 		ValidArgsFunction: a.completeIDs,
 		RunE: func(_ *cobra.Command, args []string) error {
 			c, err := f.command(args[1:])

@@ -25,6 +25,7 @@ import (
 	"sync"
 
 	"github.com/sandboxd/sandbox"
+	"github.com/sandboxd/sandbox/agent"
 	"github.com/sandboxd/sandbox/fsroot"
 	"github.com/sandboxd/sandbox/internal/version"
 	"github.com/sandboxd/sandbox/proc"
@@ -57,7 +58,8 @@ type Provider struct {
 	log *slog.Logger
 
 	mu      sync.Mutex
-	runners map[string]*proc.Runner // by ref.Name(), for generations that ran or paused something
+	runners map[string]*proc.Runner     // by ref.Name(), for generations that ran or paused something
+	tables  map[string]*agent.Processes // by ref.Name(), for generations that started a background process (process.go)
 }
 
 var (
@@ -89,7 +91,7 @@ func New(cfg Config) (*Provider, error) {
 			env = append(env, kv)
 		}
 	}
-	return &Provider{dir: dir, env: env, log: log.With("provider", Name), runners: make(map[string]*proc.Runner)}, nil
+	return &Provider{dir: dir, env: env, log: log.With("provider", Name), runners: make(map[string]*proc.Runner), tables: make(map[string]*agent.Processes)}, nil
 }
 
 // Manifest describes the provider.
@@ -179,6 +181,7 @@ func (p *Provider) Release(ctx context.Context, ref sandbox.Ref) error {
 	if err := r.Close(ctx); err != nil {
 		return fmt.Errorf("host provider: release %s: %v: %w", ref, err, sandbox.ErrProviderUnavailable)
 	}
+	p.dropTable(ref)
 	// The marker goes first: a release cut short in between leaves the directory, which Resources lists
 	// and the next release removes.
 	if err := os.Remove(dir + pausedSuffix); err != nil && !errors.Is(err, fs.ErrNotExist) {

@@ -2,6 +2,108 @@
 // Regenerate with `npm run generate`; `npm run check-generated` fails when this file is stale.
 
 export interface paths {
+    "/v1/images": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** The images the provider holds. */
+        get: operations["listImages"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/images/pull": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Fetch an image from its registry and name it by its reference; answers once it is in the store. */
+        post: operations["pullImage"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/images/import": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Add the image of an OCI layout directory or a docker-save / oci-archive tarball on the daemon's host. */
+        post: operations["importImage"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/images/remove": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Forget an image by name (that name) or by digest (the image and all its names); refused while a sandbox runs on it. */
+        post: operations["removeImage"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/images/prune": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Remove the images no name and no sandbox holds, and the layers no image has. */
+        post: operations["pruneImages"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/images/digest/{digest}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** One image, by its manifest digest. */
+        get: operations["getImage"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/volumes": {
         parameters: {
             query?: never;
@@ -127,6 +229,136 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/sandboxes/{sandboxId}/processes": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                sandboxId: components["parameters"]["ProcessSandboxId"];
+            };
+            cookie?: never;
+        };
+        get: operations["listProcesses"];
+        put?: never;
+        /**
+         * @description Starts a process in the background. It runs until it exits or is signalled, whatever happens to the
+         *     request or to the daemon; its stdout and stderr, combined, are kept in the sandbox (the last 64 MiB,
+         *     addressed by byte offset from its first byte) and read with the output stream.
+         */
+        post: operations["startProcess"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/sandboxes/{sandboxId}/processes/{pid}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                sandboxId: components["parameters"]["ProcessSandboxId"];
+                pid: components["parameters"]["ProcessPid"];
+            };
+            cookie?: never;
+        };
+        get: operations["getProcess"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/sandboxes/{sandboxId}/processes/{pid}/wait": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                sandboxId: components["parameters"]["ProcessSandboxId"];
+                pid: components["parameters"]["ProcessPid"];
+            };
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** @description Answers once the process has ended, or as it is when timeoutMs passes first (running says which). */
+        post: operations["waitProcess"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/sandboxes/{sandboxId}/processes/{pid}/stdin": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                sandboxId: components["parameters"]["ProcessSandboxId"];
+                pid: components["parameters"]["ProcessPid"];
+            };
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        post: operations["writeProcessStdin"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/sandboxes/{sandboxId}/processes/{pid}/signal": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                sandboxId: components["parameters"]["ProcessSandboxId"];
+                pid: components["parameters"]["ProcessPid"];
+            };
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** @description Sends a signal to the process's group. A process that has ended is a 409 invalid_state. */
+        post: operations["signalProcess"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/sandboxes/{sandboxId}/processes/{pid}/output": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                sandboxId: components["parameters"]["ProcessSandboxId"];
+                pid: components["parameters"]["ProcessPid"];
+            };
+            cookie?: never;
+        };
+        /**
+         * @description Server-Sent Events of the process's output from byte offset `after` (or the Last-Event-ID header,
+         *     which wins): `event: output` with `id:` the offset past its bytes and `data:` a ProcessOutputEvent;
+         *     `event: dropped` (a ProcessDroppedEvent) when the bytes asked for are no longer kept; a
+         *     `: heartbeat` comment at least every heartbeat interval while nothing comes; and last, always,
+         *     `event: end` (a ProcessEndEvent) saying why the stream ended: the process exited and every byte
+         *     was sent, the sandbox was paused, terminated or recreated, its agent did not answer, the daemon is
+         *     stopping, or the client fell behind. A client resumes from the last id it got and loses nothing the
+         *     sandbox kept.
+         */
+        get: operations["streamProcessOutput"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
 }
 export type webhooks = Record<string, never>;
 export interface components {
@@ -182,6 +414,36 @@ export interface components {
                 allow?: string[];
                 deny?: string[];
             };
+        };
+        ImageInfo: {
+            /** @description The manifest's digest. */
+            digest: string;
+            names: string[];
+            layers: number;
+            /** @description Sandboxes that run on it now. */
+            users: number;
+            env?: string[];
+            workingDir?: string;
+            user?: string;
+        };
+        ImageList: {
+            images: components["schemas"]["ImageInfo"][];
+        };
+        ImagePullRequest: {
+            /** @description registry/repository:tag or registry/repository@sha256:... */
+            reference: string;
+        };
+        ImageImportRequest: {
+            /** @description An OCI layout directory or a tarball on the daemon's host. */
+            path: string;
+            /** @description The name the image is known by, repository:tag. */
+            name: string;
+        };
+        ImageRemoveRequest: {
+            reference: string;
+        };
+        ImagePruneResult: {
+            layersRemoved: number;
         };
         VolumeCreate: {
             name: string;
@@ -285,6 +547,57 @@ export interface components {
             reason: string;
             message: string;
         };
+        ProcessStartRequest: {
+            expectedGeneration: number;
+            argv: string[];
+            cwd?: string;
+            env?: {
+                [key: string]: string;
+            };
+            /** @description Written to its stdin first; standard, padded base64, at most 1 MiB decoded */
+            stdinBase64?: string;
+            /** @description Close its stdin after stdinBase64 */
+            closeStdin?: boolean;
+            /** @description The client's name for it (at most 256 bytes), returned as is */
+            tag?: string;
+        };
+        Process: {
+            pid: number;
+            tag?: string;
+            argv: string[];
+            cwd: string;
+            running: boolean;
+            /** @description 128+n when killed by signal n; null while running */
+            exitCode: number | null;
+            /** Format: date-time */
+            startedAt: string;
+            /** Format: date-time */
+            finishedAt?: string;
+            /** @description Offset of the oldest output byte kept */
+            outputOldest: number;
+            /** @description Offset past the last output byte */
+            outputEnd: number;
+            /** @description Why nothing past outputEnd was kept (the sandbox's disk) */
+            outputError?: string;
+        };
+        ProcessOutputEvent: {
+            offset: number;
+            dataBase64: string;
+        };
+        ProcessDroppedEvent: {
+            /** @description The offset asked for */
+            from: number;
+            /** @description The oldest offset kept, where the output goes on */
+            to: number;
+        };
+        ProcessEndEvent: {
+            /** @enum {string} */
+            reason: "exited" | "paused" | "terminated" | "recreated" | "agent_unavailable" | "daemon_stopping" | "slow_client" | "error";
+            /** @description Where to resume */
+            offset: number;
+            exitCode?: number | null;
+            message?: string;
+        };
     };
     responses: {
         /** @description No such sandbox or resource */
@@ -341,14 +654,181 @@ export interface components {
                 "application/json": components["schemas"]["ErrorResponse"];
             };
         };
+        /** @description An error */
+        ProcessError: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": components["schemas"]["ErrorResponse"];
+            };
+        };
     };
-    parameters: never;
+    parameters: {
+        ProcessSandboxId: string;
+        ProcessPid: number;
+        ProcessExpectedGeneration: number;
+    };
     requestBodies: never;
     headers: never;
     pathItems: never;
 }
 export type $defs = Record<string, never>;
 export interface operations {
+    listImages: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Every image, by digest. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ImageList"];
+                };
+            };
+            422: components["responses"]["UnsupportedCapability"];
+            503: components["responses"]["ProviderUnavailable"];
+        };
+    };
+    pullImage: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["ImagePullRequest"];
+            };
+        };
+        responses: {
+            /** @description The image, pulled. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ImageInfo"];
+                };
+            };
+            400: components["responses"]["InvalidRequest"];
+            404: components["responses"]["NotFound"];
+            422: components["responses"]["UnsupportedCapability"];
+            503: components["responses"]["ProviderUnavailable"];
+        };
+    };
+    importImage: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["ImageImportRequest"];
+            };
+        };
+        responses: {
+            /** @description The image, imported. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ImageInfo"];
+                };
+            };
+            400: components["responses"]["InvalidRequest"];
+            422: components["responses"]["UnsupportedCapability"];
+            503: components["responses"]["ProviderUnavailable"];
+        };
+    };
+    removeImage: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["ImageRemoveRequest"];
+            };
+        };
+        responses: {
+            /** @description Removed. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ImageRemoveRequest"];
+                };
+            };
+            400: components["responses"]["InvalidRequest"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            422: components["responses"]["UnsupportedCapability"];
+            503: components["responses"]["ProviderUnavailable"];
+        };
+    };
+    pruneImages: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description What was removed. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ImagePruneResult"];
+                };
+            };
+            422: components["responses"]["UnsupportedCapability"];
+            503: components["responses"]["ProviderUnavailable"];
+        };
+    };
+    getImage: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                digest: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The image. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ImageInfo"];
+                };
+            };
+            400: components["responses"]["InvalidRequest"];
+            404: components["responses"]["NotFound"];
+            422: components["responses"]["UnsupportedCapability"];
+            503: components["responses"]["ProviderUnavailable"];
+        };
+    };
     listVolumes: {
         parameters: {
             query?: never;
@@ -721,6 +1201,250 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorResponse"];
                 };
             };
+        };
+    };
+    listProcesses: {
+        parameters: {
+            query: {
+                expectedGeneration: components["parameters"]["ProcessExpectedGeneration"];
+            };
+            header?: never;
+            path: {
+                sandboxId: components["parameters"]["ProcessSandboxId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The sandbox's processes, oldest first */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        processes: components["schemas"]["Process"][];
+                    };
+                };
+            };
+            400: components["responses"]["ProcessError"];
+            404: components["responses"]["ProcessError"];
+            409: components["responses"]["ProcessError"];
+            422: components["responses"]["ProcessError"];
+            502: components["responses"]["ProcessError"];
+            503: components["responses"]["ProcessError"];
+        };
+    };
+    startProcess: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                sandboxId: components["parameters"]["ProcessSandboxId"];
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["ProcessStartRequest"];
+            };
+        };
+        responses: {
+            /** @description The started process */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Process"];
+                };
+            };
+            400: components["responses"]["ProcessError"];
+            404: components["responses"]["ProcessError"];
+            409: components["responses"]["ProcessError"];
+            422: components["responses"]["ProcessError"];
+            502: components["responses"]["ProcessError"];
+            503: components["responses"]["ProcessError"];
+        };
+    };
+    getProcess: {
+        parameters: {
+            query: {
+                expectedGeneration: components["parameters"]["ProcessExpectedGeneration"];
+            };
+            header?: never;
+            path: {
+                sandboxId: components["parameters"]["ProcessSandboxId"];
+                pid: components["parameters"]["ProcessPid"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The process */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Process"];
+                };
+            };
+            400: components["responses"]["ProcessError"];
+            404: components["responses"]["ProcessError"];
+            409: components["responses"]["ProcessError"];
+            422: components["responses"]["ProcessError"];
+            502: components["responses"]["ProcessError"];
+            503: components["responses"]["ProcessError"];
+        };
+    };
+    waitProcess: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                sandboxId: components["parameters"]["ProcessSandboxId"];
+                pid: components["parameters"]["ProcessPid"];
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": {
+                    expectedGeneration: number;
+                    timeoutMs: number;
+                };
+            };
+        };
+        responses: {
+            /** @description The process, ended or not */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Process"];
+                };
+            };
+            400: components["responses"]["ProcessError"];
+            404: components["responses"]["ProcessError"];
+            409: components["responses"]["ProcessError"];
+            422: components["responses"]["ProcessError"];
+            502: components["responses"]["ProcessError"];
+            503: components["responses"]["ProcessError"];
+        };
+    };
+    writeProcessStdin: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                sandboxId: components["parameters"]["ProcessSandboxId"];
+                pid: components["parameters"]["ProcessPid"];
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": {
+                    expectedGeneration: number;
+                    /** @description Standard, padded base64; at most 1 MiB decoded */
+                    dataBase64?: string;
+                    /** @description Close the process's stdin after the data */
+                    close?: boolean;
+                };
+            };
+        };
+        responses: {
+            /** @description Written */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        written: number;
+                        closed: boolean;
+                    };
+                };
+            };
+            400: components["responses"]["ProcessError"];
+            404: components["responses"]["ProcessError"];
+            409: components["responses"]["ProcessError"];
+            422: components["responses"]["ProcessError"];
+            502: components["responses"]["ProcessError"];
+            503: components["responses"]["ProcessError"];
+        };
+    };
+    signalProcess: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                sandboxId: components["parameters"]["ProcessSandboxId"];
+                pid: components["parameters"]["ProcessPid"];
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": {
+                    expectedGeneration: number;
+                    /** @enum {string} */
+                    signal: "HUP" | "INT" | "QUIT" | "KILL" | "USR1" | "USR2" | "TERM" | "CONT" | "STOP" | "WINCH";
+                };
+            };
+        };
+        responses: {
+            /** @description Sent */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        signal: string;
+                    };
+                };
+            };
+            400: components["responses"]["ProcessError"];
+            404: components["responses"]["ProcessError"];
+            409: components["responses"]["ProcessError"];
+            422: components["responses"]["ProcessError"];
+            502: components["responses"]["ProcessError"];
+            503: components["responses"]["ProcessError"];
+        };
+    };
+    streamProcessOutput: {
+        parameters: {
+            query: {
+                expectedGeneration: components["parameters"]["ProcessExpectedGeneration"];
+                after?: number;
+            };
+            header?: never;
+            path: {
+                sandboxId: components["parameters"]["ProcessSandboxId"];
+                pid: components["parameters"]["ProcessPid"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Server-Sent Events stream */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "text/event-stream": string;
+                };
+            };
+            400: components["responses"]["ProcessError"];
+            404: components["responses"]["ProcessError"];
+            409: components["responses"]["ProcessError"];
+            422: components["responses"]["ProcessError"];
+            502: components["responses"]["ProcessError"];
+            503: components["responses"]["ProcessError"];
         };
     };
 }
