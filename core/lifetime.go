@@ -11,8 +11,8 @@ import (
 )
 
 // A sandbox's lifetime: spec.extensions["sandboxd.lifetime"] asks for a time to live (from the
-// generation's create or recreate) and an idle bound (no API call naming the sandbox, and no request
-// of it open, for that long), with daemon-wide defaults and maxima (LifetimeConfig). What holds for a
+// generation's create or recreate) and an idle bound (no API call naming the sandbox, no request of
+// it open and no background process running in it, for that long), with daemon-wide defaults and maxima (LifetimeConfig). What holds for a
 // generation is computed when it is recorded and kept with it, in
 // providerExtensions["sandboxd.lifetime"] (the deadline as a time), so that the daemon enforces it from
 // the store: a restart neither forgets a deadline nor moves it, and the automatic transition is an

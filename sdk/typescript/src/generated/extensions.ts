@@ -380,8 +380,8 @@ export interface components {
             /**
              * @description How long the sandbox lives. ttlSeconds counts from the generation's create or recreate; at
              *     its end the sandbox is terminated (a state_changed event with reason ttl_expired).
-             *     idleSeconds is how long it may go without an API call naming it and without a request of it
-             *     open (a stream included); then it is paused (onIdle pause, the default where the provider
+             *     idleSeconds is how long it may go without an API call naming it, without a request of it
+             *     open (a stream included) and without a background process running in it; then it is paused (onIdle pause, the default where the provider
              *     can pause) or terminated (reason idle). resumeOnCall (default true with onIdle pause): a
              *     command or file call to the paused sandbox resumes it first. The daemon's defaults apply to
              *     what is left out, and a value over the daemon's maximum is refused (400). What holds for the
