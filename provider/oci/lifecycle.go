@@ -562,11 +562,6 @@ func (p *Provider) removeLayout(ctx context.Context, l layout, m meta, known boo
 			return err
 		}
 	}
-	if len(m.Volumes) > 0 {
-		p.volMu.Lock()
-		defer p.volMu.Unlock()
-		return p.releaseVolumes(m.Volumes)
-	}
 	return nil
 }
 

@@ -18,13 +18,17 @@ import (
 )
 
 // Persistent volumes (sandbox.Volumes). A volume is a sparse ext4 image of its own under
-// <state>/volumes/<name>/, made like a sandbox's disk, with volume.json beside it. While a sandbox
-// mounts it, the image is mounted once on the host, at <name>/mnt, and each sandbox gets an idmapped
+// <state>/volumes/<name>/, made like a sandbox's disk, with volume.json beside it. Once a sandbox
+// has mounted it, the image is mounted on the host, at <name>/mnt, and each sandbox gets an idmapped
 // clone of that mount (mount_setattr MOUNT_ATTR_IDMAP with the sandbox's user namespace) bound at its
 // mount path: the file system keeps owners as the sandbox sees them (its root is uid 0 on the volume),
 // whichever uid range the sandbox that wrote them ran in, so the next sandbox, in another range, finds
 // its files its own. Two sandboxes mounting a shared volume share the one mount, never two mounts of
-// one image. The host's mount goes once no sandbox of the provider mounts the volume any more.
+// one image. The host's mount stays from the volume's first use to its deletion (or the machine's
+// restart): a sandbox that ends leaves its mount namespace, which holds the volume's file system, to
+// the kernel to tear down, in its own time; a second mount of the image made meanwhile, on another
+// loop device, would be a second file system over the same blocks, and each would corrupt the
+// other's (seen under load as ext4 checksum errors in the next sandbox).
 //
 // Who mounts what is read from the sandboxes' metadata (meta.Volumes) under volMu, not kept apart, so a
 // restarted provider knows it without a record of its own. A volume that is not shared has at most one
@@ -335,25 +339,8 @@ func unmountVolume(dir string) error {
 	return nil
 }
 
-// releaseVolumes, after a sandbox mounting vols is gone, takes off the host's mount of each volume no
-// other sandbox mounts. Called with volMu held.
-func (p *Provider) releaseVolumes(vols []sandbox.VolumeMount) error {
-	var errs []error
-	for _, v := range vols {
-		users, err := p.volumeUsers(v.Name)
-		if err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		if len(users) == 0 {
-			errs = append(errs, unmountVolume(p.volumeDir(v.Name)))
-		}
-	}
-	return errors.Join(errs...)
-}
-
-// tidyVolumes, at start, removes what a crash left among the volumes (.new-* directories) and takes
-// off the host's mounts of volumes no sandbox mounts.
+// tidyVolumes, at start, removes what a crash left among the volumes: .new-* directories, an image
+// made or a volume deleted half-way.
 func (p *Provider) tidyVolumes() {
 	p.volMu.Lock()
 	defer p.volMu.Unlock()
@@ -362,17 +349,12 @@ func (p *Provider) tidyVolumes() {
 		return
 	}
 	for _, e := range ents {
-		if sandbox.CheckVolumeName(e.Name()) != nil {
-			dir := filepath.Join(p.volumesDir(), e.Name())
-			if err := unmountVolume(dir); err == nil {
-				_ = os.RemoveAll(dir)
-			}
+		if sandbox.CheckVolumeName(e.Name()) == nil {
 			continue
 		}
-		if users, err := p.volumeUsers(e.Name()); err == nil && len(users) == 0 {
-			if err := unmountVolume(p.volumeDir(e.Name())); err != nil {
-				p.log.Warn("unmounting an unused volume", "volume", e.Name(), "err", err)
-			}
+		dir := filepath.Join(p.volumesDir(), e.Name())
+		if err := unmountVolume(dir); err == nil {
+			_ = os.RemoveAll(dir)
 		}
 	}
 }
