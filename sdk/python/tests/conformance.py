@@ -65,12 +65,24 @@ def _operations() -> Dict[str, Tuple[str, str, str]]:
 # operationId -> (document, path template, method)
 OPERATIONS: Dict[str, Tuple[str, str, str]] = _operations()
 
-EXTENSION_OPERATIONS = frozenset({"getSandboxStats", "getMetrics"})
+EXTENSION_OPERATIONS = frozenset(
+    {
+        "getSandboxStats",
+        "getMetrics",
+        "listVolumes",
+        "createVolume",
+        "getVolume",
+        "deleteVolume",
+        "getNetwork",
+        "setNetwork",
+        "streamNetworkDenials",
+    }
+)
 """The operations of api/extensions.yaml the SDK has methods for (sandboxd.extensions). Each must be in
 the document, have its answers mirrored by classes and be checked during a run; the others are reached
 through request(), whose answers are checked against the document too."""
 
-EXTENSION_KEYS = frozenset({"sandboxd.lifetime"})
+EXTENSION_KEYS = frozenset({"sandboxd.lifetime", "sandboxd.volumes", "sandboxd.network"})
 """The sandboxd.* spec.extensions keys the SDK has a type for."""
 
 _TEMPLATES = [
@@ -119,6 +131,8 @@ def response_pointer(operation: str, status: int) -> Optional[str]:
     lists no such answer."""
     if operation == "streamEvents" and status == 200:
         return "#/components/schemas/SandboxEvent"
+    if operation == "streamNetworkDenials" and status == 200:
+        return "extensions.yaml#/components/schemas/NetworkDenial"  # each "denial" event's data
     if operation not in OPERATIONS:
         return None
     name, p, m = OPERATIONS[operation]
@@ -128,11 +142,15 @@ def response_pointer(operation: str, status: int) -> Optional[str]:
     at = f"#/paths/{_escape(p)}/{m}/responses/{status}"
     resp, at = resolve(name, responses[str(status)], at)
     content = resp.get("content", {})
+    if not content:
+        return NO_CONTENT
     media = "application/json" if "application/json" in content else next(iter(content))
     return f"{name}{at}/content/{_escape(media)}/schema"
 
 
 ERROR_RESPONSE = "#/components/schemas/ErrorResponse"
+NO_CONTENT = "-"
+"""The pointer of an answer documented without a body (a 204), which the client decodes as None."""
 
 
 def check(operation: str, status: int, doc: Any) -> None:
@@ -147,6 +165,11 @@ def check(operation: str, status: int, doc: Any) -> None:
         if status < 400:
             raise AssertionError(f"{operation}: the document has no {status} answer")
         pointer = ERROR_RESPONSE
+    if pointer == NO_CONTENT:
+        if doc is not None:
+            raise AssertionError(f"{operation} {status}: the document says no body, got {doc!r}")
+        validated[operation] += 1
+        return
     errors = sorted(validator(pointer).iter_errors(doc), key=lambda e: list(e.path))
     if errors:
         e = errors[0]

@@ -107,6 +107,7 @@ class Blocking:
         sandboxd.AsyncSandbox,
         sandboxd.AsyncFiles,
         sandboxd.AsyncEventStream,
+        sandboxd.AsyncDenialStream,
     )
 
     def __init__(self, target: Any, loop: asyncio.AbstractEventLoop) -> None:
@@ -126,7 +127,7 @@ class Blocking:
         return v
 
     def __getattr__(self, name: str) -> Any:
-        if name == "close" and isinstance(self._target, sandboxd.AsyncEventStream):
+        if name == "close" and isinstance(self._target, (sandboxd.AsyncEventStream, sandboxd.AsyncDenialStream)):
             name = "aclose"
         v = getattr(self._target, name)
         if callable(v) and not isinstance(v, type):

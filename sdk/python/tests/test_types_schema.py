@@ -31,6 +31,12 @@ CLASSES: List[Any] = [
     # api/extensions.yaml, a module of sandboxd.extensions per group
     x.Lifetime,
     x.SandboxStats,
+    x.Volume,
+    x.VolumeMount,
+    x.NetworkPolicy,
+    x.NetworkStatus,
+    x.NetworkDenial,
+    x.NetworkDenialsEnd,
 ]
 
 
@@ -83,6 +89,8 @@ def sample(schema: Dict[str, Any], full: bool, within: str = "") -> Any:
         return 1.5
     if schema.get("format") == "date-time":
         return "2026-01-02T03:04:05.123456789Z"
+    if schema.get("pattern") == "^/":
+        return "/s"  # an absolute path
     if schema.get("contentEncoding") == "base64":
         return "aGk="
     if schema.get("format") == "uri":
@@ -112,7 +120,9 @@ def test_every_extension_answer_and_key_has_a_class() -> None:
             if status.startswith("2") and ref:
                 want.add("extensions.yaml" + ref)
     for key in EXTENSION_KEYS:
-        want.add(f"extensions.yaml#/components/schemas/SpecExtensions/properties/{key}")
+        at = f"extensions.yaml#/components/schemas/SpecExtensions/properties/{key}"
+        # A key that is a list of objects has the class of its items.
+        want.add(at + "/items" if schema_at(at).get("type") == "array" else at)
     assert want, "api/extensions.yaml answers nothing with JSON"
     have = {c.schema for c in CLASSES}
     assert want <= have, f"no class for {sorted(want - have)}"
@@ -225,3 +235,28 @@ def test_operation_of() -> None:
     assert operation_of("GET", "/v1/sandboxes/sbx_x") == "getSandbox"
     assert operation_of("GET", "/metrics") == "getMetrics"
     assert operation_of("DELETE", "/v1/events") is None
+
+
+def test_volumes_and_network_round_trip() -> None:
+    mount = x.VolumeMount.from_json(sample(schema_at(x.VolumeMount.schema), True, "extensions.yaml"))
+    assert x.VolumeMount.from_json(mount.to_json()) == mount
+    policy = x.NetworkPolicy.from_json(sample(schema_at(x.NetworkPolicy.schema), True, "extensions.yaml"))
+    assert x.NetworkPolicy.from_json(policy.to_json()) == policy
+    # The policy of a spec is the one a NetworkStatus reads back and a PUT sends.
+    assert not list(validator("extensions.yaml#/components/schemas/NetworkPolicy").iter_errors(policy.to_json()))
+    from sandboxd._common import make_spec
+
+    spec = make_spec(
+        image=None, template=None, resources=None, required_capabilities=None, extensions={"acme.example": 1},
+        client_request_id=None, volumes=[mount, x.VolumeMount("cache", "/data", read_only=True)], network=policy,
+    )  # fmt: skip
+    ext = spec.to_json()["extensions"]
+    assert ext["sandboxd.volumes"] == [mount.to_json(), {"name": "cache", "mountPath": "/data", "readOnly": True}]
+    assert ext["sandboxd.network"] == policy.to_json() and ext["acme.example"] == 1
+    assert not list(validator("extensions.yaml#/components/schemas/SpecExtensions").iter_errors(ext))
+    for kw in ({"volumes": [mount]}, {"network": policy}):
+        with pytest.raises(sandboxd.ValidationError):
+            make_spec(
+                image=None, template=None, resources=None, required_capabilities=None, client_request_id=None,
+                extensions={"sandboxd.volumes": [], "sandboxd.network": {}}, **kw,  # type: ignore[arg-type]
+            )  # fmt: skip

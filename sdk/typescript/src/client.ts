@@ -3,6 +3,7 @@
 
 import { EventHistoryUnavailable, SandboxdError } from "./errors.js";
 import { EventStream, type EventsOptions } from "./events.js";
+import type { Volume, VolumeCreate } from "./extensions/volumes.js";
 import { Sandbox, type CreateOptions } from "./sandbox.js";
 import { Transport, type RequestOptions, type RetryOptions } from "./transport.js";
 import type { CreateSpec, RuntimeInfo, SandboxEvent, SandboxResource } from "./types.js";
@@ -126,6 +127,60 @@ export class Client {
           });
         }
         return resp.text();
+      },
+    });
+  }
+
+  /**
+   * Makes an empty persistent volume (`POST /v1/volumes`), which sandboxes mount with a create's
+   * `volumes: [{ name, mountPath: "/data" }]`; what one sandbox writes there outlives it. Not retried
+   * after a lost answer (a repeat would meet the volume the first one made).
+   * @throws {@link ValidationError} (a name or size the daemon refuses), {@link InvalidState} (a volume
+   * of that name exists), {@link UnsupportedCapability} (no `persistentVolume`, such as `host`),
+   * {@link ProviderUnavailable}
+   */
+  createVolume(volume: VolumeCreate, options: CallOptions = {}): Promise<Volume> {
+    return this.transport.call<Volume>({ method: "POST", path: "/v1/volumes", body: volume, signal: options.signal });
+  }
+
+  /**
+   * Every volume, with the live sandboxes that mount it.
+   * @throws {@link UnsupportedCapability}
+   */
+  async listVolumes(options: CallOptions = {}): Promise<Volume[]> {
+    const out = await this.transport.call<{ volumes: Volume[] }>({
+      method: "GET",
+      path: "/v1/volumes",
+      signal: options.signal,
+    });
+    return out.volumes;
+  }
+
+  /**
+   * The volume of that name.
+   * @throws {@link NotFound}, {@link UnsupportedCapability}
+   */
+  getVolume(name: string, options: CallOptions = {}): Promise<Volume> {
+    return this.transport.call<Volume>({
+      method: "GET",
+      path: `/v1/volumes/${encodeURIComponent(name)}`,
+      signal: options.signal,
+    });
+  }
+
+  /**
+   * Removes a volume and its data.
+   * @throws {@link InvalidState} while a sandbox that is not terminated mounts it, {@link NotFound},
+   * {@link UnsupportedCapability}
+   */
+  async deleteVolume(name: string, options: CallOptions = {}): Promise<void> {
+    await this.transport.call<undefined>({
+      method: "DELETE",
+      path: `/v1/volumes/${encodeURIComponent(name)}`,
+      signal: options.signal,
+      read: async (resp) => {
+        await resp.body?.cancel().catch(() => {});
+        return undefined;
       },
     });
   }

@@ -19,6 +19,8 @@ export { CommandFailed, CommandResult, type RunOptions } from "./commands.js";
 export { SandboxFiles, type WrittenFile } from "./files.js";
 export { EventStream, type EventsOptions } from "./events.js";
 export { LIFETIME_KEY } from "./extensions/lifetime.js";
+export { VOLUMES_KEY } from "./extensions/volumes.js";
+export { NETWORK_KEY, NetworkDenialStream } from "./extensions/network.js";
 export type { RequestOptions, RetryOptions, RetryPolicy } from "./transport.js";
 export {
   ConnectionError,

@@ -3,10 +3,26 @@
 
 import type { CallOptions, Client } from "./client.js";
 import { CommandResult, withStdin, type RunOptions } from "./commands.js";
-import { GenerationConflict, InvalidState, NotFound, SandboxFailed, SandboxdError, WaitTimeout } from "./errors.js";
+import {
+  GenerationConflict,
+  InvalidState,
+  NotFound,
+  SandboxFailed,
+  SandboxdError,
+  ValidationError,
+  WaitTimeout,
+} from "./errors.js";
 import { SandboxFiles } from "./files.js";
-import { recordedLifetime, withLifetime, type RecordedLifetime } from "./extensions/lifetime.js";
+import { LIFETIME_KEY, recordedLifetime, type RecordedLifetime } from "./extensions/lifetime.js";
+import {
+  NETWORK_KEY,
+  NetworkDenialStream,
+  type NetworkDenialsOptions,
+  type NetworkPolicy,
+  type NetworkStatus,
+} from "./extensions/network.js";
 import type { SandboxStats } from "./extensions/stats.js";
+import { VOLUMES_KEY } from "./extensions/volumes.js";
 import type { CommandResultBody, CreateSpec, SandboxResource, SandboxSpec, SandboxState } from "./types.js";
 
 /** How {@link Sandbox.create} creates. */
@@ -166,6 +182,48 @@ export class Sandbox {
       path: `${this.#path}/stats`,
       signal: options.signal,
     });
+  }
+
+  /**
+   * The sandbox's network now (`GET /v1/sandboxes/{id}/network`): the policy that holds (the last one
+   * set, or the spec's, with the daemon's default egress made explicit), the connections it let out
+   * and refused, and its recent denials.
+   * @throws {@link UnsupportedCapability} (no `networkPolicy`, such as `host`), {@link InvalidState}
+   * when the sandbox is neither ready nor paused, {@link NotFound}, {@link ProviderUnavailable}
+   */
+  network(options: CallOptions = {}): Promise<NetworkStatus> {
+    return this.client.transport.call<NetworkStatus>({
+      method: "GET",
+      path: `${this.#path}/network`,
+      signal: options.signal,
+    });
+  }
+
+  /**
+   * Replaces the policy of a ready sandbox (`PUT /v1/sandboxes/{id}/network`) for every new
+   * connection; those open go on. The spec keeps the policy asked at create. Fenced by this object's
+   * generation; safe to repeat (the same policy set again changes nothing).
+   * @throws {@link GenerationConflict}, {@link InvalidState}, {@link ValidationError} (a rule the
+   * daemon refuses), {@link UnsupportedCapability} (no `networkPolicy`, or a name rule where names are
+   * not resolved), {@link ProviderUnavailable}
+   */
+  setNetwork(policy: NetworkPolicy, options: CallOptions = {}): Promise<NetworkStatus> {
+    return this.client.transport.call<NetworkStatus>({
+      method: "PUT",
+      path: `${this.#path}/network`,
+      body: { expectedGeneration: this.generation, policy },
+      retry: "safe",
+      signal: options.signal,
+    });
+  }
+
+  /**
+   * Follows what the sandbox's policy refuses (`GET /v1/sandboxes/{id}/network/denials`): see
+   * {@link NetworkDenialStream}. It ends when this generation is no longer ready or paused.
+   */
+  networkDenials(options: NetworkDenialsOptions = {}): NetworkDenialStream {
+    const transport = this.client.transport;
+    return new NetworkDenialStream((r) => transport.open(r), `${this.#path}/network/denials`, options);
   }
 
   /**
@@ -470,9 +528,27 @@ function timeoutOr(
   return signal.reason;
 }
 
-/** The wire spec of a create or recreate: its lifetime moved into its extensions. */
+/** The wire spec of a create or recreate: its lifetime, volumes and network moved into its extensions. */
 function specOf(spec: CreateSpec, clientRequestId: string): SandboxSpec {
-  const { lifetime, ...rest } = spec;
-  const extensions = withLifetime(rest.extensions, lifetime);
+  const { lifetime, volumes, network, ...rest } = spec;
+  let extensions = withExtension(rest.extensions, LIFETIME_KEY, "lifetime", lifetime);
+  extensions = withExtension(extensions, VOLUMES_KEY, "volumes", volumes);
+  extensions = withExtension(extensions, NETWORK_KEY, "network", network);
   return extensions === undefined ? { ...rest, clientRequestId } : { ...rest, extensions, clientRequestId };
+}
+
+/** extensions with value under key, unless value is undefined; given both ways, it is refused. */
+function withExtension(
+  extensions: Record<string, unknown> | undefined,
+  key: string,
+  option: string,
+  value: unknown,
+): Record<string, unknown> | undefined {
+  if (value === undefined) return extensions;
+  if (extensions && key in extensions) {
+    throw new ValidationError(`${option} given twice: as ${option} and as extensions["${key}"]`, {
+      code: "invalid_request",
+    });
+  }
+  return { ...extensions, [key]: value };
 }

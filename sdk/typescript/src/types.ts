@@ -8,6 +8,8 @@
  */
 
 import type { Lifetime } from "./extensions/lifetime.js";
+import type { NetworkPolicy } from "./extensions/network.js";
+import type { VolumeMount } from "./extensions/volumes.js";
 import type { components, operations, paths } from "./generated/openapi.js";
 
 /** The protocol version and the provider's manifest (`GET /v1/runtime`). */
@@ -44,16 +46,29 @@ export type { components, operations, paths };
 
 /**
  * A spec for {@link Sandbox.create}: like {@link SandboxSpec}, but the SDK makes up `clientRequestId`
- * when it is left out, and `lifetime` goes into `extensions["sandboxd.lifetime"]`.
+ * when it is left out, and `lifetime`, `volumes` and `network` go into `extensions["sandboxd.lifetime"]`,
+ * `extensions["sandboxd.volumes"]` and `extensions["sandboxd.network"]`.
  */
 export type CreateSpec = Omit<SandboxSpec, "clientRequestId"> & {
   clientRequestId?: string;
   /** The sandbox's time to live and idle bound (see {@link Lifetime}). */
   lifetime?: Lifetime;
+  /** The persistent volumes it mounts (see {@link VolumeMount}; capability `persistentVolume`). */
+  volumes?: VolumeMount[];
+  /** Its egress policy (see {@link NetworkPolicy}; capability `networkPolicy`). */
+  network?: NetworkPolicy;
 };
 
 export type { Lifetime, RecordedLifetime } from "./extensions/lifetime.js";
 export type { SandboxStats } from "./extensions/stats.js";
+export type { Volume, VolumeCreate, VolumeMount } from "./extensions/volumes.js";
+export type {
+  NetworkDenial,
+  NetworkDenialsEnd,
+  NetworkDenialsOptions,
+  NetworkPolicy,
+  NetworkStatus,
+} from "./extensions/network.js";
 /** The paths, operations and components of `api/extensions.yaml`, for typing calls made with {@link Client.request}. */
 export type {
   components as extensionComponents,

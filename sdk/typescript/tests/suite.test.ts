@@ -8,7 +8,9 @@ import { errors } from "./scenarios/errors.js";
 import { events } from "./scenarios/events.js";
 import { examples } from "./scenarios/examples.js";
 import { extLifetime } from "./scenarios/ext-lifetime.js";
+import { extNetwork } from "./scenarios/ext-network.js";
 import { extStats } from "./scenarios/ext-stats.js";
+import { extVolumes } from "./scenarios/ext-volumes.js";
 import { lifecycle } from "./scenarios/lifecycle.js";
 
 const ctx = new Context();
@@ -23,6 +25,8 @@ examples(ctx);
 // api/extensions.yaml: one file of scenarios per group.
 extLifetime(ctx);
 extStats(ctx);
+extVolumes(ctx);
+extNetwork(ctx);
 
 describe("conformance", () => {
   it("every answer the SDK decoded matches its schema in api/openapi.yaml or api/extensions.yaml", (t) => {
@@ -58,6 +62,32 @@ describe("conformance", () => {
       ctx.daemon.provider === "host" ? "getSandboxStats 422" : "getSandboxStats 200",
       "getMetrics 200",
       "getMetrics 401",
+      ...(ctx.daemon.provider === "host"
+        ? [
+            "createVolume 422",
+            "listVolumes 422",
+            "getVolume 422",
+            "deleteVolume 422",
+            "getNetwork 422",
+            "setNetwork 422",
+            "streamNetworkDenials 422",
+          ]
+        : [
+            "createVolume 201",
+            "createVolume 409",
+            "listVolumes 200",
+            "getVolume 200",
+            "getVolume 404",
+            "deleteVolume 204",
+            "deleteVolume 409",
+            "getNetwork 200",
+            "getNetwork 409",
+            "setNetwork 200",
+            "setNetwork 409",
+            "streamNetworkDenials 200",
+            "streamNetworkDenials denial",
+            "streamNetworkDenials end",
+          ]),
     ];
     const covered = [...ctx.conformance.covered].sort(([a], [b]) => a.localeCompare(b));
     t.diagnostic(
@@ -66,7 +96,17 @@ describe("conformance", () => {
     // The operations of api/extensions.yaml the SDK has methods for are in the document (the others are
     // reached through request(), whose answers are checked all the same).
     const extensions = ctx.conformance.operations.filter((o) => o.document === "extensions.yaml").map((o) => o.id);
-    for (const id of ["getSandboxStats", "getMetrics"])
+    for (const id of [
+      "getSandboxStats",
+      "getMetrics",
+      "listVolumes",
+      "createVolume",
+      "getVolume",
+      "deleteVolume",
+      "getNetwork",
+      "setNetwork",
+      "streamNetworkDenials",
+    ])
       assert.ok(extensions.includes(id), `${id} not in extensions.yaml`);
     const missing = want.filter((k) => !ctx.conformance.covered.has(k));
     assert.deepEqual(missing, [], `covered: ${[...ctx.conformance.covered.keys()].sort().join(", ")}`);

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
-from .aio import AsyncClient, AsyncEventStream, AsyncFiles, AsyncSandbox
+from .aio import AsyncClient, AsyncDenialStream, AsyncEventStream, AsyncFiles, AsyncSandbox
 from .client import Client, EventStream
 from .errors import (
     CommandFailed,
@@ -41,8 +41,18 @@ from .errors import (
     ValidationError,
     WaitTimeout,
 )
-from .extensions import Lifetime, RecordedLifetime, SandboxStats
-from .sandbox import Files, Sandbox
+from .extensions import (
+    Lifetime,
+    NetworkDenial,
+    NetworkDenialsEnd,
+    NetworkPolicy,
+    NetworkStatus,
+    RecordedLifetime,
+    SandboxStats,
+    Volume,
+    VolumeMount,
+)
+from .sandbox import DenialStream, Files, Sandbox
 from .types import (
     CommandResult,
     Endpoint,
@@ -60,6 +70,7 @@ from .types import (
 
 __all__ = [
     "AsyncClient",
+    "AsyncDenialStream",
     "AsyncEventStream",
     "AsyncFiles",
     "AsyncSandbox",
@@ -67,6 +78,7 @@ __all__ = [
     "CommandFailed",
     "CommandResult",
     "ConnectionFailed",
+    "DenialStream",
     "Endpoint",
     "EventHistoryUnavailable",
     "EventStream",
@@ -80,6 +92,10 @@ __all__ = [
     "InvalidState",
     "Lifetime",
     "MethodNotAllowed",
+    "NetworkDenial",
+    "NetworkDenialsEnd",
+    "NetworkPolicy",
+    "NetworkStatus",
     "NotFound",
     "ProviderManifest",
     "ProviderProtocolError",
@@ -101,5 +117,7 @@ __all__ = [
     "UnexpectedState",
     "UnsupportedCapability",
     "ValidationError",
+    "Volume",
+    "VolumeMount",
     "WaitTimeout",
 ]

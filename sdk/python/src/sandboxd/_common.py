@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import posixpath
 import secrets
-from typing import Any, Generator, Iterable, List, Mapping, Optional, Sequence, Tuple, TypeVar, Union
+from typing import Any, Dict, Generator, Iterable, List, Mapping, Optional, Sequence, Tuple, TypeVar, Union
 
 from .errors import (
     CommandFailed,
@@ -15,7 +15,9 @@ from .errors import (
     ValidationError,
     WaitTimeout,
 )
-from .extensions.lifetime import Lifetime, with_lifetime
+from .extensions.lifetime import LIFETIME_KEY, Lifetime
+from .extensions.network import NETWORK_KEY, NetworkPolicy
+from .extensions.volumes import VOLUMES_KEY, VolumeMount, volumes_json
 from .types import SETTLED_STATES, CommandResult, FileEntry, Resources, SandboxEvent, SandboxResource, SandboxSpec
 
 DEFAULT_WAIT = 60.0
@@ -42,8 +44,12 @@ def make_spec(
     extensions: Optional[Mapping[str, Any]],
     client_request_id: Optional[str],
     lifetime: Optional[Lifetime] = None,
+    volumes: Optional[Sequence[VolumeMount]] = None,
+    network: Optional[NetworkPolicy] = None,
 ) -> SandboxSpec:
-    extensions = with_lifetime(extensions, lifetime)
+    extensions = with_extension(extensions, LIFETIME_KEY, "lifetime", None if lifetime is None else lifetime.to_json())
+    extensions = with_extension(extensions, VOLUMES_KEY, "volumes", None if volumes is None else volumes_json(volumes))
+    extensions = with_extension(extensions, NETWORK_KEY, "network", None if network is None else network.to_json())
     return SandboxSpec(
         client_request_id=client_request_id or new_request_id(),
         image=image,
@@ -52,6 +58,18 @@ def make_spec(
         required_capabilities=tuple(required_capabilities) if required_capabilities else None,
         extensions=dict(extensions) if extensions else None,
     )
+
+
+def with_extension(extensions: Optional[Mapping[str, Any]], key: str, arg: str, value: Any) -> Optional[Dict[str, Any]]:
+    """extensions with value under key, unless value is None (ValidationError when extensions has the
+    key already: the typed argument arg and the key would both say it)."""
+    if value is None:
+        return dict(extensions) if extensions else None
+    out = dict(extensions or {})
+    if key in out:
+        raise ValidationError(f"{arg} given twice: as {arg}= and as extensions[{key!r}]")
+    out[key] = value
+    return out
 
 
 def recreate_spec(current: SandboxSpec, spec: Optional[SandboxSpec]) -> SandboxSpec:

@@ -60,6 +60,7 @@ class Request:
     timeout: Optional[float] = None  # seconds the answer may take; None: the client's timeout
     headers: Tuple[Tuple[str, str], ...] = ()
     text: bool = False  # the answer is text/plain, returned as a str
+    empty: bool = False  # the answer is a 204 without a body, returned as None
 
     def target(self, base_path: str) -> str:
         t = base_path + self.path
@@ -176,6 +177,10 @@ def decode(req: Request, status: int, ctype: str, body: bytes) -> Any:
         if RESPONSE_HOOKS and not isinstance(err, UnexpectedResponse):
             observe(req.operation, status, json.loads(body))
         raise err
+    if req.empty and status == 204:
+        if RESPONSE_HOOKS:
+            observe(req.operation, status, None)
+        return None
     if req.text:
         if not ctype.startswith("text/plain"):
             raise UnexpectedResponse(f"{req.method} {req.path}: answer of type {ctype!r}, want text/plain", status=status)

@@ -75,7 +75,18 @@ from .errors import (
     ValidationError,
 )
 from .extensions.lifetime import Lifetime, RecordedLifetime
+from .extensions.network import (
+    Denials,
+    NetworkDenial,
+    NetworkDenialsEnd,
+    NetworkPolicy,
+    NetworkStatus,
+    get_network,
+    set_network,
+    stream_network_denials,
+)
 from .extensions.stats import SandboxStats, get_metrics, get_sandbox_stats
+from .extensions.volumes import Volume, VolumeMount, create_volume, delete_volume, get_volume, list_volumes, volume_list
 from .types import (
     CommandResult,
     Failure,
@@ -88,7 +99,7 @@ from .types import (
     SandboxSpec,
 )
 
-__all__ = ["AsyncClient", "AsyncEventStream", "AsyncFiles", "AsyncSandbox"]
+__all__ = ["AsyncClient", "AsyncDenialStream", "AsyncEventStream", "AsyncFiles", "AsyncSandbox"]
 
 Data = Union[bytes, bytearray, memoryview, str]
 SandboxRef = Union[str, "AsyncSandbox", SandboxResource]
@@ -160,6 +171,8 @@ class AsyncClient:
         wait: bool = True,
         timeout: float = DEFAULT_WAIT,
         lifetime: Optional[Lifetime] = None,
+        volumes: Optional[Sequence[VolumeMount]] = None,
+        network: Optional[NetworkPolicy] = None,
     ) -> Creating:
         """See :meth:`AsyncSandbox.create`: await it, or ``async with`` it."""
         return AsyncSandbox.create(
@@ -173,7 +186,27 @@ class AsyncClient:
             wait=wait,
             timeout=timeout,
             lifetime=lifetime,
+            volumes=volumes,
+            network=network,
         )
+
+    # --- volumes (api/extensions.yaml) ---
+
+    async def create_volume(self, name: str, size_mib: int, *, shared: Optional[bool] = None) -> Volume:
+        """See :meth:`sandboxd.Client.create_volume`."""
+        return Volume.from_json(await self._t.call(create_volume(name, size_mib, shared)))
+
+    async def list_volumes(self) -> List[Volume]:
+        """See :meth:`sandboxd.Client.list_volumes`."""
+        return volume_list(await self._t.call(list_volumes()))
+
+    async def get_volume(self, name: str) -> Volume:
+        """See :meth:`sandboxd.Client.get_volume`."""
+        return Volume.from_json(await self._t.call(get_volume(name)))
+
+    async def delete_volume(self, name: str) -> None:
+        """See :meth:`sandboxd.Client.delete_volume`."""
+        await self._t.call(delete_volume(name))
 
     async def get_sandbox(self, sandbox_id: str) -> AsyncSandbox:
         """See :meth:`sandboxd.Client.get_sandbox`."""
@@ -261,6 +294,55 @@ class AsyncClient:
                 floor: int = done.value
                 self._note(floor)
                 return floor
+
+
+class AsyncDenialStream(AsyncIterator[NetworkDenial]):
+    """The asynchronous :class:`sandboxd.DenialStream`: ``async for denial in stream``; close it with
+    ``await stream.aclose()`` or ``async with``."""
+
+    def __init__(self, stream: AsyncStream) -> None:
+        self._stream: Optional[AsyncStream] = stream
+        self._denials = Denials()
+        self._pending: Deque[NetworkDenial] = collections.deque()
+
+    @property
+    def end(self) -> Optional[NetworkDenialsEnd]:
+        """See :attr:`sandboxd.DenialStream.end`."""
+        return self._denials.end
+
+    def __aiter__(self) -> AsyncDenialStream:
+        return self
+
+    async def __anext__(self) -> NetworkDenial:
+        while not self._pending:
+            stream = self._stream
+            if stream is None or self._denials.end is not None:
+                self._close()
+                raise StopAsyncIteration
+            try:
+                self._pending.extend(self._denials.feed(await stream.read()))
+            except Lost as e:
+                self._close()
+                raise self._denials.lost(e) from None
+            except SandboxdError:
+                self._close()
+                raise
+        return self._pending.popleft()
+
+    def _close(self) -> None:
+        if self._stream is not None:
+            self._stream.close()
+            self._stream = None
+
+    async def aclose(self) -> None:
+        """Closes the connection; iteration then stops."""
+        self._close()
+
+    async def __aenter__(self) -> AsyncDenialStream:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self._close()
 
 
 class AsyncEventStream(AsyncIterator[SandboxEvent]):
@@ -467,6 +549,8 @@ class AsyncSandbox:
         wait: bool = True,
         timeout: float = DEFAULT_WAIT,
         lifetime: Optional[Lifetime] = None,
+        volumes: Optional[Sequence[VolumeMount]] = None,
+        network: Optional[NetworkPolicy] = None,
     ) -> Creating:
         """See :meth:`sandboxd.Sandbox.create`. ``sandbox = await AsyncSandbox.create(...)``, or
         ``async with AsyncSandbox.create(...) as sandbox:``."""
@@ -478,6 +562,8 @@ class AsyncSandbox:
             extensions=extensions,
             client_request_id=client_request_id,
             lifetime=lifetime,
+            volumes=volumes,
+            network=network,
         )
         return Creating(cls._create(client, spec, wait, timeout))
 
@@ -531,6 +617,24 @@ class AsyncSandbox:
     async def stats(self) -> SandboxStats:
         """See :meth:`sandboxd.Sandbox.stats`."""
         return SandboxStats.from_json(await self.client._call(get_sandbox_stats(self.id)))
+
+    async def network(self) -> NetworkStatus:
+        """See :meth:`sandboxd.Sandbox.network`."""
+        return NetworkStatus.from_json(await self.client._call(get_network(self.id)))
+
+    async def set_network(self, policy: NetworkPolicy) -> NetworkStatus:
+        """See :meth:`sandboxd.Sandbox.set_network`."""
+        return NetworkStatus.from_json(await self.client._call(set_network(self.id, self.generation, policy)))
+
+    async def network_denials(self, *, read_timeout: float = DEFAULT_READ_TIMEOUT) -> AsyncDenialStream:
+        """See :meth:`sandboxd.Sandbox.network_denials`: ``async for denial in await
+        sandbox.network_denials()``."""
+        req = stream_network_denials(self.id)
+        try:
+            stream = await self.client._t.open_stream(req, read_timeout)
+        except (Lost, Unsent) as e:
+            raise ConnectionFailed(f"network denials: {e.__cause__ or e}") from None
+        return AsyncDenialStream(stream)
 
     def __repr__(self) -> str:
         return f"<AsyncSandbox {self.id} generation {self.generation} {self.state}>"

@@ -6,7 +6,7 @@ import collections
 import json
 import threading
 import time
-from typing import TYPE_CHECKING, Any, Deque, Iterable, Iterator, List, Mapping, Optional, Union
+from typing import TYPE_CHECKING, Any, Deque, Iterable, Iterator, List, Mapping, Optional, Sequence, Union
 
 from . import _ops
 from ._common import DEFAULT_READ_TIMEOUT, DEFAULT_WAIT, floor_search
@@ -26,7 +26,9 @@ from ._transport import (
 )
 from .errors import ConnectionFailed, EventHistoryUnavailable, SandboxdError, UnexpectedResponse
 from .extensions.lifetime import Lifetime
+from .extensions.network import NetworkPolicy
 from .extensions.stats import get_metrics
+from .extensions.volumes import Volume, VolumeMount, create_volume, delete_volume, get_volume, list_volumes, volume_list
 from .types import Resources, RuntimeInfo, SandboxEvent, SandboxResource
 
 if TYPE_CHECKING:
@@ -128,6 +130,8 @@ class Client:
         wait: bool = True,
         timeout: float = DEFAULT_WAIT,
         lifetime: Optional[Lifetime] = None,
+        volumes: Optional[Sequence[VolumeMount]] = None,
+        network: Optional[NetworkPolicy] = None,
     ) -> Sandbox:
         """Creates a sandbox; the same as :meth:`sandboxd.Sandbox.create` with this client."""
         from .sandbox import Sandbox
@@ -143,7 +147,33 @@ class Client:
             wait=wait,
             timeout=timeout,
             lifetime=lifetime,
+            volumes=volumes,
+            network=network,
         )
+
+    # --- volumes (api/extensions.yaml) ---
+
+    def create_volume(self, name: str, size_mib: int, *, shared: Optional[bool] = None) -> Volume:
+        """Makes an empty persistent volume of ``size_mib`` MiB (``POST /v1/volumes``), which sandboxes
+        mount with a create's ``volumes=[VolumeMount(name, "/data")]``. Writes past its size fail with
+        ENOSPC in the sandbox. ``shared=True`` lets several sandboxes write it at once; otherwise it
+        has one writer and any number of readers. Errors: ValidationError (a name or size the daemon
+        refuses), InvalidState (a volume of that name exists), UnsupportedCapability (no
+        ``persistentVolume``, such as ``host``), ProviderUnavailable."""
+        return Volume.from_json(self._t.call(create_volume(name, size_mib, shared)))
+
+    def list_volumes(self) -> List[Volume]:
+        """Every volume, with the live sandboxes that mount it. Errors: UnsupportedCapability."""
+        return volume_list(self._t.call(list_volumes()))
+
+    def get_volume(self, name: str) -> Volume:
+        """The volume of that name. Errors: NotFound, UnsupportedCapability."""
+        return Volume.from_json(self._t.call(get_volume(name)))
+
+    def delete_volume(self, name: str) -> None:
+        """Removes a volume and its data. Errors: InvalidState (a sandbox that is not terminated
+        mounts it: terminate it first), NotFound, UnsupportedCapability."""
+        self._t.call(delete_volume(name))
 
     def get_sandbox(self, sandbox_id: str) -> Sandbox:
         """The sandbox of that id, at its current generation. Errors: NotFound."""

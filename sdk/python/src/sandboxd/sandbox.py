@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import collections
 import os
 import posixpath
 import time
 from pathlib import Path
-from typing import Any, Iterable, List, Mapping, Optional, Sequence, Union
+from typing import Any, Deque, Iterable, Iterator, List, Mapping, Optional, Sequence, Union
 
 from . import _ops
 from ._common import (
@@ -27,9 +28,11 @@ from ._common import (
     timed_out,
     written,
 )
-from ._transport import Request
+from ._sync import SyncStream
+from ._transport import Lost, Request, Unsent
 from .client import Client, EventStream
 from .errors import (
+    ConnectionFailed,
     EventHistoryUnavailable,
     GenerationConflict,
     NotFound,
@@ -38,7 +41,18 @@ from .errors import (
     ValidationError,
 )
 from .extensions.lifetime import Lifetime, RecordedLifetime
+from .extensions.network import (
+    Denials,
+    NetworkDenial,
+    NetworkDenialsEnd,
+    NetworkPolicy,
+    NetworkStatus,
+    get_network,
+    set_network,
+    stream_network_denials,
+)
 from .extensions.stats import SandboxStats, get_sandbox_stats
+from .extensions.volumes import VolumeMount
 from .types import (
     CommandResult,
     Failure,
@@ -49,7 +63,7 @@ from .types import (
     SandboxSpec,
 )
 
-__all__ = ["Files", "Sandbox"]
+__all__ = ["DenialStream", "Files", "Sandbox"]
 
 Data = Union[bytes, bytearray, memoryview, str]
 
@@ -88,6 +102,8 @@ class Sandbox:
         wait: bool = True,
         timeout: float = DEFAULT_WAIT,
         lifetime: Optional[Lifetime] = None,
+        volumes: Optional[Sequence[VolumeMount]] = None,
+        network: Optional[NetworkPolicy] = None,
     ) -> Sandbox:
         """Creates a sandbox and, unless ``wait`` is False, waits up to ``timeout`` seconds for it to be
         ready, following the event stream.
@@ -95,6 +111,11 @@ class Sandbox:
         ``lifetime`` (a :class:`~sandboxd.extensions.Lifetime`, e.g. ``Lifetime(ttl_seconds=3600)``)
         goes into ``extensions["sandboxd.lifetime"]``: the daemon terminates the sandbox after its time
         to live and pauses or terminates it after its idle bound; :attr:`lifetime` reads back what holds.
+        ``volumes`` (:class:`~sandboxd.extensions.VolumeMount` s) go into
+        ``extensions["sandboxd.volumes"]``: the persistent volumes it mounts (each must exist, else
+        ValidationError; a second writer of a volume that is not shared fails with ``failure.code``
+        ``volume_in_use``). ``network`` (a :class:`~sandboxd.extensions.NetworkPolicy`) goes into
+        ``extensions["sandboxd.network"]``: its egress policy (:meth:`network` reads it back).
 
         Without a client it makes one from ``$SANDBOXD_URL`` and ``$SANDBOXD_TOKEN`` and closes it with
         the sandbox. The create carries a ``clientRequestId`` (``client_request_id``, else a fresh one),
@@ -116,6 +137,8 @@ class Sandbox:
                 extensions=extensions,
                 client_request_id=client_request_id,
                 lifetime=lifetime,
+                volumes=volumes,
+                network=network,
             )
             after = c._known_cursor() if wait else None
             sb = cls(c, SandboxResource.from_json(c._call(_ops.create_sandbox(spec))), own_client=own)
@@ -289,6 +312,36 @@ class Sandbox:
         such as ``host``), ProviderUnavailable."""
         return SandboxStats.from_json(self.client._call(get_sandbox_stats(self.id)))
 
+    def network(self) -> NetworkStatus:
+        """The sandbox's network now (``GET /v1/sandboxes/{id}/network``): the policy that holds (the
+        last one set, or the spec's, with the daemon's default egress made explicit), the connections it
+        let out and refused, and the recent denials. Errors: NotFound, InvalidState (not ready or
+        paused), UnsupportedCapability (no ``networkPolicy``, such as ``host``), ProviderUnavailable."""
+        return NetworkStatus.from_json(self.client._call(get_network(self.id)))
+
+    def set_network(self, policy: NetworkPolicy) -> NetworkStatus:
+        """Replaces the policy of a ready sandbox (``PUT /v1/sandboxes/{id}/network``) for every new
+        connection; those open go on. The spec keeps the policy asked at create. Fenced by the
+        generation. Errors: GenerationConflict, InvalidState, ValidationError (a rule the daemon
+        refuses), UnsupportedCapability (no ``networkPolicy``, or a name rule where names are not
+        resolved), ProviderUnavailable."""
+        return NetworkStatus.from_json(self.client._call(set_network(self.id, self.generation, policy)))
+
+    def network_denials(self, *, read_timeout: float = DEFAULT_READ_TIMEOUT) -> DenialStream:
+        """Follows what the policy refuses (``GET /v1/sandboxes/{id}/network/denials``): an iterator of
+        :class:`~sandboxd.extensions.NetworkDenial`, first the recent ones, oldest first, then each new
+        one as it is seen (a destination refused again comes again). It ends when this generation is no
+        longer ready or paused (terminated, recreated, failed), with the reason in
+        :attr:`DenialStream.end`. It raises ConnectionFailed when the connection breaks or nothing, not
+        even a heartbeat, arrives for ``read_timeout`` seconds. Close it (or use it as a context
+        manager) to stop early. Errors: NotFound, InvalidState, UnsupportedCapability."""
+        req = stream_network_denials(self.id)
+        try:
+            stream = self.client._t.open_stream(req, read_timeout)
+        except (Lost, Unsent) as e:
+            raise ConnectionFailed(f"network denials: {e.__cause__ or e}") from None
+        return DenialStream(stream)
+
     # --- commands ---
 
     def run(
@@ -353,6 +406,54 @@ class Sandbox:
         finally:
             if self._own_client:
                 self.client.close()
+
+
+class DenialStream(Iterator[NetworkDenial]):
+    """An open stream of a sandbox's denials (see :meth:`Sandbox.network_denials`)."""
+
+    def __init__(self, stream: SyncStream) -> None:
+        self._stream: Optional[SyncStream] = stream
+        self._denials = Denials()
+        self._pending: Deque[NetworkDenial] = collections.deque()
+
+    @property
+    def end(self) -> Optional[NetworkDenialsEnd]:
+        """Why the stream ended, once it has (None before, and when it was closed by this side)."""
+        return self._denials.end
+
+    def __iter__(self) -> DenialStream:
+        return self
+
+    def __next__(self) -> NetworkDenial:
+        while not self._pending:
+            stream = self._stream
+            if stream is None or self._denials.end is not None:
+                self.close()
+                raise StopIteration
+            try:
+                self._pending.extend(self._denials.feed(stream.read()))
+            except Lost as e:
+                self.close()
+                raise self._denials.lost(e) from None
+            except SandboxdError:
+                self.close()
+                raise
+        return self._pending.popleft()
+
+    def close(self) -> None:
+        """Closes the connection; iteration then stops."""
+        if self._stream is not None:
+            self._stream.close()
+            self._stream = None
+
+    def __enter__(self) -> DenialStream:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        self.close()
 
 
 class Files:

@@ -2,7 +2,7 @@
 // long a sandbox lives. A spec asks for a Lifetime; what holds for the generation is recorded in
 // providerExtensions["sandboxd.lifetime"] and read back as a RecordedLifetime.
 
-import { SandboxdError, ValidationError } from "../errors.js";
+import { SandboxdError, type ValidationError } from "../errors.js";
 import type { components } from "../generated/extensions.js";
 
 /** The spec.extensions and providerExtensions key of a sandbox's lifetime. */
@@ -53,18 +53,4 @@ export function recordedLifetime(
     });
   }
   return v as RecordedLifetime;
-}
-
-/** extensions with the lifetime under its key; a lifetime given twice is refused. @internal */
-export function withLifetime(
-  extensions: Record<string, unknown> | undefined,
-  lifetime: Lifetime | undefined,
-): Record<string, unknown> | undefined {
-  if (lifetime === undefined) return extensions;
-  if (extensions && LIFETIME_KEY in extensions) {
-    throw new ValidationError(`lifetime given twice: as lifetime and as extensions["${LIFETIME_KEY}"]`, {
-      code: "invalid_request",
-    });
-  }
-  return { ...extensions, [LIFETIME_KEY]: lifetime };
 }

@@ -1,7 +1,8 @@
 // The conformance check: a fetch for the SDK that validates every answer it hands the SDK against the
 // schema of its operation and status in its document, api/openapi.yaml (the contract) or
 // api/extensions.yaml (what sandboxd offers beyond it), with JSON Schema 2020-12 (ajv), and every event
-// of an event stream against SandboxEvent, as the SDK reads them. An operation of a later group of
+// of an event stream against its schema (SandboxEvent; NetworkDenial and NetworkDenialsEnd on the
+// stream of a sandbox's denials), as the SDK reads them. An operation of a later group of
 // extensions.yaml is checked as soon as it is in the document.
 
 import { readFileSync } from "node:fs";
@@ -9,7 +10,7 @@ import path from "node:path";
 import { fileURLToPath } from "node:url";
 import { Ajv2020, type ValidateFunction } from "ajv/dist/2020.js";
 import addFormatsModule from "ajv-formats";
-import { createParser } from "eventsource-parser";
+import { createParser, type EventSourceMessage } from "eventsource-parser";
 import YAML from "yaml";
 
 const addFormats = addFormatsModule as unknown as (ajv: Ajv2020) => void;
@@ -27,8 +28,11 @@ interface Operation {
   document: string;
   method: string;
   pattern: RegExp;
-  responses: Map<string, ValidateFunction | "stream" | { text: ValidateFunction }>;
+  responses: Map<string, Answer>;
 }
+
+/** What an answer of one status is: JSON of a schema, an event stream, text of a schema, or no body. */
+type Answer = ValidateFunction | "stream" | { text: ValidateFunction } | "empty";
 
 type Json = null | boolean | number | string | Json[] | { [k: string]: Json };
 
@@ -57,11 +61,16 @@ function rewrite(node: Json, prefix: string): Json {
 export class Conformance {
   /** Each answer that broke its schema, or that the contract does not list. */
   readonly violations: string[] = [];
-  /** "operationId status" of every answer checked; events count as "streamEvents event". */
+  /**
+   * "operationId status" of every answer checked; events count as "streamEvents event", the events of a
+   * denials stream as "streamNetworkDenials denial" and "streamNetworkDenials end".
+   */
   readonly covered = new Map<string, number>();
   readonly #ops: Operation[] = [];
   readonly #ajv: Ajv2020;
   readonly #event: ValidateFunction;
+  readonly #denial: ValidateFunction;
+  readonly #denialsEnd: ValidateFunction;
   readonly #error: ValidateFunction;
 
   constructor() {
@@ -77,6 +86,8 @@ export class Conformance {
     }
     this.#event = this.#ajv.compile({ $ref: `${defsId}#/$defs/SandboxEvent` });
     this.#error = this.#ajv.compile({ $ref: `${defsId}#/$defs/ErrorResponse` });
+    this.#denial = this.#ajv.compile({ $ref: "sandboxd-extensions#/$defs/NetworkDenial" });
+    this.#denialsEnd = this.#ajv.compile({ $ref: "sandboxd-extensions#/$defs/NetworkDenialsEnd" });
   }
 
   /** Every operationId of both documents. */
@@ -89,7 +100,7 @@ export class Conformance {
       const pattern = new RegExp("^" + p.replace(/\{[^}]+\}/g, "[^/]+") + "$");
       for (const [method, op] of Object.entries(item)) {
         if (method === "parameters" || !op.operationId) continue;
-        const responses = new Map<string, ValidateFunction | "stream" | { text: ValidateFunction }>();
+        const responses = new Map<string, Answer>();
         for (const [status, r] of Object.entries(op.responses ?? {})) {
           let resp = r as { $ref?: string; content?: Record<string, { schema: Json }> };
           if (resp.$ref) resp = doc.components.responses[resp.$ref.split("/").pop()!] as typeof resp;
@@ -99,6 +110,8 @@ export class Conformance {
             responses.set(status, this.#ajv.compile(rewrite(content["application/json"].schema, defs) as object));
           } else if (content["text/plain"]) {
             responses.set(status, { text: this.#ajv.compile(rewrite(content["text/plain"].schema, defs) as object) });
+          } else if (Object.keys(content).length === 0) {
+            responses.set(status, "empty");
           }
         }
         this.#ops.push({ id: op.operationId, document: file, method: method.toUpperCase(), pattern, responses });
@@ -118,7 +131,12 @@ export class Conformance {
       return this.#checkJSON(resp, this.#error, `(no operation) ${resp.status}`, what);
     }
     const schema = op.responses.get(String(resp.status));
-    if (schema === "stream") return this.#checkStream(resp, `${op.id} ${resp.status}`);
+    if (schema === "stream") {
+      return op.id === "streamNetworkDenials"
+        ? this.#checkDenials(resp, `${op.id} ${resp.status}`)
+        : this.#checkStream(resp, `${op.id} ${resp.status}`);
+    }
+    if (schema === "empty") return this.#checkEmpty(resp, `${op.id} ${resp.status}`, what);
     if (schema && "text" in schema) return this.#checkText(resp, schema.text, `${op.id} ${resp.status}`, what);
     if (schema) return this.#checkJSON(resp, schema, `${op.id} ${resp.status}`, what);
     if (resp.status < 400) this.violations.push(`${what}: status not in ${op.document} for ${op.id}`);
@@ -163,29 +181,42 @@ export class Conformance {
     return resp;
   }
 
-  #checkStream(resp: Response, key: string): Response {
+  async #checkEmpty(resp: Response, key: string, what: string): Promise<Response> {
+    const text = await resp
+      .clone()
+      .text()
+      .catch(() => undefined);
+    if (text === undefined) return resp;
     this.#note(key);
-    if (!resp.body) return resp;
-    const parser = createParser({
-      onEvent: (msg) => {
-        this.#note("streamEvents event");
-        let ev: unknown;
-        try {
-          ev = JSON.parse(msg.data);
-        } catch {
-          this.violations.push(`event stream: data is not JSON: ${msg.data.slice(0, 200)}`);
-          return;
-        }
-        if (!this.#event(ev))
-          this.violations.push(`event stream: ${this.#ajv.errorsText(this.#event.errors)}: ${msg.data}`);
-        const e = ev as { cursor?: number; type?: string };
-        if (msg.id !== String(e.cursor) || msg.event !== e.type) {
-          this.violations.push(
-            `event stream: id ${msg.id} and event ${msg.event} do not repeat the data's cursor and type: ${msg.data}`,
-          );
-        }
-      },
+    if (text !== "") this.violations.push(`${what}: the document says no body, got ${text.slice(0, 200)}`);
+    return resp;
+  }
+
+  #checkDenials(resp: Response, key: string): Response {
+    this.#note(key);
+    const schemas: Record<string, ValidateFunction> = { denial: this.#denial, end: this.#denialsEnd };
+    return this.#tap(resp, (msg) => {
+      const validate = schemas[msg.event ?? ""];
+      if (!validate) {
+        this.violations.push(`network denials: event ${msg.event} is neither denial nor end: ${msg.data}`);
+        return;
+      }
+      this.#note(`streamNetworkDenials ${msg.event}`);
+      let v: unknown;
+      try {
+        v = JSON.parse(msg.data);
+      } catch {
+        this.violations.push(`network denials: data is not JSON: ${msg.data.slice(0, 200)}`);
+        return;
+      }
+      if (!validate(v)) this.violations.push(`network denials: ${this.#ajv.errorsText(validate.errors)}: ${msg.data}`);
     });
+  }
+
+  /** resp, its body passed on as it is, each event of it given to onEvent on the way. */
+  #tap(resp: Response, onEvent: (msg: EventSourceMessage) => void): Response {
+    if (!resp.body) return resp;
+    const parser = createParser({ onEvent });
     const decoder = new TextDecoder();
     const tap = new TransformStream<Uint8Array, Uint8Array>({
       transform(chunk, ctl) {
@@ -197,6 +228,28 @@ export class Conformance {
       status: resp.status,
       statusText: resp.statusText,
       headers: resp.headers,
+    });
+  }
+
+  #checkStream(resp: Response, key: string): Response {
+    this.#note(key);
+    return this.#tap(resp, (msg) => {
+      this.#note("streamEvents event");
+      let ev: unknown;
+      try {
+        ev = JSON.parse(msg.data);
+      } catch {
+        this.violations.push(`event stream: data is not JSON: ${msg.data.slice(0, 200)}`);
+        return;
+      }
+      if (!this.#event(ev))
+        this.violations.push(`event stream: ${this.#ajv.errorsText(this.#event.errors)}: ${msg.data}`);
+      const e = ev as { cursor?: number; type?: string };
+      if (msg.id !== String(e.cursor) || msg.event !== e.type) {
+        this.violations.push(
+          `event stream: id ${msg.id} and event ${msg.event} do not repeat the data's cursor and type: ${msg.data}`,
+        );
+      }
     });
   }
 }

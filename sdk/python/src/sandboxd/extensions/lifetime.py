@@ -10,9 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, ClassVar, Dict, Literal, Mapping, Optional
+from typing import Any, ClassVar, Literal, Mapping, Optional
 
-from ..errors import ValidationError
 from ..types import JSONObject, _obj, _opt, _req, _time, _wire, parse_time
 
 __all__ = ["LIFETIME_KEY", "Lifetime", "OnIdle", "RecordedLifetime"]
@@ -103,13 +102,3 @@ class RecordedLifetime:
             return None
         return cls.from_json(provider_extensions[LIFETIME_KEY])
 
-
-def with_lifetime(extensions: Optional[Mapping[str, Any]], lifetime: Optional[Lifetime]) -> Optional[Dict[str, Any]]:
-    """extensions with lifetime under its key (ValidationError when extensions has the key already)."""
-    if lifetime is None:
-        return dict(extensions) if extensions else None
-    out = dict(extensions or {})
-    if LIFETIME_KEY in out:
-        raise ValidationError(f"lifetime given twice: as lifetime= and as extensions[{LIFETIME_KEY!r}]")
-    out[LIFETIME_KEY] = lifetime.to_json()
-    return out
