@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"path"
-	"regexp"
 	"strings"
 	"time"
 )
@@ -47,12 +46,15 @@ type Volumes interface {
 	DeleteVolume(ctx context.Context, name string) error
 }
 
-var volumeName = regexp.MustCompile(`^[a-z0-9][a-z0-9_.-]{0,62}$`)
-
 // CheckVolumeName refuses a volume name that is not 1-63 of a-z, 0-9, '.', '_', '-', starting with a
-// letter or digit. Errors: ErrInvalidRequest.
+// letter or digit (api/extensions.yaml's pattern). Errors: ErrInvalidRequest.
 func CheckVolumeName(name string) error {
-	if !volumeName.MatchString(name) {
+	ok := len(name) >= 1 && len(name) <= 63
+	for i := 0; ok && i < len(name); i++ {
+		c := name[i]
+		ok = c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || i > 0 && (c == '_' || c == '.' || c == '-')
+	}
+	if !ok {
 		return fmt.Errorf("volume name %q: want 1-63 of a-z, 0-9, '.', '_' and '-', from a letter or digit: %w", name, ErrInvalidRequest)
 	}
 	return nil
