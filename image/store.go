@@ -80,6 +80,9 @@ type Store struct {
 	// inflight counts, by the hex of a diffID, the adds that want the layer and have not recorded
 	// their image yet: Prune leaves it alone.
 	inflight map[string]int
+
+	closeOnce sync.Once
+	closeErr  error
 }
 
 // pull is a fetch of one image in flight, which every concurrent caller waits for.
@@ -122,8 +125,11 @@ func Open(cfg Config) (*Store, error) {
 	return s, nil
 }
 
-// Close releases the store's lock file.
-func (s *Store) Close() error { return s.lock.Close() }
+// Close releases the store's lock file; a second Close is a no-op.
+func (s *Store) Close() error {
+	s.closeOnce.Do(func() { s.closeErr = s.lock.Close() })
+	return s.closeErr
+}
 
 func (s *Store) lockAll() {
 	s.mu.Lock()
