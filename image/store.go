@@ -125,7 +125,7 @@ func Open(cfg Config) (*Store, error) {
 	return s, nil
 }
 
-// Close releases the store's lock file; a second call answers as the first.
+// Close releases the store's lock file; a second Close is a no-op.
 func (s *Store) Close() error {
 	s.closeOnce.Do(func() { s.closeErr = s.lock.Close() })
 	return s.closeErr

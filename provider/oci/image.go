@@ -360,7 +360,10 @@ func (p *Provider) imageSpec(spec *specs.Spec, l layout, img image.Image) error 
 		}
 	}
 	spec.Mounts = append(mounts, specs.Mount{Destination: guestAgent, Type: "bind", Source: filepath.Join(p.root, guestAgent),
-		Options: []string{"bind", "ro", "nosuid", "nodev"}})
+		Options: []string{"bind", "ro", "nosuid", "nodev"}},
+		// The resolver is the daemon's, as on the shared root (network.go), not whatever the image names.
+		specs.Mount{Destination: "/etc/resolv.conf", Type: "bind", Source: filepath.Join(p.root, "etc", "resolv.conf"),
+			Options: []string{"bind", "ro", "nosuid", "nodev", "noexec"}})
 	workdir := imageWorkdir(img)
 	for i, a := range spec.Process.Args {
 		if a == "-workdir" && i+1 < len(spec.Process.Args) {

@@ -236,6 +236,14 @@ func TestImageMountinfoNamesNoHostPath(t *testing.T) {
 	if strings.Contains(res.Stdout, dir) {
 		t.Fatalf("the state directory %s shows in the sandbox's mounts:\n%s", dir, res.Stdout)
 	}
+	// The resolver is the daemon's, as on the shared root.
+	want, err := os.ReadFile(filepath.Join(dir, "root", "etc", "resolv.conf"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res := sh(t, p, ref, "cat /etc/resolv.conf"); res.Stdout != string(want) {
+		t.Fatalf("resolv.conf %q, the shared root's %q", res.Stdout, want)
+	}
 }
 
 // TestImageHostileLinks: an image's symlinks are the image's: the daemon reads the image's users and
