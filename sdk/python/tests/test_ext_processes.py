@@ -55,7 +55,8 @@ def test_output_resumes_after_a_cut(make_client: Factory, proxy: FaultProxy) -> 
 
 def test_stdin_round_trip(api: Any) -> None:
     with api.create_sandbox() as sb:
-        p = sb.start_process(["cat"], stdin=b"first\n")
+        p = sb.start_process(["cat"])
+        assert sb.write_stdin(p.pid, b"first\n") == len("first\n")
         assert sb.write_stdin(p.pid, "second\n") == len("second\n")
         assert sb.write_stdin(p.pid, close=True) == 0
         assert sb.wait_process(p.pid, timeout=30).exit_code == 0

@@ -61,7 +61,8 @@ export function extProcesses(ctx: Context): void {
 
     it("writes a process's stdin", async () => {
       await using sb = await Sandbox.create(ctx.client);
-      const p = await sb.startProcess({ argv: ["cat"], stdin: "first\n" });
+      const p = await sb.startProcess({ argv: ["cat"] });
+      assert.equal(await sb.writeStdin(p.pid, new TextEncoder().encode("first\n")), "first\n".length);
       assert.equal(await sb.writeStdin(p.pid, "second\n"), "second\n".length);
       assert.equal(await sb.writeStdin(p.pid, "", { close: true }), 0);
       assert.equal((await sb.waitProcess(p.pid, { timeoutMs: 30_000 })).exitCode, 0);
