@@ -1,7 +1,7 @@
 """The group "images and templates" of api/extensions.yaml, with both clients against a real daemon:
 the host provider holds no images, so every call is a 422 UnsupportedCapability; on oci the store's
-answers to what a test can do without a registry (the list, a digest it lacks, an import of a path that
-is not an image, a prune)."""
+answers to what a test can do without a registry (the list, a pull from where nothing listens, a digest
+it lacks, an import of a path that is not an image, a prune)."""
 
 from __future__ import annotations
 
@@ -30,6 +30,8 @@ def test_images(api: Any, tmp_path: Any) -> None:
                 call()
             assert e.value.status == 422 and e.value.code == "unsupported_capability"
         return
+    with pytest.raises(sandboxd.SandboxdError):  # a registry on a port where nothing listens
+        api.pull_image("127.0.0.1:1/none:latest", timeout=60)
     images = api.list_images()
     assert all(isinstance(i, sandboxd.ImageInfo) and i.digest.startswith("sha256:") for i in images)
     with pytest.raises(sandboxd.NotFound):

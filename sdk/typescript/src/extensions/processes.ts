@@ -91,7 +91,7 @@ const resumed = new Set(["slow_client"]);
  *
  * ```ts
  * const p = await sb.startProcess({ argv: ["make", "test"] });
- * for await (const chunk of sb.processOutput(p.pid)) process.stdout.write(chunk.data);
+ * for await (const chunk of sb.processOutput(p.pid)) console.log(new TextDecoder().decode(chunk.data));
  * ```
  */
 export class ProcessOutputStream implements AsyncIterableIterator<OutputChunk> {
