@@ -76,6 +76,19 @@ EXTENSION_OPERATIONS = frozenset(
         "getNetwork",
         "setNetwork",
         "streamNetworkDenials",
+        "listImages",
+        "pullImage",
+        "importImage",
+        "getImage",
+        "removeImage",
+        "pruneImages",
+        "startProcess",
+        "listProcesses",
+        "getProcess",
+        "waitProcess",
+        "writeProcessStdin",
+        "signalProcess",
+        "streamProcessOutput",
     }
 )
 """The operations of api/extensions.yaml the SDK has methods for (sandboxd.extensions). Each must be in
@@ -133,6 +146,8 @@ def response_pointer(operation: str, status: int) -> Optional[str]:
         return "#/components/schemas/SandboxEvent"
     if operation == "streamNetworkDenials" and status == 200:
         return "extensions.yaml#/components/schemas/NetworkDenial"  # each "denial" event's data
+    if operation == "streamProcessOutput" and status == 200:
+        return "extensions.yaml#/components/schemas/ProcessOutputEvent"  # each "output" event's data
     if operation not in OPERATIONS:
         return None
     name, p, m = OPERATIONS[operation]

@@ -108,6 +108,7 @@ class Blocking:
         sandboxd.AsyncFiles,
         sandboxd.AsyncEventStream,
         sandboxd.AsyncDenialStream,
+        sandboxd.AsyncOutputStream,
     )
 
     def __init__(self, target: Any, loop: asyncio.AbstractEventLoop) -> None:
@@ -127,7 +128,9 @@ class Blocking:
         return v
 
     def __getattr__(self, name: str) -> Any:
-        if name == "close" and isinstance(self._target, (sandboxd.AsyncEventStream, sandboxd.AsyncDenialStream)):
+        if name == "close" and isinstance(
+            self._target, (sandboxd.AsyncEventStream, sandboxd.AsyncDenialStream, sandboxd.AsyncOutputStream)
+        ):
             name = "aclose"
         v = getattr(self._target, name)
         if callable(v) and not isinstance(v, type):

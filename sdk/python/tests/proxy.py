@@ -63,8 +63,8 @@ class FaultProxy:
     def drop_answer(self, method: str, path: str, times: int = 1) -> Rule:
         return self._add(Rule("drop", method, path, times))
 
-    def cut_stream(self, events: int, times: int = 1) -> Rule:
-        return self._add(Rule("cut", "GET", "/v1/events/stream", times, events))
+    def cut_stream(self, events: int, times: int = 1, path: str = "/v1/events/stream") -> Rule:
+        return self._add(Rule("cut", "GET", path, times, events))
 
     def stall_stream(self, events: int, times: int = 1) -> Rule:
         return self._add(Rule("stall", "GET", "/v1/events/stream", times, events))

@@ -37,6 +37,13 @@ CLASSES: List[Any] = [
     x.NetworkStatus,
     x.NetworkDenial,
     x.NetworkDenialsEnd,
+    x.ImageInfo,
+    x.ImageList,
+    x.ImageRemoved,
+    x.ImagePruneResult,
+    x.Process,
+    x.OutputDropped,
+    x.ProcessEnd,
 ]
 
 
@@ -91,6 +98,8 @@ def sample(schema: Dict[str, Any], full: bool, within: str = "") -> Any:
         return "2026-01-02T03:04:05.123456789Z"
     if schema.get("pattern") == "^/":
         return "/s"  # an absolute path
+    if schema.get("pattern") == "^sha256:[0-9a-f]{64}$":
+        return "sha256:" + "a" * 64  # a digest
     if schema.get("contentEncoding") == "base64":
         return "aGk="
     if schema.get("format") == "uri":
@@ -143,7 +152,7 @@ def test_class_matches_schema(cls: Any) -> None:
         for name, f in wire.items()
         if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
     }
-    if cls is t.CommandResult:
+    if cls in (t.CommandResult, x.Process):
         # exitCode is required and may be null: a required field of an Optional type.
         assert "exitCode" in required
     assert required == set(schema.get("required", [])), "required properties differ"

@@ -3,6 +3,7 @@
 
 import { EventHistoryUnavailable, SandboxdError } from "./errors.js";
 import { EventStream, type EventsOptions } from "./events.js";
+import type { ImageInfo } from "./extensions/images.js";
 import type { Volume, VolumeCreate } from "./extensions/volumes.js";
 import { Sandbox, type CreateOptions } from "./sandbox.js";
 import { Transport, type RequestOptions, type RetryOptions } from "./transport.js";
@@ -129,6 +130,101 @@ export class Client {
         return resp.text();
       },
     });
+  }
+
+  /**
+   * The images the provider holds, by digest (`GET /v1/images`).
+   * @throws {@link UnsupportedCapability} (a provider without images, such as `host`),
+   * {@link ProviderUnavailable}
+   */
+  async listImages(options: CallOptions = {}): Promise<ImageInfo[]> {
+    const out = await this.transport.call<{ images: ImageInfo[] }>({
+      method: "GET",
+      path: "/v1/images",
+      signal: options.signal,
+    });
+    return out.images;
+  }
+
+  /**
+   * Fetches an image from its registry (`registry/repository:tag` or `...@sha256:...`) and names it by
+   * that reference; answers once it is in the store (the wait is `timeoutMs`, default 10 minutes). A
+   * create's `image: reference` then runs on it. Safe to repeat.
+   * @throws {@link ValidationError}, {@link NotFound} (no such image in the registry),
+   * {@link UnsupportedCapability}, {@link ProviderUnavailable}
+   */
+  pullImage(reference: string, options: CallOptions & { timeoutMs?: number | undefined } = {}): Promise<ImageInfo> {
+    return this.transport.call<ImageInfo>({
+      method: "POST",
+      path: "/v1/images/pull",
+      body: { reference },
+      retry: "safe",
+      signal: options.signal,
+      timeoutMs: options.timeoutMs ?? 600_000,
+    });
+  }
+
+  /**
+   * Adds the image of an OCI layout directory or a docker-save / oci-archive tarball at `hostPath` on
+   * the daemon's host (not this client's), named `name` (`repository:tag`). Safe to repeat.
+   * @throws {@link ValidationError} (a path or archive the daemon refuses), {@link UnsupportedCapability},
+   * {@link ProviderUnavailable}
+   */
+  importImage(
+    hostPath: string,
+    name: string,
+    options: CallOptions & { timeoutMs?: number | undefined } = {},
+  ): Promise<ImageInfo> {
+    return this.transport.call<ImageInfo>({
+      method: "POST",
+      path: "/v1/images/import",
+      body: { path: hostPath, name },
+      retry: "safe",
+      signal: options.signal,
+      timeoutMs: options.timeoutMs ?? 600_000,
+    });
+  }
+
+  /**
+   * The image of that manifest digest (`sha256:` and 64 hex digits).
+   * @throws {@link ValidationError}, {@link NotFound}, {@link UnsupportedCapability}
+   */
+  getImage(digest: string, options: CallOptions = {}): Promise<ImageInfo> {
+    return this.transport.call<ImageInfo>({
+      method: "GET",
+      path: `/v1/images/digest/${encodeURIComponent(digest)}`,
+      signal: options.signal,
+    });
+  }
+
+  /**
+   * Forgets an image by name (that name only) or by digest (the image and all its names); returns the
+   * reference removed. Not repeated after a lost answer (a repeat would meet it gone).
+   * @throws {@link NotFound}, {@link InvalidState} (a sandbox runs on it), {@link UnsupportedCapability}
+   */
+  async removeImage(reference: string, options: CallOptions = {}): Promise<string> {
+    const out = await this.transport.call<{ reference: string }>({
+      method: "POST",
+      path: "/v1/images/remove",
+      body: { reference },
+      signal: options.signal,
+    });
+    return out.reference;
+  }
+
+  /**
+   * Removes the images no name and no sandbox holds, and the layers no image has; returns the number of
+   * layers removed.
+   * @throws {@link UnsupportedCapability}
+   */
+  async pruneImages(options: CallOptions = {}): Promise<number> {
+    const out = await this.transport.call<{ layersRemoved: number }>({
+      method: "POST",
+      path: "/v1/images/prune",
+      retry: "safe",
+      signal: options.signal,
+    });
+    return out.layersRemoved;
   }
 
   /**

@@ -21,6 +21,7 @@ export { EventStream, type EventsOptions } from "./events.js";
 export { LIFETIME_KEY } from "./extensions/lifetime.js";
 export { VOLUMES_KEY } from "./extensions/volumes.js";
 export { NETWORK_KEY, NetworkDenialStream } from "./extensions/network.js";
+export { ProcessOutputStream } from "./extensions/processes.js";
 export type { RequestOptions, RetryOptions, RetryPolicy } from "./transport.js";
 export {
   ConnectionError,

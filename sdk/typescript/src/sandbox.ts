@@ -21,7 +21,15 @@ import {
   type NetworkPolicy,
   type NetworkStatus,
 } from "./extensions/network.js";
+import {
+  ProcessOutputStream,
+  type Process,
+  type ProcessOutputOptions,
+  type ProcessSignal,
+  type ProcessStart,
+} from "./extensions/processes.js";
 import type { SandboxStats } from "./extensions/stats.js";
+import { encodeBase64 } from "./base64.js";
 import { VOLUMES_KEY } from "./extensions/volumes.js";
 import type { CommandResultBody, CreateSpec, SandboxResource, SandboxSpec, SandboxState } from "./types.js";
 
@@ -224,6 +232,128 @@ export class Sandbox {
   networkDenials(options: NetworkDenialsOptions = {}): NetworkDenialStream {
     const transport = this.client.transport;
     return new NetworkDenialStream((r) => transport.open(r), `${this.#path}/network/denials`, options);
+  }
+
+  /**
+   * Starts a background process (`POST /v1/sandboxes/{id}/processes`), fenced by this object's
+   * generation. It runs until it exits or is signalled, whatever happens to this client; its stdout and
+   * stderr, combined, are kept in the sandbox (the last 64 MiB) and read with
+   * {@link Sandbox.processOutput}. Never repeated once sent (it would start twice).
+   * @throws {@link ValidationError} (also when 256 processes run already), {@link GenerationConflict},
+   * {@link InvalidState} (not ready), {@link NotFound}, {@link UnsupportedCapability},
+   * {@link ProviderUnavailable}
+   */
+  startProcess(start: ProcessStart, options: CallOptions = {}): Promise<Process> {
+    const { stdin, ...rest } = start;
+    const body: Record<string, unknown> = { expectedGeneration: this.generation, ...rest };
+    for (const k of Object.keys(body)) if (body[k] === undefined) delete body[k];
+    if (stdin !== undefined) {
+      body["stdinBase64"] = encodeBase64(typeof stdin === "string" ? new TextEncoder().encode(stdin) : stdin);
+    }
+    return this.client.transport.call<Process>({
+      method: "POST",
+      path: `${this.#path}/processes`,
+      body,
+      signal: options.signal,
+    });
+  }
+
+  /** The sandbox's processes, oldest first (the 256 it keeps at most, running or ended). */
+  async processes(options: CallOptions = {}): Promise<Process[]> {
+    const out = await this.client.transport.call<{ processes: Process[] }>({
+      method: "GET",
+      path: `${this.#path}/processes`,
+      query: { expectedGeneration: this.generation },
+      signal: options.signal,
+    });
+    return out.processes;
+  }
+
+  /**
+   * The process `pid`.
+   * @throws {@link NotFound}, {@link GenerationConflict}, {@link InvalidState}
+   */
+  process(pid: number, options: CallOptions = {}): Promise<Process> {
+    return this.client.transport.call<Process>({
+      method: "GET",
+      path: `${this.#path}/processes/${pid}`,
+      query: { expectedGeneration: this.generation },
+      signal: options.signal,
+    });
+  }
+
+  /**
+   * The process once it has ended, or as it is when `timeoutMs` (default 60 s, at most an hour) passed
+   * first: its `running` says which. Safe to repeat.
+   * @throws {@link NotFound}, {@link GenerationConflict}, {@link InvalidState}
+   */
+  waitProcess(pid: number, options: CallOptions & { timeoutMs?: number | undefined } = {}): Promise<Process> {
+    const timeoutMs = Math.max(0, Math.min(3_600_000, Math.floor(options.timeoutMs ?? 60_000)));
+    return this.client.transport.call<Process>({
+      method: "POST",
+      path: `${this.#path}/processes/${pid}/wait`,
+      body: { expectedGeneration: this.generation, timeoutMs },
+      retry: "safe",
+      signal: options.signal,
+      timeoutMs: timeoutMs + this.client.transport.config.requestTimeoutMs,
+    });
+  }
+
+  /**
+   * Writes `data` (at most 1 MiB a call) to the process's stdin, then closes it when `close`; returns
+   * the bytes written. Never repeated once sent.
+   * @throws {@link ValidationError}, {@link NotFound}, {@link GenerationConflict}, {@link InvalidState}
+   * (the process did not read it in time, or its stdin is closed)
+   */
+  async writeStdin(
+    pid: number,
+    data: string | Uint8Array = "",
+    options: CallOptions & { close?: boolean | undefined } = {},
+  ): Promise<number> {
+    const bytes = typeof data === "string" ? new TextEncoder().encode(data) : data;
+    const body: Record<string, unknown> = { expectedGeneration: this.generation };
+    if (bytes.length > 0) body["dataBase64"] = encodeBase64(bytes);
+    if (options.close) body["close"] = true;
+    const out = await this.client.transport.call<{ written: number; closed: boolean }>({
+      method: "POST",
+      path: `${this.#path}/processes/${pid}/stdin`,
+      body,
+      signal: options.signal,
+    });
+    return out.written;
+  }
+
+  /**
+   * Sends `signal` to the process's group.
+   * @throws {@link ValidationError}, {@link NotFound}, {@link GenerationConflict}, {@link InvalidState}
+   * (the process has ended)
+   */
+  async signalProcess(pid: number, signal: ProcessSignal, options: CallOptions = {}): Promise<void> {
+    await this.client.transport.call<{ signal: string }>({
+      method: "POST",
+      path: `${this.#path}/processes/${pid}/signal`,
+      body: { expectedGeneration: this.generation, signal },
+      signal: options.signal,
+    });
+  }
+
+  /**
+   * The process's output (`GET .../processes/{pid}/output`) from byte offset `after`, read under this
+   * object's generation: see {@link ProcessOutputStream}, which resumes by itself after a dropped
+   * connection and ends with the stream's end event.
+   */
+  processOutput(pid: number, options: ProcessOutputOptions = {}): ProcessOutputStream {
+    const transport = this.client.transport;
+    return new ProcessOutputStream(
+      {
+        open: (r) => transport.open(r),
+        path: `${this.#path}/processes/${pid}/output`,
+        generation: this.generation,
+        attempts: transport.config.retry.attempts,
+        backoff: (n) => transport.backoff(n),
+      },
+      options,
+    );
   }
 
   /**

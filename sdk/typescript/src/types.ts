@@ -62,6 +62,16 @@ export type CreateSpec = Omit<SandboxSpec, "clientRequestId"> & {
 export type { Lifetime, RecordedLifetime } from "./extensions/lifetime.js";
 export type { SandboxStats } from "./extensions/stats.js";
 export type { Volume, VolumeCreate, VolumeMount } from "./extensions/volumes.js";
+export type { ImageInfo } from "./extensions/images.js";
+export type {
+  OutputChunk,
+  OutputDropped,
+  Process,
+  ProcessEnd,
+  ProcessOutputOptions,
+  ProcessSignal,
+  ProcessStart,
+} from "./extensions/processes.js";
 export type {
   NetworkDenial,
   NetworkDenialsEnd,

@@ -8,7 +8,9 @@ import { errors } from "./scenarios/errors.js";
 import { events } from "./scenarios/events.js";
 import { examples } from "./scenarios/examples.js";
 import { extLifetime } from "./scenarios/ext-lifetime.js";
+import { extImages } from "./scenarios/ext-images.js";
 import { extNetwork } from "./scenarios/ext-network.js";
+import { extProcesses } from "./scenarios/ext-processes.js";
 import { extStats } from "./scenarios/ext-stats.js";
 import { extVolumes } from "./scenarios/ext-volumes.js";
 import { lifecycle } from "./scenarios/lifecycle.js";
@@ -27,6 +29,8 @@ extLifetime(ctx);
 extStats(ctx);
 extVolumes(ctx);
 extNetwork(ctx);
+extImages(ctx);
+extProcesses(ctx);
 
 describe("conformance", () => {
   it("every answer the SDK decoded matches its schema in api/openapi.yaml or api/extensions.yaml", (t) => {
@@ -62,6 +66,20 @@ describe("conformance", () => {
       ctx.daemon.provider === "host" ? "getSandboxStats 422" : "getSandboxStats 200",
       "getMetrics 200",
       "getMetrics 401",
+      // processes: host and oci run them alike
+      "startProcess 201",
+      "startProcess 409",
+      "listProcesses 200",
+      "getProcess 200",
+      "getProcess 404",
+      "waitProcess 200",
+      "writeProcessStdin 200",
+      "signalProcess 200",
+      "signalProcess 409",
+      "streamProcessOutput 200",
+      "streamProcessOutput output",
+      "streamProcessOutput end",
+      "streamProcessOutput 409",
       ...(ctx.daemon.provider === "host"
         ? [
             "createVolume 422",
@@ -71,6 +89,12 @@ describe("conformance", () => {
             "getNetwork 422",
             "setNetwork 422",
             "streamNetworkDenials 422",
+            "listImages 422",
+            "pullImage 422",
+            "importImage 422",
+            "getImage 422",
+            "removeImage 422",
+            "pruneImages 422",
           ]
         : [
             "createVolume 201",
@@ -87,6 +111,12 @@ describe("conformance", () => {
             "streamNetworkDenials 200",
             "streamNetworkDenials denial",
             "streamNetworkDenials end",
+            "listImages 200",
+            "importImage 400",
+            "getImage 400",
+            "getImage 404",
+            "removeImage 404",
+            "pruneImages 200",
           ]),
     ];
     const covered = [...ctx.conformance.covered].sort(([a], [b]) => a.localeCompare(b));
@@ -106,6 +136,19 @@ describe("conformance", () => {
       "getNetwork",
       "setNetwork",
       "streamNetworkDenials",
+      "listImages",
+      "pullImage",
+      "importImage",
+      "getImage",
+      "removeImage",
+      "pruneImages",
+      "startProcess",
+      "listProcesses",
+      "getProcess",
+      "waitProcess",
+      "writeProcessStdin",
+      "signalProcess",
+      "streamProcessOutput",
     ])
       assert.ok(extensions.includes(id), `${id} not in extensions.yaml`);
     const missing = want.filter((k) => !ctx.conformance.covered.has(k));

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
-from .aio import AsyncClient, AsyncDenialStream, AsyncEventStream, AsyncFiles, AsyncSandbox
+from .aio import AsyncClient, AsyncDenialStream, AsyncEventStream, AsyncFiles, AsyncOutputStream, AsyncSandbox
 from .client import Client, EventStream
 from .errors import (
     CommandFailed,
@@ -42,17 +42,22 @@ from .errors import (
     WaitTimeout,
 )
 from .extensions import (
+    ImageInfo,
     Lifetime,
     NetworkDenial,
     NetworkDenialsEnd,
     NetworkPolicy,
     NetworkStatus,
+    OutputChunk,
+    OutputDropped,
+    Process,
+    ProcessEnd,
     RecordedLifetime,
     SandboxStats,
     Volume,
     VolumeMount,
 )
-from .sandbox import DenialStream, Files, Sandbox
+from .sandbox import DenialStream, Files, OutputStream, Sandbox
 from .types import (
     CommandResult,
     Endpoint,
@@ -73,6 +78,7 @@ __all__ = [
     "AsyncDenialStream",
     "AsyncEventStream",
     "AsyncFiles",
+    "AsyncOutputStream",
     "AsyncSandbox",
     "Client",
     "CommandFailed",
@@ -88,6 +94,7 @@ __all__ = [
     "Files",
     "GenerationConflict",
     "IdempotencyConflict",
+    "ImageInfo",
     "InternalError",
     "InvalidState",
     "Lifetime",
@@ -97,6 +104,11 @@ __all__ = [
     "NetworkPolicy",
     "NetworkStatus",
     "NotFound",
+    "OutputChunk",
+    "OutputDropped",
+    "OutputStream",
+    "Process",
+    "ProcessEnd",
     "ProviderManifest",
     "ProviderProtocolError",
     "ProviderUnavailable",

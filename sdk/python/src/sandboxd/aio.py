@@ -85,7 +85,34 @@ from .extensions.network import (
     set_network,
     stream_network_denials,
 )
+from .extensions.processes import (
+    OutputChunk,
+    Process,
+    Reading,
+    Signal,
+    get_process,
+    list_processes,
+    process_list,
+    signal_process,
+    start_process,
+    stdin_result,
+    stream_process_output,
+    wait_process,
+    write_process_stdin,
+)
 from .extensions.stats import SandboxStats, get_metrics, get_sandbox_stats
+from .extensions.images import (
+    ImageInfo,
+    get_image,
+    image_list,
+    import_image,
+    layers_removed,
+    list_images,
+    prune_images,
+    pull_image,
+    remove_image,
+    removed_reference,
+)
 from .extensions.volumes import Volume, VolumeMount, create_volume, delete_volume, get_volume, list_volumes, volume_list
 from .types import (
     CommandResult,
@@ -99,7 +126,7 @@ from .types import (
     SandboxSpec,
 )
 
-__all__ = ["AsyncClient", "AsyncDenialStream", "AsyncEventStream", "AsyncFiles", "AsyncSandbox"]
+__all__ = ["AsyncClient", "AsyncDenialStream", "AsyncEventStream", "AsyncFiles", "AsyncOutputStream", "AsyncSandbox"]
 
 Data = Union[bytes, bytearray, memoryview, str]
 SandboxRef = Union[str, "AsyncSandbox", SandboxResource]
@@ -189,6 +216,32 @@ class AsyncClient:
             volumes=volumes,
             network=network,
         )
+
+    # --- images (api/extensions.yaml) ---
+
+    async def list_images(self) -> List[ImageInfo]:
+        """See :meth:`sandboxd.Client.list_images`."""
+        return image_list(await self._t.call(list_images()))
+
+    async def pull_image(self, reference: str, *, timeout: float = 600.0) -> ImageInfo:
+        """See :meth:`sandboxd.Client.pull_image`."""
+        return ImageInfo.from_json(await self._t.call(pull_image(reference, timeout)))
+
+    async def import_image(self, host_path: str, name: str, *, timeout: float = 600.0) -> ImageInfo:
+        """See :meth:`sandboxd.Client.import_image`."""
+        return ImageInfo.from_json(await self._t.call(import_image(host_path, name, timeout)))
+
+    async def get_image(self, digest: str) -> ImageInfo:
+        """See :meth:`sandboxd.Client.get_image`."""
+        return ImageInfo.from_json(await self._t.call(get_image(digest)))
+
+    async def remove_image(self, reference: str) -> str:
+        """See :meth:`sandboxd.Client.remove_image`."""
+        return removed_reference(await self._t.call(remove_image(reference)))
+
+    async def prune_images(self) -> int:
+        """See :meth:`sandboxd.Client.prune_images`."""
+        return layers_removed(await self._t.call(prune_images()))
 
     # --- volumes (api/extensions.yaml) ---
 
@@ -636,6 +689,52 @@ class AsyncSandbox:
             raise ConnectionFailed(f"network denials: {e.__cause__ or e}") from None
         return AsyncDenialStream(stream)
 
+    # --- background processes (api/extensions.yaml) ---
+
+    async def start_process(
+        self,
+        argv: Argv,
+        *,
+        cwd: Optional[str] = None,
+        env: Optional[Mapping[str, str]] = None,
+        stdin: Optional[Data] = None,
+        close_stdin: bool = False,
+        tag: Optional[str] = None,
+    ) -> Process:
+        """See :meth:`sandboxd.Sandbox.start_process`."""
+        req = start_process(
+            self.id, self.generation, command_argv(argv), cwd=cwd, env=env, stdin=stdin, close_stdin=close_stdin, tag=tag
+        )
+        return Process.from_json(await self.client._call(req))
+
+    async def processes(self) -> List[Process]:
+        """See :meth:`sandboxd.Sandbox.processes`."""
+        return process_list(await self.client._call(list_processes(self.id, self.generation)))
+
+    async def process(self, pid: int) -> Process:
+        """See :meth:`sandboxd.Sandbox.process`."""
+        return Process.from_json(await self.client._call(get_process(self.id, self.generation, pid)))
+
+    async def wait_process(self, pid: int, timeout: float = 60.0) -> Process:
+        """See :meth:`sandboxd.Sandbox.wait_process`."""
+        req = wait_process(self.id, self.generation, pid, timeout, self.client.timeout)
+        return Process.from_json(await self.client._call(req))
+
+    async def write_stdin(self, pid: int, data: Data = b"", *, close: bool = False) -> int:
+        """See :meth:`sandboxd.Sandbox.write_stdin`."""
+        written, _ = stdin_result(await self.client._call(write_process_stdin(self.id, self.generation, pid, data, close)))
+        return written
+
+    async def signal_process(self, pid: int, signal: Signal) -> None:
+        """See :meth:`sandboxd.Sandbox.signal_process`."""
+        await self.client._call(signal_process(self.id, self.generation, pid, signal))
+
+    def process_output(
+        self, pid: int, *, after: int = 0, read_timeout: float = DEFAULT_READ_TIMEOUT
+    ) -> AsyncOutputStream:
+        """See :meth:`sandboxd.Sandbox.process_output`: ``async for chunk in sandbox.process_output(pid)``."""
+        return AsyncOutputStream(self, pid, after, read_timeout)
+
     def __repr__(self) -> str:
         return f"<AsyncSandbox {self.id} generation {self.generation} {self.state}>"
 
@@ -782,6 +881,62 @@ class AsyncSandbox:
         finally:
             if self._own_client:
                 await self.client.close()
+
+
+class AsyncOutputStream(Reading, AsyncIterator[OutputChunk]):
+    """The asynchronous :class:`sandboxd.OutputStream`: ``async for chunk in stream``; close it with
+    ``await stream.aclose()`` or ``async with``."""
+
+    def __init__(self, sandbox: AsyncSandbox, pid: int, after: int, read_timeout: float) -> None:
+        super().__init__(sandbox.id, sandbox.generation, pid, after, read_timeout, sandbox.client._backoff)
+        self._client = sandbox.client
+        self._stream: Optional[AsyncStream] = None
+
+    def __aiter__(self) -> AsyncOutputStream:
+        return self
+
+    async def read_all(self) -> bytes:
+        """Every byte from here to the end, joined."""
+        return b"".join([c.data async for c in self])
+
+    async def __anext__(self) -> OutputChunk:
+        while not self.pending:
+            more, done = self.goes_on()
+            if done:
+                self._drop()
+            if not more:
+                raise StopAsyncIteration
+            try:
+                if self._stream is None:
+                    self._stream = await self._client._t.open_stream(self.request(), self.read_timeout)
+                    self.out.reconnect()
+                self.take(await self._stream.read())
+            except (Lost, Unsent) as e:
+                self._drop()
+                await asyncio.sleep(self.failed(e))
+            except SandboxdError:
+                self._close()
+                raise
+        return self.pending.popleft()
+
+    def _drop(self) -> None:
+        if self._stream is not None:
+            self._stream.close()
+            self._stream = None
+
+    def _close(self) -> None:
+        self.closed = True
+        self._drop()
+
+    async def aclose(self) -> None:
+        """Closes the connection; iteration then stops."""
+        self._close()
+
+    async def __aenter__(self) -> AsyncOutputStream:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self._close()
 
 
 class AsyncFiles:

@@ -28,6 +28,18 @@ from .errors import ConnectionFailed, EventHistoryUnavailable, SandboxdError, Un
 from .extensions.lifetime import Lifetime
 from .extensions.network import NetworkPolicy
 from .extensions.stats import get_metrics
+from .extensions.images import (
+    ImageInfo,
+    get_image,
+    image_list,
+    import_image,
+    layers_removed,
+    list_images,
+    prune_images,
+    pull_image,
+    remove_image,
+    removed_reference,
+)
 from .extensions.volumes import Volume, VolumeMount, create_volume, delete_volume, get_volume, list_volumes, volume_list
 from .types import Resources, RuntimeInfo, SandboxEvent, SandboxResource
 
@@ -150,6 +162,43 @@ class Client:
             volumes=volumes,
             network=network,
         )
+
+    # --- images (api/extensions.yaml) ---
+
+    def list_images(self) -> List[ImageInfo]:
+        """The images the provider holds, by digest (``GET /v1/images``). Errors: UnsupportedCapability
+        (a provider without images, such as ``host``), ProviderUnavailable."""
+        return image_list(self._t.call(list_images()))
+
+    def pull_image(self, reference: str, *, timeout: float = 600.0) -> ImageInfo:
+        """Fetches an image from its registry (``registry/repository:tag`` or ``...@sha256:...``) and
+        names it by that reference; answers once it is in the store, within ``timeout`` seconds. A
+        create's ``image=reference`` then runs on it. Errors: ValidationError, NotFound (no such image
+        in the registry), UnsupportedCapability, ProviderUnavailable."""
+        return ImageInfo.from_json(self._t.call(pull_image(reference, timeout)))
+
+    def import_image(self, host_path: str, name: str, *, timeout: float = 600.0) -> ImageInfo:
+        """Adds the image of an OCI layout directory or a docker-save / oci-archive tarball at
+        ``host_path`` on the daemon's host (not this client's), named ``name`` (``repository:tag``).
+        Errors: ValidationError (a path or archive the daemon refuses), UnsupportedCapability,
+        ProviderUnavailable."""
+        return ImageInfo.from_json(self._t.call(import_image(host_path, name, timeout)))
+
+    def get_image(self, digest: str) -> ImageInfo:
+        """The image of that manifest digest (``sha256:`` and 64 hex digits). Errors: ValidationError,
+        NotFound, UnsupportedCapability."""
+        return ImageInfo.from_json(self._t.call(get_image(digest)))
+
+    def remove_image(self, reference: str) -> str:
+        """Forgets an image by name (that name only) or by digest (the image and all its names), and
+        returns the reference removed. Errors: NotFound, InvalidState (a sandbox runs on it),
+        UnsupportedCapability."""
+        return removed_reference(self._t.call(remove_image(reference)))
+
+    def prune_images(self) -> int:
+        """Removes the images no name and no sandbox holds, and the layers no image has; returns the
+        number of layers removed. Errors: UnsupportedCapability."""
+        return layers_removed(self._t.call(prune_images()))
 
     # --- volumes (api/extensions.yaml) ---
 

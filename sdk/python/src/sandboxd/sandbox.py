@@ -51,6 +51,21 @@ from .extensions.network import (
     set_network,
     stream_network_denials,
 )
+from .extensions.processes import (
+    OutputChunk,
+    Process,
+    Reading,
+    Signal,
+    get_process,
+    list_processes,
+    process_list,
+    signal_process,
+    start_process,
+    stdin_result,
+    stream_process_output,
+    wait_process,
+    write_process_stdin,
+)
 from .extensions.stats import SandboxStats, get_sandbox_stats
 from .extensions.volumes import VolumeMount
 from .types import (
@@ -342,6 +357,70 @@ class Sandbox:
             raise ConnectionFailed(f"network denials: {e.__cause__ or e}") from None
         return DenialStream(stream)
 
+    # --- background processes (api/extensions.yaml) ---
+
+    def start_process(
+        self,
+        argv: Argv,
+        *,
+        cwd: Optional[str] = None,
+        env: Optional[Mapping[str, str]] = None,
+        stdin: Optional[Data] = None,
+        close_stdin: bool = False,
+        tag: Optional[str] = None,
+    ) -> Process:
+        """Starts a process in the background (``POST /v1/sandboxes/{id}/processes``), fenced by the
+        generation. It runs until it exits or is signalled, whatever happens to this client; its stdout
+        and stderr, combined, are kept in the sandbox (the last 64 MiB) and read with
+        :meth:`process_output`. ``argv`` is executed directly (a string is run by ``sh -c``); ``cwd`` is
+        relative to the working directory, ``env`` is added to the sandbox's; ``stdin`` (at most 1 MiB)
+        is written to its stdin first, which ``close_stdin`` then closes; ``tag`` is this client's name
+        for it, returned as is. Never repeated once sent. Errors: ValidationError (also: 256 processes
+        run already), NotFound, GenerationConflict, InvalidState (not ready), UnsupportedCapability,
+        ProviderUnavailable."""
+        req = start_process(
+            self.id, self.generation, command_argv(argv), cwd=cwd, env=env, stdin=stdin, close_stdin=close_stdin, tag=tag
+        )
+        return Process.from_json(self.client._call(req))
+
+    def processes(self) -> List[Process]:
+        """The sandbox's processes, oldest first (the 256 it keeps at most, running or ended)."""
+        return process_list(self.client._call(list_processes(self.id, self.generation)))
+
+    def process(self, pid: int) -> Process:
+        """The process ``pid``. Errors: NotFound, GenerationConflict, InvalidState."""
+        return Process.from_json(self.client._call(get_process(self.id, self.generation, pid)))
+
+    def wait_process(self, pid: int, timeout: float = 60.0) -> Process:
+        """The process once it has ended, or as it is when ``timeout`` seconds (at most an hour) passed
+        first: its ``running`` says which. Errors: NotFound, GenerationConflict, InvalidState."""
+        return Process.from_json(self.client._call(wait_process(self.id, self.generation, pid, timeout, self.client.timeout)))
+
+    def write_stdin(self, pid: int, data: Data = b"", *, close: bool = False) -> int:
+        """Writes ``data`` (at most 1 MiB a call) to the process's stdin, then closes it when ``close``;
+        returns the bytes written. Never repeated once sent. Errors: ValidationError, NotFound,
+        GenerationConflict, InvalidState (the process did not read it in time, or its stdin is
+        closed)."""
+        written, _ = stdin_result(self.client._call(write_process_stdin(self.id, self.generation, pid, data, close)))
+        return written
+
+    def signal_process(self, pid: int, signal: Signal) -> None:
+        """Sends ``signal`` (``"TERM"``, ``"KILL"``, ``"INT"``, ...) to the process's group. Errors:
+        ValidationError, NotFound, GenerationConflict, InvalidState (the process has ended)."""
+        self.client._call(signal_process(self.id, self.generation, pid, signal))
+
+    def process_output(self, pid: int, *, after: int = 0, read_timeout: float = DEFAULT_READ_TIMEOUT) -> OutputStream:
+        """The process's output from byte offset ``after`` (``GET .../processes/{pid}/output``): an
+        iterator of :class:`~sandboxd.extensions.OutputChunk`, each the bytes from its ``offset``, that
+        ends with the stream's end event, in :attr:`OutputStream.end` (``reason == "exited"`` once every
+        byte was read, with the exit code). A dropped connection, or silence past ``read_timeout``
+        seconds (the daemon sends a heartbeat at least every 15 s), is resumed from the offset reached,
+        so nothing the sandbox kept is lost or given twice; ConnectionFailed once the client's retries
+        reconnect without getting anything. Bytes no longer kept (past 64 MiB) are skipped and listed
+        in :attr:`OutputStream.dropped`. Errors: NotFound, GenerationConflict, InvalidState,
+        UnsupportedCapability."""
+        return OutputStream(self, pid, after, read_timeout)
+
     # --- commands ---
 
     def run(
@@ -454,6 +533,62 @@ class DenialStream(Iterator[NetworkDenial]):
 
     def __del__(self) -> None:
         self.close()
+
+
+class OutputStream(Reading, Iterator[OutputChunk]):
+    """The output of a background process (see :meth:`Sandbox.process_output`): ``end``, ``offset``
+    and ``dropped`` say how far it went."""
+
+    def __init__(self, sandbox: Sandbox, pid: int, after: int, read_timeout: float) -> None:
+        super().__init__(sandbox.id, sandbox.generation, pid, after, read_timeout, sandbox.client._backoff)
+        self._client = sandbox.client
+        self._stream: Optional[SyncStream] = None
+
+    def __iter__(self) -> OutputStream:
+        return self
+
+    def read_all(self) -> bytes:
+        """Every byte from here to the end, joined."""
+        return b"".join(c.data for c in self)
+
+    def __next__(self) -> OutputChunk:
+        while not self.pending:
+            more, done = self.goes_on()
+            if done:
+                self._drop()
+            if not more:
+                raise StopIteration
+            try:
+                if self._stream is None:
+                    self._stream = self._client._t.open_stream(self.request(), self.read_timeout)
+                    self.out.reconnect()
+                self.take(self._stream.read())
+            except (Lost, Unsent) as e:
+                self._drop()
+                time.sleep(self.failed(e))
+            except SandboxdError:
+                self.close()
+                raise
+        return self.pending.popleft()
+
+    def _drop(self) -> None:
+        if self._stream is not None:
+            self._stream.close()
+            self._stream = None
+
+    def close(self) -> None:
+        """Closes the connection; iteration then stops."""
+        self.closed = True
+        self._drop()
+
+    def __enter__(self) -> OutputStream:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        self._drop()
 
 
 class Files:

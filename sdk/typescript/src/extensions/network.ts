@@ -3,10 +3,10 @@
 // (GET|PUT /v1/sandboxes/{sandboxId}/network, Sandbox.network and Sandbox.setNetwork) and the stream
 // of its denials (GET /v1/sandboxes/{sandboxId}/network/denials, Sandbox.networkDenials).
 
-import { createParser } from "eventsource-parser";
-import { ConnectionError, SandboxdError } from "../errors.js";
+import { SandboxdError, type ConnectionError } from "../errors.js";
 import type { components } from "../generated/extensions.js";
 import type { RequestOptions } from "../transport.js";
+import { connection } from "./sse.js";
 
 /** The spec.extensions key of a sandbox's egress policy. */
 export const NETWORK_KEY = "sandboxd.network";
@@ -121,86 +121,21 @@ export class NetworkDenialStream implements AsyncIterableIterator<NetworkDenial>
     await this.close();
   }
 
-  async *#run(): AsyncGenerator<NetworkDenial, undefined, undefined> {
-    const stop = this.#stop.signal;
-    if (stop.aborted) return;
-    const silentMs = this.#opts.heartbeatTimeoutMs ?? 45_000;
-    const conn = new AbortController();
-    const onStop = () => conn.abort();
-    stop.addEventListener("abort", onStop, { once: true });
-    try {
-      let resp: Response;
-      try {
-        resp = await this.#open({
-          method: "GET",
-          path: this.#path,
-          headers: { Accept: "text/event-stream" },
-          signal: conn.signal,
-          timeoutMs: this.#opts.connectTimeoutMs,
-        });
-      } catch (e) {
-        if (stop.aborted) return;
-        throw e;
-      }
-      const type = resp.headers.get("Content-Type") ?? "";
-      if (!type.startsWith("text/event-stream") || !resp.body) {
-        await resp.body?.cancel().catch(() => {});
-        throw new SandboxdError(`network denials answered as ${JSON.stringify(type)}`, {
-          code: "unexpected_response",
-          status: resp.status,
-        });
-      }
-      const queue: NetworkDenial[] = [];
-      let garbled: SandboxdError | undefined;
-      const parser = createParser({
-        onEvent: (msg) => {
-          if (msg.event !== "denial" && msg.event !== "end") return; // an event this client does not know
-          try {
-            const v = parseData(msg.event, msg.data);
-            if (msg.event === "end") this.#end = v as NetworkDenialsEnd;
-            else queue.push(v as NetworkDenial);
-          } catch (e) {
-            garbled ??= e as SandboxdError;
-          }
-        },
-      });
-      const decoder = new TextDecoder();
-      const reader = resp.body.getReader();
-      let timedOut = false;
-      try {
-        for (;;) {
-          const timer =
-            silentMs > 0
-              ? setTimeout(() => {
-                  timedOut = true;
-                  conn.abort();
-                }, silentMs)
-              : undefined;
-          let chunk: ReadableStreamReadResult<Uint8Array>;
-          try {
-            chunk = await reader.read();
-          } finally {
-            if (timer !== undefined) clearTimeout(timer);
-          }
-          if (chunk.done) break;
-          parser.feed(decoder.decode(chunk.value, { stream: true }));
-          if (garbled) throw garbled;
-          while (queue.length > 0) yield queue.shift()!;
-          if (this.#end) return;
-        }
-      } catch (e) {
-        if (e === garbled) throw e;
-        if (stop.aborted) return;
-        const why = timedOut ? `nothing, not even a heartbeat, within ${silentMs} ms` : "the connection broke";
-        throw new ConnectionError(`network denials: ${why}`, { cause: e });
-      } finally {
-        reader.cancel().catch(() => {});
-      }
-      if (!this.#end) throw new ConnectionError("network denials: the stream ended without its end event", {});
-    } finally {
-      stop.removeEventListener("abort", onStop);
-      conn.abort();
-    }
+  #run(): AsyncGenerator<NetworkDenial, undefined, undefined> {
+    return connection<NetworkDenial>({
+      open: this.#open,
+      request: { method: "GET", path: this.#path, timeoutMs: this.#opts.connectTimeoutMs },
+      stop: this.#stop.signal,
+      silentMs: this.#opts.heartbeatTimeoutMs ?? 45_000,
+      what: "network denials",
+      take: (event, data, queue) => {
+        if (event !== "denial" && event !== "end") return; // an event this client does not know
+        const v = parseData(event, data);
+        if (event === "end") this.#end = v as NetworkDenialsEnd;
+        else queue.push(v as NetworkDenial);
+      },
+      ended: () => this.#end !== undefined,
+    });
   }
 }
 

@@ -62,15 +62,16 @@ export class Conformance {
   /** Each answer that broke its schema, or that the contract does not list. */
   readonly violations: string[] = [];
   /**
-   * "operationId status" of every answer checked; events count as "streamEvents event", the events of a
-   * denials stream as "streamNetworkDenials denial" and "streamNetworkDenials end".
+   * "operationId status" of every answer checked; events count as "streamEvents event", the events of
+   * the extensions' streams as "operationId event" ("streamNetworkDenials denial",
+   * "streamProcessOutput output", ...).
    */
   readonly covered = new Map<string, number>();
   readonly #ops: Operation[] = [];
   readonly #ajv: Ajv2020;
   readonly #event: ValidateFunction;
-  readonly #denial: ValidateFunction;
-  readonly #denialsEnd: ValidateFunction;
+  /** The schemas of the events of the extensions' streams, by operation and event. */
+  readonly #streams: Record<string, Record<string, ValidateFunction>>;
   readonly #error: ValidateFunction;
 
   constructor() {
@@ -86,8 +87,15 @@ export class Conformance {
     }
     this.#event = this.#ajv.compile({ $ref: `${defsId}#/$defs/SandboxEvent` });
     this.#error = this.#ajv.compile({ $ref: `${defsId}#/$defs/ErrorResponse` });
-    this.#denial = this.#ajv.compile({ $ref: "sandboxd-extensions#/$defs/NetworkDenial" });
-    this.#denialsEnd = this.#ajv.compile({ $ref: "sandboxd-extensions#/$defs/NetworkDenialsEnd" });
+    const ext = (name: string) => this.#ajv.compile({ $ref: `sandboxd-extensions#/$defs/${name}` });
+    this.#streams = {
+      streamNetworkDenials: { denial: ext("NetworkDenial"), end: ext("NetworkDenialsEnd") },
+      streamProcessOutput: {
+        output: ext("ProcessOutputEvent"),
+        dropped: ext("ProcessDroppedEvent"),
+        end: ext("ProcessEndEvent"),
+      },
+    };
   }
 
   /** Every operationId of both documents. */
@@ -132,8 +140,9 @@ export class Conformance {
     }
     const schema = op.responses.get(String(resp.status));
     if (schema === "stream") {
-      return op.id === "streamNetworkDenials"
-        ? this.#checkDenials(resp, `${op.id} ${resp.status}`)
+      const events = this.#streams[op.id];
+      return events
+        ? this.#checkEvents(resp, op.id, events, `${op.id} ${resp.status}`)
         : this.#checkStream(resp, `${op.id} ${resp.status}`);
     }
     if (schema === "empty") return this.#checkEmpty(resp, `${op.id} ${resp.status}`, what);
@@ -192,24 +201,23 @@ export class Conformance {
     return resp;
   }
 
-  #checkDenials(resp: Response, key: string): Response {
+  #checkEvents(resp: Response, id: string, schemas: Record<string, ValidateFunction>, key: string): Response {
     this.#note(key);
-    const schemas: Record<string, ValidateFunction> = { denial: this.#denial, end: this.#denialsEnd };
     return this.#tap(resp, (msg) => {
       const validate = schemas[msg.event ?? ""];
       if (!validate) {
-        this.violations.push(`network denials: event ${msg.event} is neither denial nor end: ${msg.data}`);
+        this.violations.push(`${id}: event ${msg.event} is none of ${Object.keys(schemas).join(", ")}: ${msg.data}`);
         return;
       }
-      this.#note(`streamNetworkDenials ${msg.event}`);
+      this.#note(`${id} ${msg.event}`);
       let v: unknown;
       try {
         v = JSON.parse(msg.data);
       } catch {
-        this.violations.push(`network denials: data is not JSON: ${msg.data.slice(0, 200)}`);
+        this.violations.push(`${id}: data is not JSON: ${msg.data.slice(0, 200)}`);
         return;
       }
-      if (!validate(v)) this.violations.push(`network denials: ${this.#ajv.errorsText(validate.errors)}: ${msg.data}`);
+      if (!validate(v)) this.violations.push(`${id}: ${this.#ajv.errorsText(validate.errors)}: ${msg.data}`);
     });
   }
 

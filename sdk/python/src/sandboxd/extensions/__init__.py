@@ -2,6 +2,8 @@
 group of that document, each with the group's data types (frozen dataclasses like
 :mod:`sandboxd.types`, whose ``schema`` names their schema in ``extensions.yaml``) and its requests.
 
+- :mod:`sandboxd.extensions.images`: ``/v1/images``, the images a provider holds (list, pull,
+  import, inspect, remove, prune); a create's ``image=`` runs on one.
 - :mod:`sandboxd.extensions.lifetime`: ``spec.extensions["sandboxd.lifetime"]``, a sandbox's time to
   live and idle bound.
 - :mod:`sandboxd.extensions.stats`: ``GET /v1/sandboxes/{sandboxId}/stats`` and ``GET /metrics``.
@@ -9,18 +11,23 @@ group of that document, each with the group's data types (frozen dataclasses lik
   ``spec.extensions["sandboxd.volumes"]``, the volumes a sandbox mounts.
 - :mod:`sandboxd.extensions.network`: ``spec.extensions["sandboxd.network"]``, a sandbox's egress
   policy; ``GET|PUT /v1/sandboxes/{sandboxId}/network`` and the stream of its denials.
+- :mod:`sandboxd.extensions.processes`: ``/v1/sandboxes/{sandboxId}/processes``, background
+  processes, their stdin, signals and the resumable stream of their output.
 
 The clients' methods for them (:meth:`sandboxd.Sandbox.stats`, :meth:`sandboxd.Client.metrics`, the
 ``lifetime``, ``volumes`` and ``network`` arguments of a create, :attr:`sandboxd.Sandbox.lifetime`,
 :meth:`sandboxd.Client.create_volume` and the other volume methods, :meth:`sandboxd.Sandbox.network`,
-:meth:`sandboxd.Sandbox.set_network`, :meth:`sandboxd.Sandbox.network_denials`) are used like every
-other one.
+:meth:`sandboxd.Sandbox.set_network`, :meth:`sandboxd.Sandbox.network_denials`,
+:meth:`sandboxd.Client.list_images` and the other image methods, :meth:`sandboxd.Sandbox.start_process`
+and the other process methods, :meth:`sandboxd.Sandbox.process_output`) are used like every other one.
 """
 
 from __future__ import annotations
 
+from .images import ImageInfo, ImageList, ImagePruneResult, ImageRemoved
 from .lifetime import LIFETIME_KEY, Lifetime, OnIdle, RecordedLifetime
 from .network import NETWORK_KEY, Egress, NetworkDenial, NetworkDenialsEnd, NetworkPolicy, NetworkStatus
+from .processes import OutputChunk, OutputDropped, Process, ProcessEnd, Signal
 from .stats import SandboxStats
 from .volumes import VOLUMES_KEY, Volume, VolumeMount
 
@@ -29,14 +36,23 @@ __all__ = [
     "NETWORK_KEY",
     "VOLUMES_KEY",
     "Egress",
+    "ImageInfo",
+    "ImageList",
+    "ImagePruneResult",
+    "ImageRemoved",
     "Lifetime",
     "NetworkDenial",
     "NetworkDenialsEnd",
     "NetworkPolicy",
     "NetworkStatus",
     "OnIdle",
+    "OutputChunk",
+    "OutputDropped",
+    "Process",
+    "ProcessEnd",
     "RecordedLifetime",
     "SandboxStats",
+    "Signal",
     "Volume",
     "VolumeMount",
 ]
