@@ -144,8 +144,12 @@ func (ps *Processes) Start(runner *proc.Runner, dir, journals string, spec sandb
 	ps.table[sp.PID] = p
 	go p.pump()
 	if len(spec.Stdin) > 0 || spec.CloseStdin {
+		// Taken before the answer, so that stdin written after it (WriteStdin) waits for the start's
+		// to be written first: a client's bytes reach the process in the order it sent them.
+		p.stdinMu.Lock()
 		go func() {
-			_ = p.writeStdin(spec.Stdin, spec.CloseStdin, time.Now().Add(protocol.MaxWait))
+			defer p.stdinMu.Unlock()
+			_ = p.writeStdinLocked(spec.Stdin, spec.CloseStdin, time.Now().Add(protocol.MaxWait))
 		}()
 	}
 	return p.snapshot(), nil
@@ -209,6 +213,11 @@ func (p *process) snapshot() protocol.ProcessInfo {
 func (p *process) writeStdin(data []byte, closeIt bool, deadline time.Time) error {
 	p.stdinMu.Lock()
 	defer p.stdinMu.Unlock()
+	return p.writeStdinLocked(data, closeIt, deadline)
+}
+
+// writeStdinLocked is writeStdin for a caller that holds stdinMu.
+func (p *process) writeStdinLocked(data []byte, closeIt bool, deadline time.Time) error {
 	if p.stdin == nil {
 		if len(data) == 0 && closeIt {
 			return nil

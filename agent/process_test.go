@@ -165,3 +165,22 @@ func TestProcessStdinAndSignal(t *testing.T) {
 		t.Fatal("a cwd outside the root was taken")
 	}
 }
+
+// TestProcessStdinKeepsItsOrder: stdin given at the start and stdin written right after reach the
+// process in that order, every time.
+func TestProcessStdinKeepsItsOrder(t *testing.T) {
+	a := start(t)
+	for i := range 30 {
+		p, err := a.c.StartProcess(ctx(t), sandbox.ProcessSpec{Argv: []string{"cat"}, Stdin: bytes.Repeat([]byte("first\n"), 1000)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := a.c.Stdin(ctx(t), p.PID, []byte("second\n"), true); err != nil {
+			t.Fatal(err)
+		}
+		got := readAll(t, a.c, p.PID, 0, rand.New(rand.NewPCG(uint64(i), 5)))
+		if want := strings.Repeat("first\n", 1000) + "second\n"; string(got) != want {
+			t.Fatalf("run %d: cat said %d bytes ending %q", i, len(got), got[max(0, len(got)-20):])
+		}
+	}
+}
