@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/sandboxd/sandbox"
@@ -191,14 +192,7 @@ func withRuntimeExtensions(observed, current map[string]json.RawMessage) map[str
 	return out
 }
 
-func isRuntimeExtension(k string) bool {
-	for _, r := range runtimeExtensions {
-		if k == r {
-			return true
-		}
-	}
-	return false
-}
+func isRuntimeExtension(k string) bool { return slices.Contains(runtimeExtensions, k) }
 
 // activity is what the runtime knows of a sandbox's use: requests naming it now open, and when it was
 // last used.

@@ -85,10 +85,7 @@ func (r *Runtime) ListVolumes(ctx context.Context) ([]sandbox.Volume, error) {
 		return nil, err
 	}
 	for i := range list {
-		list[i].AttachedTo = users[list[i].Name]
-		if list[i].AttachedTo == nil {
-			list[i].AttachedTo = []sandbox.ID{}
-		}
+		list[i] = attached(list[i], users)
 	}
 	return list, nil
 }
@@ -119,11 +116,16 @@ func (r *Runtime) withUsers(ctx context.Context, v sandbox.Volume) (sandbox.Volu
 	if err != nil {
 		return v, err
 	}
+	return attached(v, users), nil
+}
+
+// attached is v with AttachedTo set from users, by volume name (never nil: the answer lists none).
+func attached(v sandbox.Volume, users map[string][]sandbox.ID) sandbox.Volume {
 	v.AttachedTo = users[v.Name]
 	if v.AttachedTo == nil {
 		v.AttachedTo = []sandbox.ID{}
 	}
-	return v, nil
+	return v
 }
 
 // volumeUsers maps each volume name to the sandboxes not terminated whose spec mounts it.
