@@ -73,7 +73,7 @@ func Compile(d *schema.Document, ptr string) (schema.Validator, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", ptr, err)
 	}
-	return &validator{dc: dc, s: s}, nil
+	return &validator{dc: dc, s: s, ptr: ptr}, nil
 }
 
 func (dc *docCompiler) compile(loc string) (*jsonschema.Schema, error) {
@@ -84,19 +84,29 @@ func (dc *docCompiler) compile(loc string) (*jsonschema.Schema, error) {
 
 // validator is one schema compiled by the library.
 type validator struct {
-	dc *docCompiler
-	s  *jsonschema.Schema
+	dc  *docCompiler
+	s   *jsonschema.Schema
+	ptr string
 }
 
 // Validate checks v and returns the rule package schema's validator would name first, in its words.
+//
+// The library dereferences a nil *big.Rat when a numeric keyword meets a number math/big does not parse
+// (an exponent past its limit), so it cannot validate such a value at all. Package schema's validator
+// refuses that number where a keyword compares it, in its place among the value's other refusals (a
+// missing required field of the object holding it comes first); the value is handed to it, compiled
+// from the same schema, rather than guessing that place from a partial answer.
 func (v *validator) Validate(x any) (verr *schema.Error) {
 	defer func() {
 		if p := recover(); p != nil {
-			// The library dereferences a nil *big.Rat when a numeric keyword meets a number math/big
-			// does not parse (an exponent past its limit): that is its refusal of the number.
-			if verr = outOfRange(x, nil); verr == nil {
+			if !unparsable(x) {
 				panic(p)
 			}
+			own, err := v.dc.doc.Compile(v.ptr)
+			if err != nil {
+				panic(p)
+			}
+			verr = own.Validate(x)
 		}
 	}()
 	err := v.s.Validate(x)
@@ -361,28 +371,22 @@ func number(v any) json.Number {
 	return json.Number(fmt.Sprint(v))
 }
 
-// outOfRange finds the first number of x, in the order package schema's validator walks a value,
-// that math/big does not parse, and refuses it; nil when there is none.
-func outOfRange(x any, path []string) *schema.Error {
+// unparsable reports whether x holds a number math/big does not parse.
+func unparsable(x any) bool {
 	switch v := x.(type) {
 	case json.Number:
-		if _, ok := new(big.Rat).SetString(string(v)); !ok {
-			return &schema.Error{Path: slices.Clone(path), Message: schema.OutOfRangeMessage}
-		}
+		_, ok := new(big.Rat).SetString(string(v))
+		return !ok
 	case []any:
-		for i, e := range v {
-			if err := outOfRange(e, append(path, strconv.Itoa(i))); err != nil {
-				return err
-			}
-		}
+		return slices.ContainsFunc(v, unparsable)
 	case map[string]any:
-		for _, k := range slices.Sorted(maps.Keys(v)) {
-			if err := outOfRange(v[k], append(path, k)); err != nil {
-				return err
+		for _, e := range v {
+			if unparsable(e) {
+				return true
 			}
 		}
 	}
-	return nil
+	return false
 }
 
 // oneLine folds any run of white space, line breaks included, into one space.
