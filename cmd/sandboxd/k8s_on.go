@@ -5,8 +5,11 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"time"
+
+	corev1 "k8s.io/api/core/v1"
 
 	"github.com/sandboxd/sandbox"
 	"github.com/sandboxd/sandbox/provider/kubernetes"
@@ -28,6 +31,13 @@ func (k *K8sFlags) open(log *slog.Logger) (sandbox.Provider, error) {
 		NetworkPolicy: k.NetworkPolicy,
 		Instance:      k.Instance,
 		Logger:        log,
+		StorageClass:  k.StorageClass,
+	}
+	switch m := corev1.PersistentVolumeAccessMode(k.SharedMode); m {
+	case corev1.ReadWriteMany, corev1.ReadWriteOnce:
+		c.SharedAccessMode = m
+	default:
+		return nil, fmt.Errorf("--volume-shared-access-mode %q: want ReadWriteMany or ReadWriteOnce", k.SharedMode)
 	}
 	if k.PodTemplate != "" {
 		if c.Template, err = kubernetes.LoadTemplate(k.PodTemplate); err != nil {

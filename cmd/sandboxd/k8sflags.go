@@ -15,6 +15,8 @@ type K8sFlags struct {
 	PodTemplate   string // a YAML or JSON v1 Pod file of defaults
 	NetworkPolicy bool
 	Instance      string
+	StorageClass  string // the volumes' claims' class; empty: no volumes
+	SharedMode    string // access mode of a shared volume's claim
 }
 
 func (k *K8sFlags) register(fs *flag.FlagSet) {
@@ -25,4 +27,6 @@ func (k *K8sFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&k.PodTemplate, "pod-template", k.PodTemplate, "kubernetes provider: YAML or JSON Pod whose spec supplies defaults (resources, node selector, tolerations, pull policy, runtime class)")
 	fs.BoolVar(&k.NetworkPolicy, "network-policy", k.NetworkPolicy, "kubernetes provider: the cluster enforces NetworkPolicy; isolate each sandbox with one and claim the capability")
 	fs.StringVar(&k.Instance, "instance", "default", "kubernetes provider: label value telling apart daemons that share a namespace")
+	fs.StringVar(&k.StorageClass, "volume-storage-class", k.StorageClass, "kubernetes provider: storage class of the volumes' PersistentVolumeClaims (default: no volumes)")
+	fs.StringVar(&k.SharedMode, "volume-shared-access-mode", "ReadWriteMany", "kubernetes provider: access mode of a shared volume's claim (ReadWriteMany, or ReadWriteOnce on a single node)")
 }

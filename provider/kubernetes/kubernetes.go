@@ -22,6 +22,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/informers"
@@ -49,9 +50,18 @@ type Config struct {
 	Template *corev1.Pod
 	// NetworkPolicy says that the cluster's network plugin enforces NetworkPolicy objects (the API
 	// server accepts them whether or not anything enforces them, so it cannot be detected). When set,
-	// the provider isolates each sandbox with a NetworkPolicy that denies all ingress and egress and
-	// claims the networkPolicy capability.
+	// the provider gives each sandbox a NetworkPolicy that denies all ingress and writes its egress
+	// policy (spec.extensions["sandboxd.network"], CIDR rules only; default deny), and claims the
+	// networkPolicy capability.
 	NetworkPolicy bool
+	// StorageClass is the class of the volumes' PersistentVolumeClaims; empty: no volumes (the
+	// persistentVolume capability is false).
+	StorageClass string
+	// SharedAccessMode is the access mode of a shared volume's claim; default ReadWriteMany. A
+	// single-node cluster whose class offers ReadWriteOnce only may use that.
+	SharedAccessMode corev1.PersistentVolumeAccessMode
+	// MaxVolumeMiB bounds a volume's size; default 1 TiB.
+	MaxVolumeMiB int64
 	// Instance tells apart daemons that share a namespace: a provider sees and removes only the Pods
 	// labelled with its instance. Default "default".
 	Instance string
@@ -96,6 +106,10 @@ type Provider struct {
 
 	mu    sync.Mutex
 	boxes map[sandbox.Ref]*box
+
+	// volMu is held from the check of a volume's writers to the Pod's creation, and across a volume's
+	// deletion, so that two allocations cannot both become its one writer.
+	volMu sync.Mutex
 
 	// DataPlane runs commands and file calls through each sandbox's agent over pods/exec (Exec,
 	// ReadFile, WriteFile, ListFiles); its clients come from usable, so a Pod that does not run is
@@ -147,6 +161,12 @@ func New(ctx context.Context, cfg Config) (*Provider, error) {
 	if cfg.SyncTimeout <= 0 {
 		cfg.SyncTimeout = 30 * time.Second
 	}
+	if cfg.SharedAccessMode == "" {
+		cfg.SharedAccessMode = corev1.ReadWriteMany
+	}
+	if cfg.MaxVolumeMiB <= 0 {
+		cfg.MaxVolumeMiB = defaultVolumeMiB
+	}
 	if cfg.Template != nil {
 		cfg.Template = cfg.Template.DeepCopy()
 	}
@@ -186,6 +206,18 @@ func New(ctx context.Context, cfg Config) (*Provider, error) {
 		p.Close()
 		return nil, fmt.Errorf("kubernetes: no Pod listing from the API server within %v: %w", cfg.SyncTimeout, sandbox.ErrProviderUnavailable)
 	}
+	if cfg.StorageClass != "" {
+		// A class that does not exist leaves every claim pending; one the daemon may not read is
+		// taken on trust.
+		_, err := cs.StorageV1().StorageClasses().Get(sctx, cfg.StorageClass, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			p.Close()
+			return nil, fmt.Errorf("kubernetes: storage class %q does not exist", cfg.StorageClass)
+		}
+		if err != nil {
+			p.log.Warn("cannot read the volumes' storage class", "class", cfg.StorageClass, "err", err)
+		}
+	}
 	return p, nil
 }
 
@@ -202,7 +234,9 @@ func (p *Provider) Close() error {
 
 // Manifest describes the provider. pauseResume is false: Kubernetes has no way to freeze a Pod's
 // processes and thaw them later (the kubelet offers no cgroup freezer, and deleting and recreating the
-// Pod would lose its processes), so the provider does not pretend to.
+// Pod would lose its processes), so the provider does not pretend to. networkPolicy and
+// persistentVolume are what the configuration says of the cluster (Config.NetworkPolicy,
+// Config.StorageClass).
 func (p *Provider) Manifest(context.Context) (sandbox.Manifest, error) {
 	return sandbox.Manifest{
 		Name:         "kubernetes",
@@ -214,6 +248,7 @@ func (p *Provider) Manifest(context.Context) (sandbox.Manifest, error) {
 			ImageReference:   true,
 			ResourceLimits:   true,
 			NetworkPolicy:    p.cfg.NetworkPolicy,
+			PersistentVolume: p.cfg.StorageClass != "",
 		},
 	}, nil
 }
@@ -227,7 +262,7 @@ func (p *Provider) runtimeClass() string {
 }
 
 // Resources lists, from the API server, every generation with a Pod labelled with this provider's
-// instance, running or not.
+// instance, running or not, and every one with a NetworkPolicy left without its Pod.
 func (p *Provider) Resources(ctx context.Context) ([]sandbox.Ref, error) {
 	ctx, cancel := context.WithTimeout(ctx, p.cfg.CallTimeout)
 	defer cancel()
@@ -243,6 +278,13 @@ func (p *Provider) Resources(ctx context.Context) ([]sandbox.Ref, error) {
 			continue
 		}
 		refs = append(refs, ref)
+	}
+	if p.cfg.NetworkPolicy {
+		orphans, err := p.policyOrphans(ctx, refs)
+		if err != nil {
+			return nil, err
+		}
+		refs = append(refs, orphans...)
 	}
 	return refs, nil
 }

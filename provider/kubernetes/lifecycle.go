@@ -9,7 +9,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	networkingv1 "k8s.io/api/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -18,11 +17,26 @@ import (
 )
 
 // Allocate creates ref's Pod, or adopts the existing one of that name, and reports it starting: readiness
-// is observed later, once the agent answers. Errors: ErrInvalidRequest (resources no Pod can have),
-// ErrProviderUnavailable (the API server refused or failed).
+// is observed later, once the agent answers. The Pod's NetworkPolicy is made before it. A volume that
+// is not shared and has a writer already makes the generation failed (volume_in_use) without a Pod.
+// Errors: ErrInvalidRequest (resources no Pod can have, a volume that does not exist),
+// ErrUnsupportedCapability (a spec ValidateSpec refuses), ErrProviderUnavailable (the API server
+// refused or failed).
 func (p *Provider) Allocate(ctx context.Context, ref sandbox.Ref, spec sandbox.Spec) (sandbox.Observation, error) {
 	if err := checkResources(spec.Resources); err != nil {
 		return sandbox.Observation{}, err
+	}
+	if err := p.ValidateSpec(spec); err != nil {
+		return sandbox.Observation{}, err
+	}
+	vols, err := sandbox.VolumeMounts(spec)
+	if err != nil {
+		return sandbox.Observation{}, err
+	}
+	if len(vols) > 0 {
+		if err := p.volumes(); err != nil {
+			return sandbox.Observation{}, err
+		}
 	}
 	b := p.box(ref)
 	p.mu.Lock()
@@ -31,12 +45,23 @@ func (p *Provider) Allocate(ctx context.Context, ref sandbox.Ref, spec sandbox.S
 	ctx, cancel := context.WithTimeout(ctx, p.cfg.CallTimeout)
 	defer cancel()
 	if p.cfg.NetworkPolicy {
-		if err := p.ensurePolicy(ctx, ref, b.name); err != nil {
+		if err := p.ensurePolicy(ctx, ref, b.name, spec); err != nil {
+			return sandbox.Observation{}, err
+		}
+	}
+	if len(vols) > 0 {
+		p.volMu.Lock()
+		defer p.volMu.Unlock()
+		err := p.claimVolumes(ctx, b.name, vols)
+		if errors.Is(err, errVolumeInUse) {
+			return sandbox.Observation{Ref: ref, State: sandbox.ObservedFailed, Reason: reasonVolumeInUse, Message: err.Error()}, nil
+		}
+		if err != nil {
 			return sandbox.Observation{}, err
 		}
 	}
 	pods := p.cs.CoreV1().Pods(p.cfg.Namespace)
-	pod, err := pods.Create(ctx, p.podFor(ref, spec), metav1.CreateOptions{})
+	pod, err := pods.Create(ctx, p.podFor(ref, spec, vols), metav1.CreateOptions{})
 	if apierrors.IsAlreadyExists(err) {
 		pod, err = pods.Get(ctx, b.name, metav1.GetOptions{})
 		if err == nil {
@@ -51,6 +76,11 @@ func (p *Provider) Allocate(ctx context.Context, ref sandbox.Ref, spec sandbox.S
 			return sandbox.Observation{}, fmt.Errorf("kubernetes: Pod for %s: %v: %w", ref, err, sandbox.ErrInvalidRequest)
 		}
 		return sandbox.Observation{}, fmt.Errorf("kubernetes: create Pod for %s: %v: %w", ref, err, sandbox.ErrProviderUnavailable)
+	}
+	if p.cfg.NetworkPolicy {
+		if err := p.ownPolicy(ctx, pod); err != nil {
+			return sandbox.Observation{}, err
+		}
 	}
 	p.mu.Lock()
 	b.seen, b.deleted = string(pod.UID), false
@@ -322,11 +352,8 @@ func (p *Provider) Release(ctx context.Context, ref sandbox.Ref) error {
 		return fmt.Errorf("kubernetes: Pod %s still exists after a forced delete: %w", b.name, sandbox.ErrProviderUnavailable)
 	}
 	if p.cfg.NetworkPolicy {
-		cctx, cancel := context.WithTimeout(ctx, p.cfg.CallTimeout)
-		err := p.cs.NetworkingV1().NetworkPolicies(p.cfg.Namespace).Delete(cctx, b.name, metav1.DeleteOptions{})
-		cancel()
-		if err != nil && !apierrors.IsNotFound(err) {
-			return fmt.Errorf("kubernetes: delete NetworkPolicy %s: %v: %w", b.name, err, sandbox.ErrProviderUnavailable)
+		if err := p.deletePolicy(ctx, b.name); err != nil {
+			return err
 		}
 	}
 	p.mu.Lock()
@@ -369,25 +396,4 @@ func (p *Provider) deletePod(ctx context.Context, name string, grace int64, wait
 		case <-time.After(delay):
 		}
 	}
-}
-
-// ensurePolicy makes the NetworkPolicy that isolates ref's Pod: no ingress, no egress.
-func (p *Provider) ensurePolicy(ctx context.Context, ref sandbox.Ref, name string) error {
-	np := &networkingv1.NetworkPolicy{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: p.cfg.Namespace, Labels: map[string]string{
-			labelManagedBy: managedBy, labelInstance: p.cfg.Instance, labelID: idLabel(ref.ID),
-			labelGeneration: fmt.Sprint(int64(ref.Generation)),
-		}},
-		Spec: networkingv1.NetworkPolicySpec{
-			PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{
-				labelInstance: p.cfg.Instance, labelID: idLabel(ref.ID), labelGeneration: fmt.Sprint(int64(ref.Generation)),
-			}},
-			PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress, networkingv1.PolicyTypeEgress},
-		},
-	}
-	_, err := p.cs.NetworkingV1().NetworkPolicies(p.cfg.Namespace).Create(ctx, np, metav1.CreateOptions{})
-	if err != nil && !apierrors.IsAlreadyExists(err) {
-		return fmt.Errorf("kubernetes: NetworkPolicy for %s: %v: %w", ref, err, sandbox.ErrProviderUnavailable)
-	}
-	return nil
 }

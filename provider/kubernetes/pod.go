@@ -84,14 +84,17 @@ func validLabelValue(v string) string {
 }
 
 // refOf reads the generation a Pod belongs to from its annotation and label.
-func refOf(pod *corev1.Pod) (sandbox.Ref, bool) {
-	id := pod.Annotations[annotationID]
-	gen, err := strconv.ParseInt(pod.Labels[labelGeneration], 10, 64)
+func refOf(pod *corev1.Pod) (sandbox.Ref, bool) { return refOfMeta(&pod.ObjectMeta) }
+
+// refOfMeta reads the generation an object made for a Pod (the Pod, its NetworkPolicy) belongs to.
+func refOfMeta(meta *metav1.ObjectMeta) (sandbox.Ref, bool) {
+	id := meta.Annotations[annotationID]
+	gen, err := strconv.ParseInt(meta.Labels[labelGeneration], 10, 64)
 	if id == "" || err != nil || gen < 1 {
 		return sandbox.Ref{}, false
 	}
 	ref := sandbox.Ref{ID: sandbox.ID(id), Generation: sandbox.Generation(gen)}
-	if pod.Name != podName(ref) || pod.Labels[labelID] != idLabel(ref.ID) {
+	if meta.Name != podName(ref) || meta.Labels[labelID] != idLabel(ref.ID) {
 		return sandbox.Ref{}, false
 	}
 	return ref, true
@@ -130,8 +133,9 @@ func checkResources(r *sandbox.Resources) error {
 	return nil
 }
 
-// podFor builds ref's Pod from the template, the spec and the provider's own parts.
-func (p *Provider) podFor(ref sandbox.Ref, spec sandbox.Spec) *corev1.Pod {
+// podFor builds ref's Pod from the template, the spec and the provider's own parts, with the volumes vols
+// (the spec's, checked).
+func (p *Provider) podFor(ref sandbox.Ref, spec sandbox.Spec, vols []sandbox.VolumeMount) *corev1.Pod {
 	pod := &corev1.Pod{}
 	if p.cfg.Template != nil {
 		pod = p.cfg.Template.DeepCopy()
@@ -193,6 +197,8 @@ func (p *Provider) podFor(ref sandbox.Ref, spec sandbox.Spec) *corev1.Pod {
 	c.VolumeMounts = append(c.VolumeMounts,
 		corev1.VolumeMount{Name: agentVolume, MountPath: agentDir},
 		corev1.VolumeMount{Name: workVolume, MountPath: workDir})
+	claims, mounts := podVolumes(vols)
+	c.VolumeMounts = append(c.VolumeMounts, mounts...)
 	work := &corev1.EmptyDirVolumeSource{}
 	if r := spec.Resources; r != nil {
 		if c.Resources.Limits == nil {
@@ -230,6 +236,7 @@ func (p *Provider) podFor(ref sandbox.Ref, spec sandbox.Spec) *corev1.Pod {
 	s.Volumes = append(s.Volumes,
 		corev1.Volume{Name: agentVolume, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
 		corev1.Volume{Name: workVolume, VolumeSource: corev1.VolumeSource{EmptyDir: work}})
+	s.Volumes = append(s.Volumes, claims...)
 	return pod
 }
 

@@ -77,7 +77,7 @@ func TestPodFor(t *testing.T) {
 	}
 	p := testProvider(tmpl)
 	ref := sandbox.Ref{ID: "sbx_abc", Generation: 2}
-	pod := p.podFor(ref, sandbox.Spec{Resources: &sandbox.Resources{CPUMillis: 500}})
+	pod := p.podFor(ref, sandbox.Spec{Resources: &sandbox.Resources{CPUMillis: 500}}, nil)
 	if pod.Name != "sbx-abc-g2" || pod.Namespace != "ns" || pod.Labels["team"] != "a" || pod.Labels[labelInstance] != "default" {
 		t.Fatalf("meta %+v", pod.ObjectMeta)
 	}

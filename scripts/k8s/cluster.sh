@@ -9,6 +9,7 @@
 #           ~9 min cold on 2 cores, a no-op when cached.
 #   images  builds the pause and busybox image tars (no registry is needed or used).
 #   up      starts the cluster (~15 s) and imports the images; KUBECONFIG=$BASE/admin.kubeconfig afterwards.
+#           The storage class "hostpath" provisions claims as directories under /tmp/hostpath_pv.
 #   down    stops everything and removes its mounts, bridge, iptables chains and cgroups.
 #   print-env prints the KUBECONFIG and PATH lines to eval.
 # Needs: apt-get install -y --no-install-recommends containerd runc containernetworking-plugins busybox-static
@@ -178,11 +179,22 @@ EOF
   start kubelet "$BIN/kubelet" --config="$BASE/kubelet/config.yaml" --kubeconfig="$BASE/node.kubeconfig" \
     --root-dir="$BASE/kubelet/root" --node-ip="$NODE_IP" --hostname-override="$NODE_NAME"
   start kcm "$BIN/kube-controller-manager" --kubeconfig="$KUBECONFIG" --bind-address=127.0.0.1 \
-    --service-account-private-key-file="$PKI/sa.key" --root-ca-file="$PKI/ca.crt" --use-service-account-credentials --leader-elect=false
+    --service-account-private-key-file="$PKI/sa.key" --root-ca-file="$PKI/ca.crt" --use-service-account-credentials --leader-elect=false \
+    --enable-hostpath-provisioner=true
   start scheduler "$BIN/kube-scheduler" --kubeconfig="$KUBECONFIG" --bind-address=127.0.0.1 --leader-elect=false
   for i in $(seq 120); do "$KUBECTL" get "node/$NODE_NAME" >/dev/null 2>&1 && break; sleep 0.5; done
   "$KUBECTL" wait --for=condition=Ready "node/$NODE_NAME" --timeout=120s
   for i in $(seq 60); do "$KUBECTL" -n default get sa default >/dev/null 2>&1 && break; sleep 0.5; done
+  # Claims of the class "hostpath" get a directory under /tmp/hostpath_pv on the node, made by the
+  # controller-manager's own provisioner, which is for single-node test clusters only (no size limit).
+  "$KUBECTL" apply -f - >/dev/null <<EOF
+apiVersion: storage.k8s.io/v1
+kind: StorageClass
+metadata: {name: hostpath}
+provisioner: kubernetes.io/host-path
+reclaimPolicy: Delete
+volumeBindingMode: Immediate
+EOF
 }
 
 down() {
@@ -207,7 +219,7 @@ down() {
     for t in filter nat mangle; do for c in $($ipt -t $t -S 2>/dev/null | awk '$1=="-N" && $2 ~ /^KUBE-/ {print $2}'); do
       $ipt -t $t -F "$c" || true; $ipt -t $t -X "$c" || true; done; done; done
   for s in /sys/fs/cgroup/*/kubepods; do [ -d "$s" ] && find "$s" -depth -type d -exec rmdir {} \; 2>/dev/null; done; true
-  rm -rf "$BASE/run" "$BASE/data" "$BASE/containerd" "$BASE/kubelet" "$BASE/cni"
+  rm -rf "$BASE/run" "$BASE/data" "$BASE/containerd" "$BASE/kubelet" "$BASE/cni" /tmp/hostpath_pv
 }
 
 print-env() {
