@@ -441,6 +441,8 @@ func (p *Provider) Manifest(context.Context) (sandbox.Manifest, error) {
 			PersistentVolume: p.runc.class == classRunc,
 			NetworkPolicy:    p.net != nil,
 			ImageReference:   p.images != nil,
+			// gVisor's kernel saves and restores itself (checkpoint.go); runc would need CRIU.
+			MemorySnapshot: p.runc.class == classGVisor,
 		},
 	}, nil
 }
