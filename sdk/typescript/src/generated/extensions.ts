@@ -148,7 +148,7 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** What a ready or paused sandbox uses now, read from its cgroups and its disk. */
+        /** What a ready or paused sandbox uses now, read from its cgroups, its disk and its network link. */
         get: operations["getSandboxStats"];
         put?: never;
         post?: never;
@@ -395,6 +395,19 @@ export interface components {
                 resumeOnCall?: boolean;
             };
             /**
+             * @description Start the sandbox from a checkpoint of another (or of an earlier generation of this one): its
+             *     processes, their memory and open files, the agent's table of background processes and their
+             *     output, and a copy of its /workspace, as they were when the checkpoint was written. The fork
+             *     shares the uid range of the sandbox it comes from, and takes its disk size; it takes no image
+             *     and no volumes. A checkpoint that does not exist is a 400 invalid_request before allocation;
+             *     one altered on disk since it was written fails the sandbox with failure.code
+             *     checkpoint_unusable.
+             */
+            "sandboxd.checkpoint"?: {
+                sandboxId: string;
+                checkpoint: string;
+            };
+            /**
              * @description The sandbox's egress policy. Without it, the daemon's default egress applies (deny unless the
              *     daemon is told otherwise), with no rules. Deny beats allow. Whatever the policy says, the sandbox
              *     never reaches another sandbox, and it reaches the host (its addresses, the daemon) or a
@@ -500,7 +513,9 @@ export interface components {
             /** @description Bytes the sandbox's writable filesystem holds. */
             diskBytes?: number;
             diskLimitBytes?: number;
+            /** @description Bytes the sandbox received on its network link since it started; absent when it has no network (loopback only). */
             networkRxBytes?: number;
+            /** @description Bytes the sandbox sent on its network link since it started; absent when it has no network. */
             networkTxBytes?: number;
         };
         ErrorResponse: {
