@@ -86,36 +86,27 @@ func validSandboxID(id sandbox.ID) bool {
 	return s != "" && len(s) <= 64 && !strings.ContainsAny(s, "/\\.\x00 ")
 }
 
-// CheckpointInfo describes one checkpoint.
-type CheckpointInfo struct {
-	ID          string      `json:"id"`
-	Of          sandbox.Ref `json:"of"`
-	CreatedAt   time.Time   `json:"createdAt"`
-	LeftRunning bool        `json:"leftRunning"`
-	ImageBytes  int64       `json:"imageBytes"`
-}
-
 // Checkpoint writes the memory and process state of the ready gVisor sandbox ref, and a copy of its
 // /workspace, to a new checkpoint. Without leaveRunning the sandbox stops at it and observes paused;
 // Resume restores it. Errors: ErrUnsupportedCapability on runc, ErrNotFound, ErrInvalidState when it
 // is not running, ErrProviderProtocol from an agent that cannot suspend, ErrProviderUnavailable.
-func (p *Provider) Checkpoint(ctx context.Context, ref sandbox.Ref, leaveRunning bool) (CheckpointInfo, error) {
+func (p *Provider) Checkpoint(ctx context.Context, ref sandbox.Ref, leaveRunning bool) (sandbox.Checkpoint, error) {
 	if p.runc.class != classGVisor {
-		return CheckpointInfo{}, fmt.Errorf("checkpoint %s: runc sandboxes have no memory snapshots: %w", ref, sandbox.ErrUnsupportedCapability)
+		return sandbox.Checkpoint{}, fmt.Errorf("checkpoint %s: runc sandboxes have no memory snapshots: %w", ref, sandbox.ErrUnsupportedCapability)
 	}
 	b := p.box(ref)
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	m, err := readMetaFile(b.l)
 	if errors.Is(err, os.ErrNotExist) {
-		return CheckpointInfo{}, fmt.Errorf("checkpoint %s: %w", ref, sandbox.ErrNotFound)
+		return sandbox.Checkpoint{}, fmt.Errorf("checkpoint %s: %w", ref, sandbox.ErrNotFound)
 	}
 	if err != nil {
-		return CheckpointInfo{}, fmt.Errorf("checkpoint %s: %v: %w", ref, err, sandbox.ErrProviderUnavailable)
+		return sandbox.Checkpoint{}, fmt.Errorf("checkpoint %s: %v: %w", ref, err, sandbox.ErrProviderUnavailable)
 	}
 	st, err := p.runc.state(ctx, b.container())
 	if err != nil || st.Status != "running" {
-		return CheckpointInfo{}, fmt.Errorf("checkpoint %s: the container is %s (%v): %w", ref, cmpStatus(st.Status), err, sandbox.ErrInvalidState)
+		return sandbox.Checkpoint{}, fmt.Errorf("checkpoint %s: the container is %s (%v): %w", ref, cmpStatus(st.Status), err, sandbox.ErrInvalidState)
 	}
 	rec := checkpointRecord{ID: "ckpt_" + randomHex(8), Of: ref, CreatedAt: time.Now().UTC(), Running: leaveRunning,
 		Socket: "agent-" + randomHex(8) + ".sock", Disk: m.Disk, MemoryMiB: m.Resources.MemoryMiB,
@@ -123,11 +114,11 @@ func (p *Provider) Checkpoint(ctx context.Context, ref sandbox.Ref, leaveRunning
 	final := p.checkpointDir(ref.ID, rec.ID)
 	tmp := filepath.Join(filepath.Dir(final), ".tmp-"+rec.ID)
 	if err := os.MkdirAll(filepath.Join(tmp, "image"), 0o700); err != nil {
-		return CheckpointInfo{}, fmt.Errorf("checkpoint %s: %v: %w", ref, err, sandbox.ErrProviderUnavailable)
+		return sandbox.Checkpoint{}, fmt.Errorf("checkpoint %s: %v: %w", ref, err, sandbox.ErrProviderUnavailable)
 	}
-	fail := func(err error) (CheckpointInfo, error) {
+	fail := func(err error) (sandbox.Checkpoint, error) {
 		os.RemoveAll(tmp)
-		return CheckpointInfo{}, fmt.Errorf("checkpoint %s: %w", ref, err)
+		return sandbox.Checkpoint{}, fmt.Errorf("checkpoint %s: %w", ref, err)
 	}
 	if rec.Sockets, err = sockets(b.l); err != nil {
 		return fail(fmt.Errorf("%v: %w", err, sandbox.ErrProviderUnavailable))
@@ -168,15 +159,16 @@ func (p *Provider) Checkpoint(ctx context.Context, ref sandbox.Ref, leaveRunning
 	}
 	if !leaveRunning {
 		if err := writeJSONFile(b.l.suspendedFile(), suspended{SandboxID: ref.ID, Checkpoint: rec.ID}); err != nil {
-			return CheckpointInfo{}, fmt.Errorf("checkpoint %s: %v: %w", ref, err, sandbox.ErrProviderUnavailable)
+			return sandbox.Checkpoint{}, fmt.Errorf("checkpoint %s: %v: %w", ref, err, sandbox.ErrProviderUnavailable)
 		}
 		b.saw("paused")
 	}
 	return rec.info(), nil
 }
 
-func (r checkpointRecord) info() CheckpointInfo {
-	return CheckpointInfo{ID: r.ID, Of: r.Of, CreatedAt: r.CreatedAt, LeftRunning: r.Running, ImageBytes: r.ImageBytes}
+func (r checkpointRecord) info() sandbox.Checkpoint {
+	return sandbox.Checkpoint{ID: r.ID, SandboxID: r.Of.ID, Generation: r.Of.Generation, CreatedAt: r.CreatedAt,
+		LeftRunning: r.Running, SizeBytes: r.ImageBytes}
 }
 
 func cmpStatus(s string) string {
@@ -187,7 +179,7 @@ func cmpStatus(s string) string {
 }
 
 // Checkpoints lists the checkpoints taken of sandbox id, oldest first.
-func (p *Provider) Checkpoints(_ context.Context, id sandbox.ID) ([]CheckpointInfo, error) {
+func (p *Provider) Checkpoints(_ context.Context, id sandbox.ID) ([]sandbox.Checkpoint, error) {
 	if !validSandboxID(id) {
 		return nil, fmt.Errorf("sandbox id %q: %w", id, sandbox.ErrInvalidRequest)
 	}
@@ -198,7 +190,7 @@ func (p *Provider) Checkpoints(_ context.Context, id sandbox.ID) ([]CheckpointIn
 	if err != nil {
 		return nil, fmt.Errorf("checkpoints of %s: %v: %w", id, err, sandbox.ErrProviderUnavailable)
 	}
-	var out []CheckpointInfo
+	var out []sandbox.Checkpoint
 	for _, e := range entries {
 		if !validCheckpointName(e.Name()) {
 			continue
@@ -207,7 +199,7 @@ func (p *Provider) Checkpoints(_ context.Context, id sandbox.ID) ([]CheckpointIn
 			out = append(out, rec.info())
 		}
 	}
-	slices.SortFunc(out, func(a, b CheckpointInfo) int { return a.CreatedAt.Compare(b.CreatedAt) })
+	slices.SortFunc(out, func(a, b sandbox.Checkpoint) int { return a.CreatedAt.Compare(b.CreatedAt) })
 	return out, nil
 }
 

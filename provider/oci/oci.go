@@ -129,6 +129,7 @@ var (
 	_ sandbox.Volumes      = (*Provider)(nil)
 	_ sandbox.UsageReader  = (*Provider)(nil)
 	_ sandbox.PoolReporter = (*Provider)(nil)
+	_ sandbox.Checkpointer = (*Provider)(nil)
 )
 
 // box is the provider's in-memory handle on one generation. Its lifecycle calls are serialized by mu;

@@ -141,6 +141,48 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/sandboxes/{sandboxId}/actions/checkpoint": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Write the ready sandbox's memory, processes and /workspace to a checkpoint.
+         * @description Fenced by expectedGeneration; needs memorySnapshot. Without leaveRunning the sandbox goes
+         *     ready -> pausing -> paused, stopped at the checkpoint, and resume restores it from there (also
+         *     after the daemon restarts). With it, the sandbox stays ready. Commands in flight are cancelled
+         *     and streams of process output end (their processes go on); a new sandbox starts from a
+         *     checkpoint through spec.extensions["sandboxd.checkpoint"]. A checkpoint the provider fails
+         *     after it began fails the sandbox.
+         */
+        post: operations["checkpointSandbox"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/sandboxes/{sandboxId}/checkpoints": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** The checkpoints taken of the sandbox, in any generation, oldest first. */
+        get: operations["listCheckpoints"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/sandboxes/{sandboxId}/stats": {
         parameters: {
             query?: never;
@@ -493,6 +535,17 @@ export interface components {
             /** @enum {unknown} */
             onIdle?: "pause" | "terminate";
             resumeOnCall?: boolean;
+        };
+        Checkpoint: {
+            id: string;
+            sandboxId: string;
+            /** @description The generation it was taken of. */
+            generation: number;
+            /** Format: date-time */
+            createdAt: string;
+            leftRunning: boolean;
+            /** @description Bytes of its memory image. */
+            sizeBytes: number;
         };
         StatsSandbox: {
             sandboxId: string;
@@ -943,6 +996,81 @@ export interface operations {
             400: components["responses"]["InvalidRequest"];
             404: components["responses"]["NotFound"];
             409: components["responses"]["Conflict"];
+            422: components["responses"]["UnsupportedCapability"];
+            503: components["responses"]["ProviderUnavailable"];
+        };
+    };
+    checkpointSandbox: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                sandboxId: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": {
+                    expectedGeneration: number;
+                    /** @default false */
+                    leaveRunning?: boolean;
+                };
+            };
+        };
+        responses: {
+            /** @description The checkpoint written, and the sandbox's state after it. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        checkpoint: components["schemas"]["Checkpoint"];
+                        /** @enum {string} */
+                        state: "paused" | "ready";
+                    };
+                };
+            };
+            400: components["responses"]["InvalidRequest"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            422: components["responses"]["UnsupportedCapability"];
+            /** @description provider_protocol_error (an agent that cannot let go of its socket) */
+            502: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            503: components["responses"]["ProviderUnavailable"];
+        };
+    };
+    listCheckpoints: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                sandboxId: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The checkpoints. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        checkpoints: components["schemas"]["Checkpoint"][];
+                    };
+                };
+            };
+            404: components["responses"]["NotFound"];
             422: components["responses"]["UnsupportedCapability"];
             503: components["responses"]["ProviderUnavailable"];
         };
