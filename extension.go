@@ -13,6 +13,8 @@ var extensionCapabilities = map[string]Capability{
 	"sandboxd.lifetime": "",
 	VolumesKey:          CapPersistentVolume,
 	"sandboxd.network":  CapNetworkPolicy,
+	// A fork of a checkpoint (the oci provider's, on gVisor).
+	"sandboxd.checkpoint": CapMemorySnapshot,
 }
 
 // IsOwnExtension reports whether key is in sandboxd's namespace.

@@ -51,6 +51,10 @@ type Agent struct {
 	runs map[string]context.CancelFunc // run id -> cancels the run
 
 	procs *Processes // background processes and their journals (process.go)
+
+	// suspended takes the name of the socket to bind next from a suspend (suspend.go); nil on an
+	// inherited socket.
+	suspended chan string
 }
 
 // Main runs the agent until ctx ends or it gets SIGTERM or SIGINT. args are the flags after the
@@ -137,21 +141,33 @@ func Main(ctx context.Context, args []string) error {
 		close(a.warm)
 	}()
 
-	ln, err := listen(*socket, *listenFD)
-	if err != nil {
-		return fmt.Errorf("agent: listen: %w", err)
+	if *socket != "" {
+		a.suspended = make(chan string, 1)
 	}
-	srv := &http.Server{Handler: a.Handler(), ReadHeaderTimeout: 30 * time.Second,
-		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ln) }()
-	log.Info("agent listening", "socket", ln.Addr().String(), "pid", os.Getpid())
-	select {
-	case <-ctx.Done():
-		srv.Close() // cancels every running command through its request context
-		return nil
-	case err := <-served:
-		return fmt.Errorf("agent: serve: %w", err)
+	wake := make(chan os.Signal, 1)
+	signal.Notify(wake, syscall.SIGUSR2)
+	defer signal.Stop(wake)
+	for {
+		ln, err := listen(*socket, *listenFD)
+		if err != nil {
+			return fmt.Errorf("agent: listen: %w", err)
+		}
+		srv := &http.Server{Handler: a.Handler(), ReadHeaderTimeout: 30 * time.Second,
+			ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+		served := make(chan error, 1)
+		go func() { served <- srv.Serve(ln) }()
+		log.Info("agent listening", "socket", ln.Addr().String(), "pid", os.Getpid())
+		select {
+		case <-ctx.Done():
+			srv.Close() // cancels every running command through its request context
+			return nil
+		case err := <-served:
+			return fmt.Errorf("agent: serve: %w", err)
+		case next := <-a.suspended:
+			if *socket, err = suspendServer(ctx, srv, *socket, next, wake); err != nil {
+				return nil // ctx ended while suspended
+			}
+		}
 	}
 }
 
@@ -251,6 +267,7 @@ func (a *Agent) Handler() http.Handler {
 	mux.HandleFunc("GET "+protocol.PathProcessOutput, a.processOutput)
 	mux.HandleFunc("POST "+protocol.PathProcessStdin, a.processStdin)
 	mux.HandleFunc("POST "+protocol.PathProcessSignal, a.signalProcess)
+	mux.HandleFunc("POST "+protocol.PathSuspend, a.suspend)
 	return mux
 }
 

@@ -7,7 +7,7 @@ import (
 	"github.com/sandboxd/sandbox/api"
 )
 
-// Stats returns what a ready or paused sandbox uses now: CPU time, memory, processes and disk, as its
+// Stats returns what a ready or paused sandbox uses now: CPU time, memory, processes, disk and network bytes, as its
 // provider reads them from the host (a figure it cannot read is nil). Errors: ErrNotFound,
 // ErrInvalidState (not ready or paused), ErrUnsupportedCapability (the provider reads no usage).
 func (c *Client) Stats(ctx context.Context, id sandbox.ID) (*api.SandboxStats, error) {

@@ -14,7 +14,7 @@ import (
 func (a *app) statsCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:               "stats ID",
-		Short:             "Show what a sandbox uses now (CPU time, memory, processes, disk)",
+		Short:             "Show what a sandbox uses now (CPU time, memory, processes, disk, network)",
 		Example:           `  sbx stats sbx_abc` + "\n" + `  sbx stats sbx_abc -o json`,
 		Args:              exactArgs(1, "a sandbox id"),
 		ValidArgsFunction: a.completeIDs,
@@ -51,7 +51,7 @@ func (a *app) topCmd() *cobra.Command {
 		Use:   "top",
 		Short: "Show what every live sandbox uses, refreshed until interrupted",
 		Long: `top lists every ready or paused sandbox with its CPU use (over the last interval),
-memory, processes and disk, refreshed every --interval. On a terminal the screen is
+memory, processes, disk and network bytes in and out, refreshed every --interval. On a terminal the screen is
 redrawn; otherwise each round is printed below the last. A figure the provider cannot
 read is shown as "-". -n stops after that many rounds; -o json prints one JSON line
 per sandbox and round.`,
@@ -123,7 +123,8 @@ func (a *app) topRound(prev map[sandbox.ID]sample) (map[sandbox.ID]sample, error
 			}
 		}
 		rows = append(rows, []string{string(sb.ID), a.state(sb.State), cpu,
-			bytesOf(st.MemoryBytes), bytesOf(st.MemoryLimitBytes), count(st.Pids), bytesOf(st.DiskBytes)})
+			bytesOf(st.MemoryBytes), bytesOf(st.MemoryLimitBytes), count(st.Pids), bytesOf(st.DiskBytes),
+			bytesOf(st.NetworkRxBytes), bytesOf(st.NetworkTxBytes)})
 	}
 	if a.json() {
 		return next, nil
@@ -131,7 +132,7 @@ func (a *app) topRound(prev map[sandbox.ID]sample) (map[sandbox.ID]sample, error
 	if isTerminal(a.stdout) {
 		fmt.Fprint(a.stdout, "\x1b[H\x1b[2J") // redraw from the top
 	}
-	t := a.table("id", "state", "cpu", "memory", "limit", "pids", "disk")
+	t := a.table("id", "state", "cpu", "memory", "limit", "pids", "disk", "net-in", "net-out")
 	for _, r := range rows {
 		t.row(r...)
 	}

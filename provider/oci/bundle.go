@@ -46,6 +46,8 @@ type meta struct {
 	// IDBase is the first host uid (and gid) of the sandbox's user namespace (userns.go); zero for a
 	// generation laid out before sandboxes had one, which runs on as it started.
 	IDBase uint32 `json:"idBase,omitempty"`
+	// Lineage is the sandbox whose uid range a fork shares (checkpoint.go); empty: its own.
+	Lineage sandbox.ID `json:"lineage,omitempty"`
 	// Volumes are the persistent volumes the sandbox mounts (volume.go).
 	Volumes []sandbox.VolumeMount `json:"volumes,omitempty"`
 	// Image is the image the sandbox runs on, held in the store for it (image.go); nil: the shared root.

@@ -20,6 +20,9 @@ const (
 	reasonExited   = "container_exited"
 	reasonMissing  = "container_missing"
 	reasonProtocol = "agent_protocol" // the agent speaks another protocol version (protocol.ErrMismatch)
+	// reasonCheckpoint: the checkpoint a fork starts from cannot be restored (altered on disk, or of
+	// a sandbox laid out otherwise).
+	reasonCheckpoint = "checkpoint_unusable"
 )
 
 // Allocate makes the container of ref, or takes one from the warm pool when ref's disk is of the default
@@ -40,6 +43,10 @@ func (p *Provider) Allocate(ctx context.Context, ref sandbox.Ref, spec sandbox.S
 		return sandbox.Observation{}, err
 	}
 	rules, err := p.networkRules(spec)
+	if err != nil {
+		return sandbox.Observation{}, err
+	}
+	fork, err := p.forkSource(spec)
 	if err != nil {
 		return sandbox.Observation{}, err
 	}
@@ -90,7 +97,17 @@ func (p *Provider) Allocate(ctx context.Context, ref sandbox.Ref, spec sandbox.S
 	}
 	// A create, failed or not, may have taken a spare: replaced once this allocation is done.
 	defer p.refillSpares()
-	if len(vols) == 0 && img == nil && res.DiskMiB == p.cfg.DefaultDiskMiB && p.claim(ctx, b, res) {
+	if fork != nil {
+		if err := p.createFork(ctx, b, res, *fork); err != nil {
+			if cerr := p.releaseLocked(context.WithoutCancel(ctx), b); cerr != nil {
+				p.log.Error("cleaning up a failed allocation", "sandbox", ref, "err", cerr)
+			}
+			if errors.Is(err, sandbox.ErrInvalidRequest) {
+				return sandbox.Observation{Ref: ref, State: sandbox.ObservedFailed, Reason: reasonCheckpoint, Message: err.Error()}, nil
+			}
+			return sandbox.Observation{}, fmt.Errorf("allocate %s: %v: %w", ref, err, sandbox.ErrProviderUnavailable)
+		}
+	} else if len(vols) == 0 && img == nil && res.DiskMiB == p.cfg.DefaultDiskMiB && p.claim(ctx, b, res) {
 		defer p.refill()
 	} else if err := p.create(ctx, b, res, vols, img); err != nil {
 		unlockVolumes() // the clean-up gives the volumes back
@@ -116,6 +133,11 @@ func (p *Provider) Allocate(ctx context.Context, ref sandbox.Ref, spec sandbox.S
 func (p *Provider) ValidateSpec(spec sandbox.Spec) error {
 	if _, err := p.resources(spec); err != nil {
 		return err
+	}
+	if fork, err := p.forkSource(spec); err != nil {
+		return err
+	} else if fork != nil && (spec.Image != "" || len(spec.Extensions[sandbox.VolumesKey]) > 0) {
+		return fmt.Errorf("%s: a sandbox started from a checkpoint runs on its root, without volumes: %w", CheckpointKey, sandbox.ErrInvalidRequest)
 	}
 	vols, err := sandbox.VolumeMounts(spec)
 	if err != nil {
@@ -475,6 +497,10 @@ func (p *Provider) observeLocked(ctx context.Context, b *box) (sandbox.Observati
 	case "paused":
 		return p.observation(b, sandbox.ObservedPaused, "", ""), nil
 	case "stopped":
+		if isSuspended(b.l) {
+			b.saw("paused")
+			return p.observation(b, sandbox.ObservedPaused, "", "stopped at a checkpoint"), nil
+		}
 		return p.observation(b, sandbox.ObservedFailed, reasonExited, "the container's agent has exited"), nil
 	case "running":
 		hctx, cancel := context.WithTimeout(ctx, min(p.cfg.CallTimeout, 2*time.Second))
@@ -639,6 +665,14 @@ func (p *Provider) freeze(ctx context.Context, ref sandbox.Ref, verb, want strin
 	b := p.box(ref)
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if verb == "resume" {
+		if ok, err := p.resumeSuspended(ctx, b); ok {
+			if err != nil {
+				return fmt.Errorf("resume %s from its checkpoint: %v: %w", ref, err, sandbox.ErrProviderUnavailable)
+			}
+			return nil
+		}
+	}
 	st, err := p.runc.state(ctx, b.container())
 	if errors.Is(err, errNoContainer) {
 		return fmt.Errorf("%s %s: %w", verb, ref, sandbox.ErrNotFound)

@@ -155,6 +155,12 @@ func (in *internet) serve(t testing.TB, name string, ap netip.AddrPort) {
 			io.CopyN(w, zeros{}, n)
 			return
 		}
+		// /sink reads what is sent and answers how much.
+		if r.URL.Path == "/sink" {
+			n, _ := io.Copy(io.Discard, r.Body)
+			fmt.Fprint(w, n)
+			return
+		}
 		fmt.Fprint(w, name)
 	}), ReadHeaderTimeout: 5 * time.Second}
 	go srv.Serve(ln)
@@ -191,6 +197,12 @@ func hostServer(t testing.TB, name, addr string) int {
 		t.Fatal(err)
 	}
 	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// /sink reads what is sent and answers how much.
+		if r.URL.Path == "/sink" {
+			n, _ := io.Copy(io.Discard, r.Body)
+			fmt.Fprint(w, n)
+			return
+		}
 		fmt.Fprint(w, name)
 	}), ReadHeaderTimeout: 5 * time.Second}
 	go srv.Serve(ln)

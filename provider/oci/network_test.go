@@ -427,3 +427,51 @@ func links(t *testing.T, prefix string) []string {
 	}
 	return out
 }
+
+// TestNetworkUsage: a sandbox with a network counts what crosses its link, in from the sandbox's side
+// (what the host's end sent) and out; one on loopback only says nothing of a network.
+func TestNetworkUsage(t *testing.T) {
+	in := newInternet(t)
+	p := netProvider(t, in, testenv.StateDir(t))
+	if p == nil {
+		return
+	}
+	ref := withPolicy(t, p, `{"egress":"allow"}`)
+	before, err := p.Usage(ctxFor(t), ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if before.NetworkRxBytes == nil || before.NetworkTxBytes == nil {
+		t.Fatalf("no network figures for a sandbox with a network: %+v", before)
+	}
+	const down, up = 4 << 20, 2 << 20
+	server := "http://" + in.server.String()
+	script := fmt.Sprintf(`curl -sS --max-time 20 -o /dev/null %s/bytes/%d &&
+		head -c %d /dev/zero | curl -sS --max-time 20 --data-binary @- %s/sink`, server, down, up, server)
+	if res := sh(t, p, ref, script); code(res) != 0 || strings.TrimSpace(string(res.Stdout)) != fmt.Sprint(up) {
+		t.Fatalf("transfer: %+v", res)
+	}
+	after, err := p.Usage(ctxFor(t), ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := *after.NetworkRxBytes - *before.NetworkRxBytes; got < down {
+		t.Errorf("%d bytes in after a %d-byte download", got, down)
+	}
+	if got := *after.NetworkTxBytes - *before.NetworkTxBytes; got < up {
+		t.Errorf("%d bytes out after a %d-byte upload", got, up)
+	}
+	// Inbound is mostly the download, not the upload's acknowledgements: the sides are not swapped.
+	if *after.NetworkRxBytes-*before.NetworkRxBytes > 2*down+up {
+		t.Errorf("in %d bytes, out %d: more in than was sent", *after.NetworkRxBytes-*before.NetworkRxBytes, *after.NetworkTxBytes-*before.NetworkTxBytes)
+	}
+
+	local := withPolicy(t, p, "")
+	u, err := p.Usage(ctxFor(t), local)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if u.NetworkRxBytes != nil || u.NetworkTxBytes != nil {
+		t.Errorf("network figures for a sandbox on loopback only: %+v", u)
+	}
+}

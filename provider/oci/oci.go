@@ -129,6 +129,7 @@ var (
 	_ sandbox.Volumes      = (*Provider)(nil)
 	_ sandbox.UsageReader  = (*Provider)(nil)
 	_ sandbox.PoolReporter = (*Provider)(nil)
+	_ sandbox.Checkpointer = (*Provider)(nil)
 )
 
 // box is the provider's in-memory handle on one generation. Its lifecycle calls are serialized by mu;
@@ -441,6 +442,8 @@ func (p *Provider) Manifest(context.Context) (sandbox.Manifest, error) {
 			PersistentVolume: p.runc.class == classRunc,
 			NetworkPolicy:    p.net != nil,
 			ImageReference:   p.images != nil,
+			// gVisor's kernel saves and restores itself (checkpoint.go); runc would need CRIU.
+			MemorySnapshot: p.runc.class == classGVisor,
 		},
 	}, nil
 }

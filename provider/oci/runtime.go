@@ -109,12 +109,17 @@ const guestSockDir = "/.sandboxd/sock"
 // (mode 0600 and 0700): root in the sandbox, without CAP_DAC_OVERRIDE, can neither replace the file
 // nor connect to its agent through it.
 func takeAgentSocket(ctx context.Context, l layout, idBase uint32) error {
+	return takeAgentSocketAs(ctx, l, idBase, filepath.Base(l.socket()))
+}
+
+// takeAgentSocketAs is takeAgentSocket of the socket name in l.sockDir() (checkpoint.go: an agent
+// woken after a checkpoint binds a name of its own).
+func takeAgentSocketAs(ctx context.Context, l layout, idBase uint32, name string) error {
 	dir, err := unix.Open(l.sockDir(), unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return err
 	}
 	defer unix.Close(dir)
-	name := filepath.Base(l.socket())
 	var sock int
 	for delay := 100 * time.Microsecond; ; delay = min(2*delay, 5*time.Millisecond) {
 		fd, err := unix.Openat(dir, name, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)

@@ -64,7 +64,28 @@ func (p *Provider) Usage(ctx context.Context, ref sandbox.Ref) (sandbox.Usage, e
 	if m.Disk && p.runc.class != classGVisor {
 		u.DiskBytes, u.DiskLimitBytes = p.diskUsage(ctx, b)
 	}
+	u.NetworkRxBytes, u.NetworkTxBytes = p.networkUsage(b.l)
 	return u, nil
+}
+
+// networkUsage reads the counters of the host's end of the sandbox's link, when it has one: what the
+// host end receives the sandbox sent, and the other way round. nil, nil without a network.
+func (p *Provider) networkUsage(l layout) (rx, tx *int64) {
+	if p.net == nil {
+		return nil, nil
+	}
+	st, err := readNetState(l)
+	// The name is the provider's own (net.json is the daemon's); checked all the same before it
+	// becomes a path.
+	if err != nil || !strings.HasPrefix(st.Iface, p.net.ifPrefix) || strings.ContainsAny(st.Iface, "/.") {
+		return nil, nil
+	}
+	dir := filepath.Join("/sys/class/net", st.Iface, "statistics")
+	sent, got := readInt(filepath.Join(dir, "rx_bytes")), readInt(filepath.Join(dir, "tx_bytes"))
+	if sent == nil || got == nil {
+		return nil, nil
+	}
+	return got, sent
 }
 
 // diskUsage reads the file system of the sandbox's disk, mounted at its /workspace in the container's

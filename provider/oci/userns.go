@@ -41,12 +41,12 @@ type idRanges struct {
 	count uint32
 
 	mu   sync.Mutex
-	used map[uint32]bool
-	next uint32 // where the search for a free range starts: ranges are not reused at once
+	used map[uint32]int // holders of each range: a sandbox and its forks share one (checkpoint.go)
+	next uint32         // where the search for a free range starts: ranges are not reused at once
 }
 
 func newIDRanges(base, count uint32) *idRanges {
-	return &idRanges{base: base, count: count, used: map[uint32]bool{}}
+	return &idRanges{base: base, count: count, used: map[uint32]int{}}
 }
 
 // take returns a free range. Error: none is free.
@@ -56,8 +56,8 @@ func (r *idRanges) take() (uint32, error) {
 	for i := uint32(0); i < r.count; i++ {
 		slot := (r.next + i) % r.count
 		first := r.base + slot*IDRangeSize
-		if !r.used[first] {
-			r.used[first] = true
+		if r.used[first] == 0 {
+			r.used[first] = 1
 			r.next = slot + 1
 			return first, nil
 		}
@@ -71,15 +71,24 @@ func (r *idRanges) hold(first uint32) {
 		return
 	}
 	r.mu.Lock()
-	r.used[first] = true
+	r.used[first]++
 	r.mu.Unlock()
 }
 
 // give returns first to the free ranges.
 func (r *idRanges) give(first uint32) {
 	r.mu.Lock()
-	delete(r.used, first)
+	if r.used[first]--; r.used[first] <= 0 {
+		delete(r.used, first)
+	}
 	r.mu.Unlock()
+}
+
+// holders is how many hold first.
+func (r *idRanges) holders(first uint32) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.used[first]
 }
 
 // inUse is how many ranges are held.

@@ -141,6 +141,48 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/sandboxes/{sandboxId}/actions/checkpoint": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Write the ready sandbox's memory, processes and /workspace to a checkpoint.
+         * @description Fenced by expectedGeneration; needs memorySnapshot. Without leaveRunning the sandbox goes
+         *     ready -> pausing -> paused, stopped at the checkpoint, and resume restores it from there (also
+         *     after the daemon restarts). With it, the sandbox stays ready. Commands in flight are cancelled
+         *     and streams of process output end (their processes go on); a new sandbox starts from a
+         *     checkpoint through spec.extensions["sandboxd.checkpoint"]. A checkpoint the provider fails
+         *     after it began fails the sandbox.
+         */
+        post: operations["checkpointSandbox"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/sandboxes/{sandboxId}/checkpoints": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** The checkpoints taken of the sandbox, in any generation, oldest first. */
+        get: operations["listCheckpoints"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/sandboxes/{sandboxId}/stats": {
         parameters: {
             query?: never;
@@ -148,7 +190,7 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** What a ready or paused sandbox uses now, read from its cgroups and its disk. */
+        /** What a ready or paused sandbox uses now, read from its cgroups, its disk and its network link. */
         get: operations["getSandboxStats"];
         put?: never;
         post?: never;
@@ -395,6 +437,19 @@ export interface components {
                 resumeOnCall?: boolean;
             };
             /**
+             * @description Start the sandbox from a checkpoint of another (or of an earlier generation of this one): its
+             *     processes, their memory and open files, the agent's table of background processes and their
+             *     output, and a copy of its /workspace, as they were when the checkpoint was written. The fork
+             *     shares the uid range of the sandbox it comes from, and takes its disk size; it takes no image
+             *     and no volumes. A checkpoint that does not exist is a 400 invalid_request before allocation;
+             *     one altered on disk since it was written fails the sandbox with failure.code
+             *     checkpoint_unusable.
+             */
+            "sandboxd.checkpoint"?: {
+                sandboxId: string;
+                checkpoint: string;
+            };
+            /**
              * @description The sandbox's egress policy. Without it, the daemon's default egress applies (deny unless the
              *     daemon is told otherwise), with no rules. Deny beats allow. Whatever the policy says, the sandbox
              *     never reaches another sandbox, and it reaches the host (its addresses, the daemon) or a
@@ -481,6 +536,17 @@ export interface components {
             onIdle?: "pause" | "terminate";
             resumeOnCall?: boolean;
         };
+        Checkpoint: {
+            id: string;
+            sandboxId: string;
+            /** @description The generation it was taken of. */
+            generation: number;
+            /** Format: date-time */
+            createdAt: string;
+            leftRunning: boolean;
+            /** @description Bytes of its memory image. */
+            sizeBytes: number;
+        };
         StatsSandbox: {
             sandboxId: string;
             generation: number;
@@ -500,7 +566,9 @@ export interface components {
             /** @description Bytes the sandbox's writable filesystem holds. */
             diskBytes?: number;
             diskLimitBytes?: number;
+            /** @description Bytes the sandbox received on its network link since it started; absent when it has no network (loopback only). */
             networkRxBytes?: number;
+            /** @description Bytes the sandbox sent on its network link since it started; absent when it has no network. */
             networkTxBytes?: number;
         };
         ErrorResponse: {
@@ -928,6 +996,81 @@ export interface operations {
             400: components["responses"]["InvalidRequest"];
             404: components["responses"]["NotFound"];
             409: components["responses"]["Conflict"];
+            422: components["responses"]["UnsupportedCapability"];
+            503: components["responses"]["ProviderUnavailable"];
+        };
+    };
+    checkpointSandbox: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                sandboxId: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": {
+                    expectedGeneration: number;
+                    /** @default false */
+                    leaveRunning?: boolean;
+                };
+            };
+        };
+        responses: {
+            /** @description The checkpoint written, and the sandbox's state after it. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        checkpoint: components["schemas"]["Checkpoint"];
+                        /** @enum {string} */
+                        state: "paused" | "ready";
+                    };
+                };
+            };
+            400: components["responses"]["InvalidRequest"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            422: components["responses"]["UnsupportedCapability"];
+            /** @description provider_protocol_error (an agent that cannot let go of its socket) */
+            502: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            503: components["responses"]["ProviderUnavailable"];
+        };
+    };
+    listCheckpoints: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                sandboxId: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The checkpoints. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        checkpoints: components["schemas"]["Checkpoint"][];
+                    };
+                };
+            };
+            404: components["responses"]["NotFound"];
             422: components["responses"]["UnsupportedCapability"];
             503: components["responses"]["ProviderUnavailable"];
         };
