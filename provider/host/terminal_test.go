@@ -1,0 +1,25 @@
+package host_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/sandboxd/sandbox"
+	"github.com/sandboxd/sandbox/internal/testenv/processtest"
+)
+
+// TestTerminals runs the tests of processes on a pty and their WebSocket attach on the host provider.
+func TestTerminals(t *testing.T) {
+	processtest.RunTerminal(t, processtest.Provider{New: func(t *testing.T) sandbox.Provider {
+		p := newProvider(t)
+		t.Cleanup(func() {
+			refs, _ := p.Resources(context.Background())
+			for _, ref := range refs {
+				if err := p.Release(context.Background(), ref); err != nil {
+					t.Error(err)
+				}
+			}
+		})
+		return p
+	}})
+}
