@@ -2,9 +2,11 @@ package host_test
 
 import (
 	"context"
+	"log/slog"
 	"testing"
 
 	"github.com/sandboxd/sandbox"
+	"github.com/sandboxd/sandbox/provider/host"
 	"github.com/sandboxd/sandbox/internal/testenv/processtest"
 )
 
@@ -22,4 +24,19 @@ func TestTerminals(t *testing.T) {
 		})
 		return p
 	}})
+}
+
+// BenchmarkTerminalEcho: a keystroke's echo through the terminal attach, beside a local pty's.
+func BenchmarkTerminalEcho(b *testing.B) {
+	p, err := host.New(host.Config{Dir: b.TempDir(), Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() {
+		refs, _ := p.Resources(context.Background())
+		for _, ref := range refs {
+			p.Release(context.Background(), ref)
+		}
+	})
+	processtest.BenchmarkEcho(b, p)
 }

@@ -11,3 +11,8 @@ import (
 func TestTerminals(t *testing.T) {
 	processtest.RunTerminal(t, processtest.Provider{New: func(t *testing.T) sandbox.Provider { return newProvider(t) }})
 }
+
+// BenchmarkTerminalEcho: a keystroke's echo through the terminal attach, beside a local pty's.
+func BenchmarkTerminalEcho(b *testing.B) {
+	processtest.BenchmarkEcho(b, newProvider(b))
+}
