@@ -6,8 +6,8 @@ import (
 	"testing"
 
 	"github.com/sandboxd/sandbox"
-	"github.com/sandboxd/sandbox/provider/host"
 	"github.com/sandboxd/sandbox/internal/testenv/processtest"
+	"github.com/sandboxd/sandbox/provider/host"
 )
 
 // TestTerminals runs the tests of processes on a pty and their WebSocket attach on the host provider.
