@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"strconv"
 	"strings"
@@ -16,8 +18,10 @@ import (
 
 	"github.com/sandboxd/sandbox"
 	"github.com/sandboxd/sandbox/client"
+	"github.com/sandboxd/sandbox/httpapi"
 	"github.com/sandboxd/sandbox/httpapi/apitest"
 	"github.com/sandboxd/sandbox/internal/testenv"
+	"github.com/sandboxd/sandbox/internal/testenv/stack"
 )
 
 // RunTerminal runs the tests of processes on a pseudo-terminal and their WebSocket attach on pv, a
@@ -28,6 +32,99 @@ func RunTerminal(t *testing.T, pv Provider) {
 	t.Run("WatchAndControl", func(t *testing.T) { watchAndControl(t, pv) })
 	t.Run("NeverHangs", func(t *testing.T) { terminalNeverHangs(t, pv) })
 	t.Run("Hostile", func(t *testing.T) { terminalHostile(t, pv) })
+	t.Run("Auth", func(t *testing.T) { terminalAuth(t, pv) })
+	t.Run("Reconnects", func(t *testing.T) { terminalReconnects(t, pv) })
+}
+
+// terminalReconnects: a Terminal whose connections are cut under it, again and again, reconnects
+// from the offset it reached and reads the output whole, every byte once and in order.
+func terminalReconnects(t *testing.T, pv Provider) {
+	testenv.NoLeaks(t)
+	s, _, sb := processStack(t, pv.New(t))
+	var mu sync.Mutex
+	var conns []net.Conn
+	dials := 0
+	tr := &http.Transport{DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+		conn, err := (&net.Dialer{}).DialContext(ctx, network, addr)
+		if err == nil {
+			mu.Lock()
+			conns = append(conns, conn)
+			dials++
+			mu.Unlock()
+		}
+		return conn, err
+	}}
+	defer tr.CloseIdleConnections()
+	c, err := client.New(s.URL, client.WithHTTPClient(&http.Client{Transport: apitest.Transport(t, tr)}),
+		client.WithRetry(20, 20*time.Millisecond, 200*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	const n = 300
+	p := startShell(t, c, sb, tickerArgv(n)...)
+	term := attach(t, ctx, c, sb, p.PID, client.TerminalOptions{Watch: true})
+	scr := newScreen(term)
+	cuts := 0
+	for i := 0; i < n; i += 60 {
+		scr.expect(t, 0, fmt.Sprintf("line %d\r\n", i))
+		mu.Lock()
+		for _, conn := range conns {
+			conn.Close()
+		}
+		conns = nil
+		mu.Unlock()
+		cuts++
+	}
+	if err := scr.end(t); err != io.EOF {
+		t.Fatalf("end after %d cuts: %v", cuts, err)
+	}
+	mu.Lock()
+	if dials <= cuts {
+		t.Errorf("%d connections for %d cuts: the terminal did not reconnect", dials, cuts)
+	}
+	mu.Unlock()
+	if want := strings.ReplaceAll(tickerText(n), "\n", "\r\n"); scr.text() != want {
+		t.Fatalf("after %d cuts: %d bytes, want the %d of the output:\n%q", cuts, len(scr.text()), len(want), scr.text())
+	}
+}
+
+// terminalAuth: the attach takes the API's bearer token in the Authorization header, as every route
+// does; without it, or with a wrong one, the upgrade is refused with a 401.
+func terminalAuth(t *testing.T, pv Provider) {
+	testenv.NoLeaks(t)
+	tokens, err := httpapi.NewTokens("terminal-secret")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := stack.New(t, pv.New(t), stack.API(func(c *httpapi.Config) { c.HeartbeatInterval, c.Tokens = streamHeartbeat, tokens }))
+	hc := &http.Client{Transport: apitest.Transport(t, http.DefaultTransport)}
+	newClient := func(token string) *client.Client {
+		c, err := client.New(s.URL, client.WithHTTPClient(hc), client.WithToken(token))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	c := newClient("terminal-secret")
+	sb := readySandbox(t, c)
+	p := startShell(t, c, sb)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for _, token := range []string{"", "wrong"} {
+		if _, err := newClient(token).Terminal(ctx, sb.ID, sb.Generation, p.PID, client.TerminalOptions{}); !errors.Is(err, sandbox.ErrUnauthenticated) {
+			t.Errorf("attach with token %q: %v", token, err)
+		}
+	}
+	term := attach(t, ctx, c, sb, p.PID, client.TerminalOptions{})
+	scr := newScreen(term)
+	term.Write([]byte("echo auth-$((2*21))\n"))
+	scr.expect(t, 0, "auth-42")
+	term.Write([]byte("exit\n"))
+	if err := scr.end(t); err != io.EOF {
+		t.Fatalf("end: %v", err)
+	}
 }
 
 // screen reads a terminal into a buffer in the background, for a test to wait for text on it.
