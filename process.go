@@ -16,6 +16,7 @@ type ProcessSpec struct {
 	Stdin      []byte            `json:"stdin,omitempty"`      // written to its stdin first
 	CloseStdin bool              `json:"closeStdin,omitempty"` // then its stdin is closed
 	Tag        string            `json:"tag,omitempty"`        // the client's name for it
+	PTY        *TerminalSize     `json:"pty,omitempty"`        // run it on a pseudo-terminal of that size
 }
 
 // Process is what a sandbox knows of one background process. Its output is kept from OutputOldest to
@@ -32,6 +33,7 @@ type Process struct {
 	OutputOldest int64      `json:"outputOldest"`
 	OutputEnd    int64      `json:"outputEnd"`
 	OutputError  string     `json:"outputError,omitempty"`
+	PTY          bool       `json:"pty,omitempty"` // it runs on a pseudo-terminal
 }
 
 // OutputChunk is a part of a process's output: Data from offset Start. End is the end of the output
@@ -81,6 +83,11 @@ func (s ProcessSpec) Validate() error {
 	}
 	if strings.IndexByte(s.Cwd, 0) >= 0 {
 		return fmt.Errorf("process cwd with a NUL byte: %w", ErrInvalidRequest)
+	}
+	if s.PTY != nil {
+		if err := s.PTY.Validate(); err != nil {
+			return err
+		}
 	}
 	_, err := Command{Argv: s.Argv, Cwd: s.Cwd, Env: s.Env}.Normalize()
 	return err

@@ -268,6 +268,7 @@ func (a *Agent) Handler() http.Handler {
 	mux.HandleFunc("POST "+protocol.PathProcessStdin, a.processStdin)
 	mux.HandleFunc("POST "+protocol.PathProcessSignal, a.signalProcess)
 	mux.HandleFunc("POST "+protocol.PathSuspend, a.suspend)
+	mux.HandleFunc("POST "+protocol.PathProcessResize, a.resizeProcess)
 	return mux
 }
 

@@ -127,13 +127,13 @@ func (ps *Processes) Start(runner *proc.Runner, dir, journals string, spec sandb
 	if err != nil {
 		return sandbox.Process{}, fmt.Errorf("journal: %w", err)
 	}
-	sp, err := runner.Spawn(dir, spec.Argv, spec.Env)
+	sp, err := spawn(runner, dir, spec)
 	if err != nil {
 		j.release()
 		return sandbox.Process{}, err
 	}
 	p := &process{j: j, sp: sp, stdin: sp.Stdin, done: make(chan struct{}), info: sandbox.Process{
-		PID: sp.PID, Tag: spec.Tag, Argv: spec.Argv, Cwd: spec.Cwd, Running: true, StartedAt: time.Now().UTC(),
+		PID: sp.PID, Tag: spec.Tag, Argv: spec.Argv, Cwd: spec.Cwd, Running: true, StartedAt: time.Now().UTC(), PTY: sp.TTY,
 	}}
 	if old, ok := ps.table[sp.PID]; ok { // an exited process whose pid came round again
 		old.j.release()
@@ -234,6 +234,11 @@ func (p *process) writeStdinLocked(data []byte, closeIt bool, deadline time.Time
 		}
 	}
 	if closeIt {
+		if p.sp.TTY {
+			// A terminal has no end of its own to close: its end-of-file key says it to the reader.
+			_ = p.stdin.SetWriteDeadline(deadline)
+			_, _ = p.stdin.Write([]byte{eofKey})
+		}
 		p.stdin.Close()
 		p.stdin = nil
 	}

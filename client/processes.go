@@ -51,6 +51,9 @@ func (c *Client) StartProcess(ctx context.Context, id sandbox.ID, gen sandbox.Ge
 	if spec.Tag != "" {
 		body["tag"] = spec.Tag
 	}
+	if spec.PTY != nil {
+		body["pty"] = spec.PTY
+	}
 	var p sandbox.Process
 	if err := c.do(ctx, call{method: "POST", path: processPath(id, 0, ""), body: body}, &p); err != nil {
 		return nil, err

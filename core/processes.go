@@ -62,6 +62,11 @@ func (r *Runtime) StartProcess(ctx context.Context, id sandbox.ID, gen sandbox.G
 	if err != nil {
 		return sandbox.Process{}, err
 	}
+	if spec.PTY != nil {
+		if err := r.terminals(pm); err != nil {
+			return sandbox.Process{}, err
+		}
+	}
 	var p sandbox.Process
 	// Detached: the process outlives the request that starts it, and so must its start.
 	err = r.callFor(ctx, "start process", r.cfg.ProviderTimeout, true, func(ctx context.Context) (err error) {
@@ -182,4 +187,39 @@ func (r *Runtime) SignalProcess(ctx context.Context, id sandbox.ID, gen sandbox.
 	return r.processCall(ctx, ref, "signal process", 0, func(ctx context.Context) error {
 		return pm.SignalProcess(ctx, ref, pid, signal)
 	})
+}
+
+// ResizeProcess sets the size of a pty process's terminal. Errors: as WaitProcess, ErrInvalidRequest
+// for a size out of bounds, ErrUnsupportedCapability when the provider has no terminals, and
+// ErrInvalidState for a process without a terminal or that has exited.
+func (r *Runtime) ResizeProcess(ctx context.Context, id sandbox.ID, gen sandbox.Generation, pid int, size sandbox.TerminalSize) error {
+	if err := checkPID(pid); err != nil {
+		return err
+	}
+	if err := size.Validate(); err != nil {
+		return err
+	}
+	ref, pm, err := r.processes(ctx, id, gen, "resize process")
+	if err != nil {
+		return err
+	}
+	if err := r.terminals(pm); err != nil {
+		return err
+	}
+	tm := pm.(sandbox.TerminalManager)
+	return r.processCall(ctx, ref, "resize process", 0, func(ctx context.Context) error {
+		return tm.ResizeProcess(ctx, ref, pid, size)
+	})
+}
+
+// terminals refuses a provider whose processes cannot run on a pseudo-terminal: one that does not
+// say interactiveTerminal, or has no TerminalManager.
+func (r *Runtime) terminals(pm sandbox.ProcessManager) error {
+	if err := r.require(sandbox.CapInteractiveTerminal); err != nil {
+		return err
+	}
+	if _, ok := pm.(sandbox.TerminalManager); !ok {
+		return fmt.Errorf("provider has no terminals: %w", sandbox.ErrUnsupportedCapability)
+	}
+	return nil
 }

@@ -37,6 +37,7 @@ func (s *Server) extensionGroups() [][]route {
 	return [][]route{
 		s.imageRoutes(),
 		s.processRoutes(),
+		s.terminalRoutes(),
 		s.volumeRoutes(),
 		s.networkRoutes(),
 		s.statsRoutes(),

@@ -32,13 +32,14 @@ func (s *Server) processRoutes() []route {
 }
 
 type processStartRequest struct {
-	ExpectedGeneration sandbox.Generation `json:"expectedGeneration"`
-	Argv               []string           `json:"argv"`
-	Cwd                string             `json:"cwd,omitempty"`
-	Env                map[string]string  `json:"env,omitempty"`
-	StdinBase64        string             `json:"stdinBase64,omitempty"`
-	CloseStdin         bool               `json:"closeStdin,omitempty"`
-	Tag                string             `json:"tag,omitempty"`
+	ExpectedGeneration sandbox.Generation    `json:"expectedGeneration"`
+	Argv               []string              `json:"argv"`
+	Cwd                string                `json:"cwd,omitempty"`
+	Env                map[string]string     `json:"env,omitempty"`
+	StdinBase64        string                `json:"stdinBase64,omitempty"`
+	CloseStdin         bool                  `json:"closeStdin,omitempty"`
+	Tag                string                `json:"tag,omitempty"`
+	PTY                *sandbox.TerminalSize `json:"pty,omitempty"`
 }
 
 // decodeBase64 decodes standard, padded base64 without line breaks, as the contract's file write does.
@@ -80,7 +81,7 @@ func (s *Server) startProcess(w http.ResponseWriter, r *http.Request, body []byt
 		return err
 	}
 	p, err := s.rt.StartProcess(r.Context(), sandboxID(r), req.ExpectedGeneration, sandbox.ProcessSpec{
-		Argv: req.Argv, Cwd: req.Cwd, Env: req.Env, Stdin: stdin, CloseStdin: req.CloseStdin, Tag: req.Tag})
+		Argv: req.Argv, Cwd: req.Cwd, Env: req.Env, Stdin: stdin, CloseStdin: req.CloseStdin, Tag: req.Tag, PTY: req.PTY})
 	if err != nil {
 		return err
 	}

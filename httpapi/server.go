@@ -107,6 +107,8 @@ type Server struct {
 	audit          *slog.Logger
 	metrics        http.Handler
 
+	terms terminals // the control attach of each process's terminal
+
 	// done is closed by Close and ends every event stream.
 	done      chan struct{}
 	closeOnce sync.Once

@@ -17,6 +17,7 @@ type Spawned struct {
 	PID    int
 	Output *os.File // the read end of the combined stdout and stderr, pollable
 	Stdin  *os.File // the write end of the process's stdin
+	TTY    bool     // Output and Stdin are a pty's master (SpawnPTY)
 	Done   <-chan struct{}
 	Status unix.WaitStatus
 }
@@ -56,32 +57,39 @@ func (r *Runner) Spawn(dir string, argv []string, env map[string]string) (*Spawn
 		unix.Close(outW)
 		unix.Close(in[0])
 	}
-	fail := func(err error) (*Spawned, error) {
-		outR.Close()
-		unix.Close(in[1])
-		return nil, err
-	}
 	attr := &syscall.ProcAttr{
 		Dir:   dir,
 		Env:   full,
 		Files: []uintptr{uintptr(in[0]), uintptr(outW), uintptr(outW)},
 		Sys:   &syscall.SysProcAttr{Setpgid: true},
 	}
+	sp := &Spawned{Output: outR, Stdin: os.NewFile(uintptr(in[1]), "|stdin")}
+	if err := r.fork(sp, path, argv, attr, closeChild); err != nil {
+		outR.Close()
+		sp.Stdin.Close()
+		return nil, err
+	}
+	return sp, nil
+}
+
+// fork starts path with attr as sp's process, calls closeChild (the child's ends of its files) once
+// the child has them, and fills in sp's PID and Done. The caller closes sp's files on an error.
+func (r *Runner) fork(sp *Spawned, path string, argv []string, attr *syscall.ProcAttr, closeChild func()) error {
 	r.mu.Lock()
 	if err := r.refuseLocked(argv[0]); err != nil {
 		r.mu.Unlock()
 		closeChild()
-		return fail(err)
+		return err
 	}
 	var pgid int
 	waiter, pgid, exited, startErr := r.forkLocked(path, argv, attr, func(error) { _ = unix.Kill(-pgid, unix.SIGKILL) })
 	r.mu.Unlock()
 	closeChild()
 	if startErr != nil {
-		return fail(fmt.Errorf("cannot start %q: %v: %w", argv[0], startErr, sandbox.ErrInvalidRequest))
+		return fmt.Errorf("cannot start %q: %v: %w", argv[0], startErr, sandbox.ErrInvalidRequest)
 	}
 	done := make(chan struct{})
-	sp := &Spawned{PID: pgid, Output: outR, Stdin: os.NewFile(uintptr(in[1]), "|stdin"), Done: done}
+	sp.PID, sp.Done = pgid, done
 	go func() {
 		defer r.wg.Done()
 		ws := <-exited
@@ -96,7 +104,7 @@ func (r *Runner) Spawn(dir string, argv []string, env map[string]string) (*Spawn
 		sp.Status = ws
 		close(done)
 	}()
-	return sp, nil
+	return nil
 }
 
 // ExitCode is the exit code of a wait status: its exit status, or 128+n for a process killed by

@@ -59,14 +59,18 @@ func idAndCommand(_ *cobra.Command, args []string) error {
 func (a *app) execCmd() *cobra.Command {
 	var f execFlags
 	var gen int64
+	var interactive, tty bool
 	cmd := &cobra.Command{
 		Use:   "exec ID [flags] -- ARGV...",
 		Short: "Run a command in a sandbox",
 		Long: `Run a command in a ready sandbox. The argv is executed directly, not through a shell.
 Its stdout and stderr go to sbx's, and its exit status becomes sbx's. A command that
 timed out exits 124 and one that was cancelled exits 125, each saying so on stderr.
-With -o json, the whole result is printed as JSON instead, and the status still passes through.`,
+With -o json, the whole result is printed as JSON instead, and the status still passes through.
+With -t the command runs on a pseudo-terminal instead (a background process, attached as
+"sbx shell" is), and -i sends it this terminal's keys; --timeout and --max-output do not apply.`,
 		Example: `  sbx exec sbx_abc -- uname -a
+  sbx exec -it sbx_abc -- python3
   sbx exec sbx_abc --cwd src --env GOFLAGS=-v -- go build ./...
   sbx exec sbx_abc --timeout 5 -- sh -c 'sleep 10'   # exits 124`,
 		Args:              idAndCommand,
@@ -76,16 +80,24 @@ With -o json, the whole result is printed as JSON instead, and the status still 
 			if err != nil {
 				return err
 			}
+			if interactive && !tty {
+				return usagef("-i needs -t: keys go to a terminal")
+			}
 			id := sandbox.ID(args[0])
 			g, err := a.current(id, gen)
 			if err != nil {
 				return err
+			}
+			if tty {
+				return a.interact(id, g, sandbox.ProcessSpec{Argv: c.Argv, Cwd: c.Cwd, Env: c.Env}, interactive)
 			}
 			return a.exec(id, g, c)
 		},
 	}
 	f.bind(cmd.Flags())
 	cmd.Flags().Int64Var(&gen, "generation", 0, "the generation expected (default: the current one)")
+	cmd.Flags().BoolVarP(&interactive, "interactive", "i", false, "send this terminal's keys to the command (with -t)")
+	cmd.Flags().BoolVarP(&tty, "tty", "t", false, "run the command on a pseudo-terminal, attached")
 	return cmd
 }
 

@@ -100,7 +100,7 @@ func (p *Provider) Manifest(context.Context) (sandbox.Manifest, error) {
 		Name:         Name,
 		Version:      version.Version,
 		RuntimeClass: RuntimeClass,
-		Capabilities: sandbox.Capabilities{CommandExecution: true, FileAccess: true, PauseResume: true},
+		Capabilities: sandbox.Capabilities{CommandExecution: true, FileAccess: true, PauseResume: true, InteractiveTerminal: true},
 	}, nil
 }
 

@@ -112,3 +112,14 @@ func (p *Provider) SignalProcess(_ context.Context, ref sandbox.Ref, pid int, si
 	}
 	return t.Signal(pid, signal)
 }
+
+var _ sandbox.TerminalManager = (*Provider)(nil)
+
+// ResizeProcess sets the size of a pty process's terminal.
+func (p *Provider) ResizeProcess(_ context.Context, ref sandbox.Ref, pid int, size sandbox.TerminalSize) error {
+	t, _, err := p.table(ref)
+	if err != nil {
+		return err
+	}
+	return t.Resize(pid, size)
+}

@@ -438,6 +438,8 @@ func (p *Provider) Manifest(context.Context) (sandbox.Manifest, error) {
 			FileAccess:       true,
 			PauseResume:      true,
 			ResourceLimits:   true,
+			// Background processes on a pty (the agent's SpawnPTY), their terminal a WebSocket.
+			InteractiveTerminal: true,
 			// Volumes are idmapped mounts, which gVisor's file server does not serve (volume.go).
 			PersistentVolume: p.runc.class == classRunc,
 			NetworkPolicy:    p.net != nil,

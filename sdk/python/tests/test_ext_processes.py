@@ -105,3 +105,32 @@ def test_generation_fence(api: Any) -> None:
         assert sb.processes() == []
         with pytest.raises(sandboxd.NotFound):
             sb.process(p.pid)
+
+
+def test_pty_size_and_resize(api: Any) -> None:
+    with api.create_sandbox() as sb:
+        if not api.runtime().provider.capabilities.interactive_terminal:
+            pytest.skip("the provider has no terminals")
+        p = sb.start_process(["sh", "-c", "stty size; read x; stty size"], pty=(24, 80))
+        assert p.pty
+        stream = sb.process_output(p.pid, read_timeout=30)
+        first = b""
+        while b"24 80" not in first:
+            first += next(stream).data
+        sb.resize_process(p.pid, 30, 100)
+        sb.write_stdin(p.pid, "\n")
+        assert sb.wait_process(p.pid, timeout=30).exit_code == 0
+        out = sb.process_output(p.pid, read_timeout=30).read_all()
+        assert b"24 80" in out and b"30 100" in out, out
+        url = sb.terminal_url(p.pid, after=0, mode="watch")
+        assert url.startswith("ws://") and "/terminal?" in url and "mode=watch" in url
+        for rows, cols in ((0, 80), (24, 65536)):
+            with pytest.raises(sandboxd.ValidationError) as e:
+                sb.start_process(["true"], pty=(rows, cols))
+            assert e.value.status == 400
+        with pytest.raises(sandboxd.InvalidState):  # it has ended
+            sb.resize_process(p.pid, 10, 10)
+        plain = sb.start_process(["sleep", "30"])
+        with pytest.raises(sandboxd.InvalidState):  # no terminal
+            sb.resize_process(plain.pid, 10, 10)
+        sb.signal_process(plain.pid, "KILL")

@@ -44,6 +44,7 @@ CLASSES: List[Any] = [
     x.Process,
     x.OutputDropped,
     x.ProcessEnd,
+    x.TerminalSize,
 ]
 
 

@@ -27,6 +27,8 @@ import {
   type ProcessOutputOptions,
   type ProcessSignal,
   type ProcessStart,
+  type TerminalOptions,
+  type TerminalSize,
 } from "./extensions/processes.js";
 import type { SandboxStats } from "./extensions/stats.js";
 import { encodeBase64 } from "./base64.js";
@@ -335,6 +337,39 @@ export class Sandbox {
       body: { expectedGeneration: this.generation, signal },
       signal: options.signal,
     });
+  }
+
+  /**
+   * Sets the size of the terminal of a process started with `pty`; its foreground group gets SIGWINCH.
+   * Safe to repeat.
+   * @throws {@link ValidationError} (rows and cols are each 1..65535), {@link NotFound},
+   * {@link GenerationConflict}, {@link InvalidState} (no terminal, or it has ended),
+   * {@link UnsupportedCapability}
+   */
+  resizeProcess(pid: number, size: TerminalSize, options: CallOptions = {}): Promise<TerminalSize> {
+    return this.client.transport.call<TerminalSize>({
+      method: "POST",
+      path: `${this.#path}/processes/${pid}/resize`,
+      body: { expectedGeneration: this.generation, rows: size.rows, cols: size.cols },
+      retry: "safe",
+      signal: options.signal,
+    });
+  }
+
+  /**
+   * The ws:// URL of the process's terminal attach (`GET .../processes/{pid}/terminal`, a WebSocket:
+   * binary frames are its output from `after` one way and keys the other, JSON text frames the rest;
+   * docs/processes.md). Node 20 has no WebSocket without `--experimental-websocket` (Node 22 has one),
+   * and this package depends on no WebSocket library: attach with the one of your choosing, sending the
+   * client's Authorization header.
+   */
+  terminalUrl(pid: number, options: TerminalOptions = {}): string {
+    const url = this.client.transport.url(`${this.#path}/processes/${pid}/terminal`, {
+      expectedGeneration: this.generation,
+      after: options.after ?? 0,
+      mode: options.mode ?? "control",
+    });
+    return url.replace(/^http/, "ws");
   }
 
   /**

@@ -71,6 +71,8 @@ export type {
   ProcessOutputOptions,
   ProcessSignal,
   ProcessStart,
+  TerminalOptions,
+  TerminalSize,
 } from "./extensions/processes.js";
 export type {
   NetworkDenial,

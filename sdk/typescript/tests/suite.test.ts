@@ -80,6 +80,10 @@ describe("conformance", () => {
       "streamProcessOutput output",
       "streamProcessOutput end",
       "streamProcessOutput 409",
+      // terminals: host and oci both have them
+      "resizeProcess 200",
+      "resizeProcess 400",
+      "resizeProcess 409",
       ...(ctx.daemon.provider === "host"
         ? [
             "createVolume 422",
@@ -149,6 +153,8 @@ describe("conformance", () => {
       "writeProcessStdin",
       "signalProcess",
       "streamProcessOutput",
+      "resizeProcess",
+      "attachTerminal",
     ])
       assert.ok(extensions.includes(id), `${id} not in extensions.yaml`);
     const missing = want.filter((k) => !ctx.conformance.covered.has(k));

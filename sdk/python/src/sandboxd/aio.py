@@ -27,6 +27,7 @@ from typing import (
     Mapping,
     Optional,
     Sequence,
+    Tuple,
     Union,
 )
 
@@ -90,13 +91,16 @@ from .extensions.processes import (
     Process,
     Reading,
     Signal,
+    TerminalSize,
     get_process,
     list_processes,
     process_list,
+    resize_process,
     signal_process,
     start_process,
     stdin_result,
     stream_process_output,
+    terminal_path,
     wait_process,
     write_process_stdin,
 )
@@ -700,10 +704,12 @@ class AsyncSandbox:
         stdin: Optional[Data] = None,
         close_stdin: bool = False,
         tag: Optional[str] = None,
+        pty: Optional[Tuple[int, int]] = None,
     ) -> Process:
         """See :meth:`sandboxd.Sandbox.start_process`."""
         req = start_process(
-            self.id, self.generation, command_argv(argv), cwd=cwd, env=env, stdin=stdin, close_stdin=close_stdin, tag=tag
+            self.id, self.generation, command_argv(argv), cwd=cwd, env=env, stdin=stdin, close_stdin=close_stdin, tag=tag,
+            pty=pty,
         )
         return Process.from_json(await self.client._call(req))
 
@@ -724,6 +730,14 @@ class AsyncSandbox:
         """See :meth:`sandboxd.Sandbox.write_stdin`."""
         written, _ = stdin_result(await self.client._call(write_process_stdin(self.id, self.generation, pid, data, close)))
         return written
+
+    async def resize_process(self, pid: int, rows: int, cols: int) -> TerminalSize:
+        """See :meth:`sandboxd.Sandbox.resize_process`."""
+        return TerminalSize.from_json(await self.client._call(resize_process(self.id, self.generation, pid, rows, cols)))
+
+    def terminal_url(self, pid: int, *, after: int = 0, mode: str = "control") -> str:
+        """See :meth:`sandboxd.Sandbox.terminal_url`."""
+        return self.client.url.replace("http", "ws", 1) + terminal_path(self.id, self.generation, pid, after, mode)
 
     async def signal_process(self, pid: int, signal: Signal) -> None:
         """See :meth:`sandboxd.Sandbox.signal_process`."""

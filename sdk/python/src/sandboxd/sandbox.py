@@ -7,7 +7,7 @@ import os
 import posixpath
 import time
 from pathlib import Path
-from typing import Any, Deque, Iterable, Iterator, List, Mapping, Optional, Sequence, Union
+from typing import Any, Deque, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
 from . import _ops
 from ._common import (
@@ -56,13 +56,16 @@ from .extensions.processes import (
     Process,
     Reading,
     Signal,
+    TerminalSize,
     get_process,
     list_processes,
     process_list,
+    resize_process,
     signal_process,
     start_process,
     stdin_result,
     stream_process_output,
+    terminal_path,
     wait_process,
     write_process_stdin,
 )
@@ -368,6 +371,7 @@ class Sandbox:
         stdin: Optional[Data] = None,
         close_stdin: bool = False,
         tag: Optional[str] = None,
+        pty: Optional[Tuple[int, int]] = None,
     ) -> Process:
         """Starts a process in the background (``POST /v1/sandboxes/{id}/processes``), fenced by the
         generation. It runs until it exits or is signalled, whatever happens to this client; its stdout
@@ -375,11 +379,14 @@ class Sandbox:
         :meth:`process_output`. ``argv`` is executed directly (a string is run by ``sh -c``); ``cwd`` is
         relative to the working directory, ``env`` is added to the sandbox's; ``stdin`` (at most 1 MiB)
         is written to its stdin first, which ``close_stdin`` then closes; ``tag`` is this client's name
-        for it, returned as is. Never repeated once sent. Errors: ValidationError (also: 256 processes
+        for it, returned as is; ``pty=(rows, cols)`` runs it on a pseudo-terminal of that size (needs
+        interactiveTerminal; :meth:`resize_process`, :meth:`terminal_url`). Never repeated once sent.
+        Errors: ValidationError (also: 256 processes
         run already), NotFound, GenerationConflict, InvalidState (not ready), UnsupportedCapability,
         ProviderUnavailable."""
         req = start_process(
-            self.id, self.generation, command_argv(argv), cwd=cwd, env=env, stdin=stdin, close_stdin=close_stdin, tag=tag
+            self.id, self.generation, command_argv(argv), cwd=cwd, env=env, stdin=stdin, close_stdin=close_stdin, tag=tag,
+            pty=pty,
         )
         return Process.from_json(self.client._call(req))
 
@@ -403,6 +410,20 @@ class Sandbox:
         closed)."""
         written, _ = stdin_result(self.client._call(write_process_stdin(self.id, self.generation, pid, data, close)))
         return written
+
+    def resize_process(self, pid: int, rows: int, cols: int) -> TerminalSize:
+        """Sets the size of the terminal of a process started with ``pty=(rows, cols)``; its
+        foreground group gets SIGWINCH. Errors: ValidationError (each of rows and cols is 1..65535),
+        NotFound, GenerationConflict, InvalidState (no terminal, or it has ended),
+        UnsupportedCapability (no interactiveTerminal)."""
+        return TerminalSize.from_json(self.client._call(resize_process(self.id, self.generation, pid, rows, cols)))
+
+    def terminal_url(self, pid: int, *, after: int = 0, mode: str = "control") -> str:
+        """The ws:// URL of the process's terminal attach (a WebSocket: binary frames are its output
+        from ``after`` one way and keys the other, JSON text frames the rest; docs/processes.md).
+        The standard library has no WebSocket client: attach with one of your choosing, sending the
+        client's Authorization header."""
+        return self.client.url.replace("http", "ws", 1) + terminal_path(self.id, self.generation, pid, after, mode)
 
     def signal_process(self, pid: int, signal: Signal) -> None:
         """Sends ``signal`` (``"TERM"``, ``"KILL"``, ``"INT"``, ...) to the process's group. Errors:

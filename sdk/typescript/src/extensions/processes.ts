@@ -26,6 +26,22 @@ export interface ProcessStart {
   stdin?: string | Uint8Array | undefined;
   closeStdin?: boolean | undefined;
   tag?: string | undefined;
+  /**
+   * Run it on a pseudo-terminal of this size (needs interactiveTerminal): its output is the terminal's,
+   * its stdin the terminal's keys ({@link Sandbox.resizeProcess}, {@link Sandbox.terminalUrl}).
+   */
+  pty?: TerminalSize | undefined;
+}
+
+/** The size of a process's pseudo-terminal, in character cells (each 1..65535). */
+export type TerminalSize = components["schemas"]["TerminalSize"];
+
+/** Who a terminal attach is ({@link Sandbox.terminalUrl}). */
+export interface TerminalOptions {
+  /** The output offset to start from: 0 (the default) replays what the sandbox kept. */
+  after?: number | undefined;
+  /** `control` (the default) may write and takes control; `watch` only reads. */
+  mode?: "control" | "watch" | undefined;
 }
 
 /** The signals a process's group may be sent ({@link Sandbox.signalProcess}). */

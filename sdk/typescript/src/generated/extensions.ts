@@ -401,6 +401,65 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/sandboxes/{sandboxId}/processes/{pid}/resize": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                sandboxId: components["parameters"]["ProcessSandboxId"];
+                pid: components["parameters"]["ProcessPid"];
+            };
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * @description Sets the size of the terminal of a process started with `pty`; the kernel tells its foreground
+         *     group with SIGWINCH. A process without a terminal, or that has ended, is a 409 invalid_state; a
+         *     provider without interactiveTerminal a 422.
+         */
+        post: operations["resizeProcess"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/sandboxes/{sandboxId}/processes/{pid}/terminal": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                sandboxId: components["parameters"]["ProcessSandboxId"];
+                pid: components["parameters"]["ProcessPid"];
+            };
+            cookie?: never;
+        };
+        /**
+         * @description A WebSocket (RFC 6455) on the process: binary frames from the daemon are its output from byte
+         *     offset `after`, what the sandbox kept of it replayed first; binary frames from the client are
+         *     written to its stdin (a `pty` process's terminal). Text frames are JSON: the daemon sends a
+         *     TerminalServerFrame (`offset` first and after bytes were dropped, `heartbeat` every few seconds
+         *     with the sandbox's state, `mode` when another attach took control, `error` for a refused frame)
+         *     and last, before it closes, `exit` (every byte was sent) or `end` (why not: the sandbox was
+         *     terminated or recreated, its agent did not answer, the daemon is stopping); the client sends a
+         *     TerminalClientFrame (`resize`, `signal`). A pause does not end the attach: its heartbeats say
+         *     `paused` until the sandbox resumes. `mode=control` (the default) may write; a later control
+         *     attach takes over and the earlier one becomes a watcher (a `mode` frame says so). A `watch`
+         *     attach only reads: its writes are answered with `error` frames. A frame of more than 64 KiB
+         *     closes the attach (1009), as do 64 refused frames (1008). The daemon pings every heartbeat, and
+         *     a client that does not answer within 10 s is dropped. Authentication is the Authorization
+         *     header, as on every route; the Origin, when sent, must be the daemon's own.
+         */
+        get: operations["attachTerminal"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
 }
 export type webhooks = Record<string, never>;
 export interface components {
@@ -628,6 +687,45 @@ export interface components {
             closeStdin?: boolean;
             /** @description The client's name for it (at most 256 bytes), returned as is */
             tag?: string;
+            /** @description Run it on a pseudo-terminal of this size, as the leader of a session whose controlling terminal it is (needs interactiveTerminal); its output is the terminal's, its stdin the terminal's keys, and closeStdin types the end-of-file key (^D). */
+            pty?: components["schemas"]["TerminalSize"];
+        };
+        TerminalSize: {
+            rows: number;
+            cols: number;
+        };
+        /** @description A text frame the daemon sends on a terminal attach. */
+        TerminalServerFrame: {
+            /** @enum {unknown} */
+            type: "offset" | "heartbeat" | "mode" | "error" | "exit" | "end";
+            /** @description offset: where the bytes that follow start; otherwise the offset past the last byte sent, where to resume */
+            offset?: number;
+            /** @description offset: the offset asked for, when the bytes from it to offset are no longer kept */
+            dropped?: number;
+            /**
+             * @description heartbeat
+             * @enum {unknown}
+             */
+            state?: "running" | "paused";
+            /**
+             * @description mode: what the attach is now
+             * @enum {unknown}
+             */
+            mode?: "watch";
+            /** @description exit */
+            exitCode?: number | null;
+            /** @description exit: exited; end: terminated, recreated, agent_unavailable, daemon_stopping, error; mode: taken_over */
+            reason?: string;
+            message?: string;
+        };
+        /** @description A text frame a control attach sends. */
+        TerminalClientFrame: {
+            /** @enum {unknown} */
+            type: "resize" | "signal";
+            rows?: number;
+            cols?: number;
+            /** @description One of the signal route's, with or without SIG: INT, SIGINT */
+            signal?: string;
         };
         Process: {
             pid: number;
@@ -647,6 +745,8 @@ export interface components {
             outputEnd: number;
             /** @description Why nothing past outputEnd was kept (the sandbox's disk) */
             outputError?: string;
+            /** @description It runs on a pseudo-terminal (started with pty) */
+            pty?: boolean;
         };
         ProcessOutputEvent: {
             offset: number;
@@ -1581,6 +1681,74 @@ export interface operations {
                 content: {
                     "text/event-stream": string;
                 };
+            };
+            400: components["responses"]["ProcessError"];
+            404: components["responses"]["ProcessError"];
+            409: components["responses"]["ProcessError"];
+            422: components["responses"]["ProcessError"];
+            502: components["responses"]["ProcessError"];
+            503: components["responses"]["ProcessError"];
+        };
+    };
+    resizeProcess: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                sandboxId: components["parameters"]["ProcessSandboxId"];
+                pid: components["parameters"]["ProcessPid"];
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": {
+                    expectedGeneration: number;
+                    rows: number;
+                    cols: number;
+                };
+            };
+        };
+        responses: {
+            /** @description Resized */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["TerminalSize"];
+                };
+            };
+            400: components["responses"]["ProcessError"];
+            404: components["responses"]["ProcessError"];
+            409: components["responses"]["ProcessError"];
+            422: components["responses"]["ProcessError"];
+            502: components["responses"]["ProcessError"];
+            503: components["responses"]["ProcessError"];
+        };
+    };
+    attachTerminal: {
+        parameters: {
+            query: {
+                expectedGeneration: components["parameters"]["ProcessExpectedGeneration"];
+                after?: number;
+                mode?: "control" | "watch";
+            };
+            header?: never;
+            path: {
+                sandboxId: components["parameters"]["ProcessSandboxId"];
+                pid: components["parameters"]["ProcessPid"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Switching to the WebSocket protocol */
+            101: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
             };
             400: components["responses"]["ProcessError"];
             404: components["responses"]["ProcessError"];

@@ -5,7 +5,7 @@
 
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";
-import { GenerationConflict, InvalidState, NotFound, Sandbox } from "@sandboxd/sdk";
+import { GenerationConflict, InvalidState, NotFound, Sandbox, ValidationError } from "@sandboxd/sdk";
 import type { Context } from "../harness/context.js";
 
 const lines = ["python3", "-c", "import sys\nfor i in range(200): print('line', i)\nsys.exit(3)"];
@@ -115,6 +115,31 @@ export function extProcesses(ctx: Context): void {
       }
       assert.deepEqual(await sb.processes(), []); // the new generation starts with none
       await assert.rejects(sb.process(p.pid), NotFound);
+    });
+
+    it("runs a process on a pty and resizes it", async () => {
+      await using sb = await Sandbox.create(ctx.client);
+      const p = await sb.startProcess({
+        argv: ["sh", "-c", "stty size; read x; stty size"],
+        pty: { rows: 24, cols: 80 },
+      });
+      assert.equal(p.pty, true);
+      const stream = sb.processOutput(p.pid);
+      let first = "";
+      while (!first.includes("24 80")) {
+        const r = await stream.next();
+        assert.ok(!r.done, first);
+        first += text(r.value.data);
+      }
+      await stream.close();
+      assert.deepEqual(await sb.resizeProcess(p.pid, { rows: 30, cols: 100 }), { rows: 30, cols: 100 });
+      await sb.writeStdin(p.pid, "\n");
+      assert.equal((await sb.waitProcess(p.pid, { timeoutMs: 30_000 })).exitCode, 0);
+      assert.match(text(await sb.processOutput(p.pid).readAll()), /24 80\r\n[^]*30 100/);
+      await assert.rejects(sb.resizeProcess(p.pid, { rows: 0, cols: 80 }), ValidationError);
+      await assert.rejects(sb.resizeProcess(p.pid, { rows: 10, cols: 10 }), InvalidState); // it has ended
+      const url = sb.terminalUrl(p.pid, { mode: "watch" });
+      assert.ok(url.startsWith("ws://") && url.includes("/terminal?") && url.includes("mode=watch"), url);
     });
   });
 }

@@ -27,7 +27,7 @@ from __future__ import annotations
 from .images import ImageInfo, ImageList, ImagePruneResult, ImageRemoved
 from .lifetime import LIFETIME_KEY, Lifetime, OnIdle, RecordedLifetime
 from .network import NETWORK_KEY, Egress, NetworkDenial, NetworkDenialsEnd, NetworkPolicy, NetworkStatus
-from .processes import OutputChunk, OutputDropped, Process, ProcessEnd, Signal
+from .processes import OutputChunk, OutputDropped, Process, ProcessEnd, Signal, TerminalSize
 from .stats import SandboxStats
 from .volumes import VOLUMES_KEY, Volume, VolumeMount
 
@@ -49,6 +49,7 @@ __all__ = [
     "OutputChunk",
     "OutputDropped",
     "Process",
+    "TerminalSize",
     "ProcessEnd",
     "RecordedLifetime",
     "SandboxStats",

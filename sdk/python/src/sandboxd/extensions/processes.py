@@ -22,7 +22,7 @@ from .._transport import RESPONSE_HOOKS, Backoff, Lost, Request, Retry, json_bod
 from ..errors import ConnectionFailed, SandboxdError, UnexpectedResponse
 from ..types import JSONObject, _obj, _opt, _req, _time, _wire
 
-__all__ = ["OutputChunk", "OutputDropped", "Process", "ProcessEnd", "Signal"]
+__all__ = ["OutputChunk", "OutputDropped", "Process", "ProcessEnd", "Signal", "TerminalSize"]
 
 Signal = Literal["HUP", "INT", "QUIT", "KILL", "USR1", "USR2", "TERM", "CONT", "STOP", "WINCH"]
 """The signals a process's group may be sent."""
@@ -55,6 +55,7 @@ class Process:
     tag: Optional[str] = _wire("tag", default=None)
     finished_at: Optional[datetime] = _wire("finishedAt", default=None)
     output_error: Optional[str] = _wire("outputError", default=None)
+    pty: bool = _wire("pty", default=False)
 
     @classmethod
     def from_json(cls, v: Any) -> Process:
@@ -80,7 +81,24 @@ class Process:
             tag=_opt(d, "tag", str, w),
             finished_at=_time(d, "finishedAt", w) if d.get("finishedAt") is not None else None,
             output_error=_opt(d, "outputError", str, w),
+            pty=bool(_opt(d, "pty", bool, w)),
         )
+
+
+@dataclass(frozen=True)
+class TerminalSize:
+    """The size of a process's pseudo-terminal, in character cells (each 1..65535)."""
+
+    schema: ClassVar[str] = "extensions.yaml#/components/schemas/TerminalSize"
+
+    rows: int = _wire("rows")
+    cols: int = _wire("cols")
+
+    @classmethod
+    def from_json(cls, v: Any) -> TerminalSize:
+        w = "terminal size"
+        d = _obj(v, w)
+        return cls(rows=_req(d, "rows", int, w), cols=_req(d, "cols", int, w))
 
 
 @dataclass(frozen=True)
@@ -293,6 +311,7 @@ def start_process(
     stdin: Optional[Union[bytes, str]],
     close_stdin: bool,
     tag: Optional[str],
+    pty: Optional[Tuple[int, int]] = None,
 ) -> Request:
     doc: Dict[str, Any] = {"expectedGeneration": generation, "argv": list(argv)}
     if cwd is not None:
@@ -305,6 +324,9 @@ def start_process(
         doc["closeStdin"] = True
     if tag is not None:
         doc["tag"] = tag
+    if pty is not None:
+        rows, cols = pty
+        doc["pty"] = {"rows": rows, "cols": cols}
     # Never repeated once sent: it would start the process twice.
     return Request("startProcess", "POST", _procs(sandbox_id), body=json_body(doc))
 
@@ -350,6 +372,26 @@ def signal_process(sandbox_id: str, generation: int, pid: int, signal: str) -> R
         _procs(sandbox_id, str(pid), "signal"),
         body=json_body({"expectedGeneration": generation, "signal": signal}),
     )
+
+
+def resize_process(sandbox_id: str, generation: int, pid: int, rows: int, cols: int) -> Request:
+    # Repeating it sets the same size again: safe to retry.
+    return Request(
+        "resizeProcess",
+        "POST",
+        _procs(sandbox_id, str(pid), "resize"),
+        body=json_body({"expectedGeneration": generation, "rows": rows, "cols": cols}),
+        retry=Retry.SERVER,
+    )
+
+
+def terminal_path(sandbox_id: str, generation: int, pid: int, after: int, mode: str) -> str:
+    """The path and query of the terminal attach (a WebSocket, GET .../terminal): the standard library
+    has no WebSocket client, so a program attaches with one of its own choosing, sending the client's
+    Authorization header."""
+    if mode not in ("control", "watch"):
+        raise ValueError(f"mode {mode!r}: want control or watch")
+    return f"{_procs(sandbox_id, str(pid), 'terminal')}?expectedGeneration={generation}&after={after}&mode={mode}"
 
 
 def stream_process_output(sandbox_id: str, generation: int, pid: int, after: int) -> Request:

@@ -1,0 +1,125 @@
+package processtest
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/creack/pty"
+
+	"github.com/sandboxd/sandbox"
+	"github.com/sandboxd/sandbox/client"
+	"github.com/sandboxd/sandbox/httpapi"
+	"github.com/sandboxd/sandbox/internal/testenv/stack"
+)
+
+// echoArgv echoes every byte it reads, on a raw terminal, once it said ready.
+var echoArgv = []string{"sh", "-c", "stty raw -echo; echo ready; exec cat"}
+
+// BenchmarkEcho times a keystroke's round trip through a terminal attach of p's: one byte written to
+// the WebSocket, until its echo by a program on the sandbox's pty comes back on it. Beside it, in the
+// same run, the floor: the same program on a local pty, the byte written to its master and its echo
+// read there, with no daemon between. It reports the p50 and p99 of both and their ratio.
+func BenchmarkEcho(b *testing.B, p sandbox.Provider) {
+	floor := echoTimes(b, b.N, localEcho(b))
+	s := stack.New(b, p, stack.API(func(c *httpapi.Config) { c.HeartbeatInterval = time.Second }))
+	c, err := client.New(s.URL, client.WithHTTPClient(&http.Client{}))
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	sb, err := c.Create(ctx, sandbox.Spec{})
+	if err == nil {
+		sb, err = c.WaitState(ctx, sb.ID, sandbox.StateReady)
+	}
+	if err != nil {
+		b.Fatal(err)
+	}
+	proc, err := c.StartProcess(ctx, sb.ID, sb.Generation, sandbox.ProcessSpec{Argv: echoArgv, PTY: &sandbox.TerminalSize{Rows: 24, Cols: 80}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	term, err := c.Terminal(ctx, sb.ID, sb.Generation, proc.PID, client.TerminalOptions{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer term.Close()
+	b.ResetTimer()
+	remote := echoTimes(b, b.N, echoer{w: term, r: term})
+	b.StopTimer()
+	p50, fp50 := quantile(remote, 0.5), quantile(floor, 0.5)
+	b.ReportMetric(ms(p50), "p50-ms")
+	b.ReportMetric(ms(quantile(remote, 0.99)), "p99-ms")
+	b.ReportMetric(ms(fp50), "floor-p50-ms")
+	b.ReportMetric(ms(quantile(floor, 0.99)), "floor-p99-ms")
+	b.ReportMetric(float64(p50)/float64(max(fp50, 1)), "x-floor")
+	c.SignalProcess(ctx, sb.ID, sb.Generation, proc.PID, "KILL")
+}
+
+type echoer struct {
+	w io.Writer
+	r io.Reader
+}
+
+// localEcho starts echoArgv on a local pty.
+func localEcho(b *testing.B) echoer {
+	cmd := exec.Command(echoArgv[0], echoArgv[1:]...)
+	master, err := pty.Start(cmd)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() {
+		cmd.Process.Kill()
+		cmd.Wait()
+		master.Close()
+	})
+	return echoer{w: master, r: master}
+}
+
+// echoTimes waits for "ready" on e, then times n round trips of one byte.
+func echoTimes(b *testing.B, n int, e echoer) []time.Duration {
+	var seen []byte
+	buf := make([]byte, 256)
+	for !bytes.Contains(seen, []byte("ready")) {
+		k, err := e.r.Read(buf)
+		if err != nil {
+			b.Fatalf("waiting for ready: %v after %q", err, seen)
+		}
+		seen = append(seen, buf[:k]...)
+	}
+	if f, ok := e.r.(*os.File); ok {
+		_ = f.SetReadDeadline(time.Now().Add(time.Minute))
+	}
+	d := make([]time.Duration, 0, n)
+	key := []byte{0}
+	for i := range n {
+		key[0] = 'a' + byte(i%26)
+		start := time.Now()
+		if _, err := e.w.Write(key); err != nil {
+			b.Fatal(err)
+		}
+		for {
+			k, err := e.r.Read(buf[:1])
+			if err != nil {
+				b.Fatalf("echo %d: %v", i, err)
+			}
+			if k == 1 && buf[0] == key[0] {
+				break
+			}
+		}
+		d = append(d, time.Since(start))
+	}
+	slices.Sort(d)
+	return d
+}
+
+func quantile(d []time.Duration, q float64) time.Duration { return d[int(q*float64(len(d)-1))] }
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }

@@ -1,0 +1,18 @@
+package oci_test
+
+import (
+	"testing"
+
+	"github.com/sandboxd/sandbox"
+	"github.com/sandboxd/sandbox/internal/testenv/processtest"
+)
+
+// TestTerminals runs the tests of processes on a pty and their WebSocket attach over real containers.
+func TestTerminals(t *testing.T) {
+	processtest.RunTerminal(t, processtest.Provider{New: func(t *testing.T) sandbox.Provider { return newProvider(t) }})
+}
+
+// BenchmarkTerminalEcho: a keystroke's echo through the terminal attach, beside a local pty's.
+func BenchmarkTerminalEcho(b *testing.B) {
+	processtest.BenchmarkEcho(b, newProvider(b))
+}
