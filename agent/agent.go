@@ -51,6 +51,7 @@ type Agent struct {
 	runs map[string]context.CancelFunc // run id -> cancels the run
 
 	procs *Processes // background processes and their journals (process.go)
+	files Files      // streamed files and watches (rawfile.go, archive.go, watch.go)
 }
 
 // Main runs the agent until ctx ends or it gets SIGTERM or SIGINT. args are the flags after the
@@ -251,6 +252,12 @@ func (a *Agent) Handler() http.Handler {
 	mux.HandleFunc("GET "+protocol.PathProcessOutput, a.processOutput)
 	mux.HandleFunc("POST "+protocol.PathProcessStdin, a.processStdin)
 	mux.HandleFunc("POST "+protocol.PathProcessSignal, a.signalProcess)
+	mux.HandleFunc("PUT "+protocol.PathRawFile, a.putRawFile)
+	mux.HandleFunc("GET "+protocol.PathRawFile, a.getRawFile)
+	mux.HandleFunc("GET "+protocol.PathUpload, a.uploadState)
+	mux.HandleFunc("PUT "+protocol.PathArchive, a.putArchive)
+	mux.HandleFunc("GET "+protocol.PathArchive, a.getArchive)
+	mux.HandleFunc("GET "+protocol.PathWatch, a.watch)
 	return mux
 }
 

@@ -40,6 +40,7 @@ func (s *Server) extensionGroups() [][]route {
 		s.volumeRoutes(),
 		s.networkRoutes(),
 		s.statsRoutes(),
+		s.fileRoutes(),
 	}
 }
 
