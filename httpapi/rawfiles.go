@@ -104,7 +104,9 @@ func reprDigest(h http.Header) ([]byte, error) {
 }
 
 // formatDigest is a SHA-256 as RFC 9530 writes it.
-func formatDigest(sum []byte) string { return "sha-256=:" + base64.StdEncoding.EncodeToString(sum) + ":" }
+func formatDigest(sum []byte) string {
+	return "sha-256=:" + base64.StdEncoding.EncodeToString(sum) + ":"
+}
 
 // uploadState: GET /v1/sandboxes/{sandboxId}/files/upload?path=&upload=&expectedGeneration=.
 func (s *Server) uploadState(w http.ResponseWriter, r *http.Request, _ []byte) error {
