@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 	"unsafe"
 
@@ -180,6 +181,7 @@ func (w *Watch) Close() error {
 // run reads the inotify descriptor until it is closed or the watched directory goes.
 func (w *Watch) run() {
 	defer func() {
+		w.closeOnce.Do(func() { w.in.Close() })
 		w.rt.Close()
 		w.f.release(w.key)
 		close(w.out)
@@ -187,7 +189,17 @@ func (w *Watch) run() {
 	}()
 	buf := make([]byte, 64<<10)
 	for {
+		// The watch holds the directory open, so its removal sends no IN_DELETE_SELF: it is looked
+		// for between reads.
+		_ = w.in.SetReadDeadline(time.Now().Add(removedPoll))
 		n, err := w.in.Read(buf)
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			if w.removed() {
+				w.err = fmt.Errorf("watch %q: the directory was removed: %w", w.base, sandbox.ErrNotFound)
+				return
+			}
+			continue
+		}
 		if err != nil {
 			if !errors.Is(err, os.ErrClosed) {
 				w.err = fmt.Errorf("watch %q: %w", w.base, err)
@@ -196,10 +208,22 @@ func (w *Watch) run() {
 		}
 		if gone := w.events(buf[:n]); gone {
 			w.err = fmt.Errorf("watch %q: the directory was removed or moved: %w", w.base, sandbox.ErrNotFound)
-			w.closeOnce.Do(func() { w.in.Close() })
 			return
 		}
 	}
+}
+
+// removedPoll is how often a quiet watch checks that its directory is still there.
+const removedPoll = time.Second
+
+// removed says whether the watched directory was removed (its link count is 0).
+func (w *Watch) removed() bool {
+	fi, err := w.rt.Stat(".")
+	if err != nil {
+		return true
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	return ok && st.Nlink == 0
 }
 
 // events turns one read of inotify events into changes; gone says the watched directory went.
