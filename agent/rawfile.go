@@ -30,8 +30,43 @@ import (
 // provider one for all its sandboxes. The zero value is ready.
 type Files struct {
 	mu      sync.Mutex
-	digests map[fileKey]fileDigest // digests of files written here, while the file is unchanged
-	watches map[any]int            // open watches by sandbox key (watch.go)
+	digests map[fileKey]fileDigest   // digests of files written here, while the file is unchanged
+	watches map[any]int              // open watches by sandbox key (watch.go)
+	uploads map[string]chan struct{} // partials being written, closed when done
+}
+
+// uploadWait bounds how long a put or a state of an upload waits for the write of the same upload
+// before it (a connection that broke, whose last bytes the agent still takes in) to end.
+const uploadWait = 10 * time.Second
+
+// claim waits for no other call to hold the partial key and holds it; release ends that.
+func (f *Files) claim(key string) (release func(), err error) {
+	deadline := time.NewTimer(uploadWait)
+	defer deadline.Stop()
+	for {
+		f.mu.Lock()
+		if f.uploads == nil {
+			f.uploads = map[string]chan struct{}{}
+		}
+		busy, ok := f.uploads[key]
+		if !ok {
+			done := make(chan struct{})
+			f.uploads[key] = done
+			f.mu.Unlock()
+			return func() {
+				f.mu.Lock()
+				delete(f.uploads, key)
+				f.mu.Unlock()
+				close(done)
+			}, nil
+		}
+		f.mu.Unlock()
+		select {
+		case <-busy:
+		case <-deadline.C:
+			return nil, fmt.Errorf("the upload is still being written by an earlier request: %w", sandbox.ErrInvalidState)
+		}
+	}
 }
 
 // UploadTTL is how long a partial upload nobody came back for is kept: the next upload into its
@@ -111,6 +146,11 @@ func (f *Files) PutFile(root *fsroot.Root, put sandbox.FilePut, body io.Reader) 
 			d.RemoveStale(".", partialMark, UploadTTL, 10000)
 		}
 		tmp = partialName(name, put.Upload)
+		release, cerr := f.claim(d.Path() + "/" + tmp)
+		if cerr != nil {
+			return none, fmt.Errorf("write %q: %w", put.Path, cerr)
+		}
+		defer release()
 		file, err = resumePartial(d, tmp, put.Offset, h)
 	}
 	if err != nil {
@@ -274,7 +314,13 @@ func (f *Files) UploadState(root *fsroot.Root, path, upload string) (sandbox.Fil
 		return sandbox.FileWritten{}, err
 	}
 	defer d.Close()
-	file, size, err := d.OpenPartial(partialName(name, upload), false)
+	tmp := partialName(name, upload)
+	release, err := f.claim(d.Path() + "/" + tmp)
+	if err != nil {
+		return sandbox.FileWritten{}, fmt.Errorf("upload of %q: %w", path, err)
+	}
+	defer release()
+	file, size, err := d.OpenPartial(tmp, false)
 	if errors.Is(err, sandbox.ErrNotFound) {
 		return sandbox.FileWritten{Path: path}, nil
 	}
