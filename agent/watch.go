@@ -1,8 +1,6 @@
 package agent
 
 import (
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -391,10 +389,4 @@ func (a *Agent) watch(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 	}
-}
-
-func randomName() string {
-	var b [8]byte
-	_, _ = rand.Read(b[:])
-	return hex.EncodeToString(b[:])
 }
