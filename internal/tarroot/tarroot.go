@@ -304,7 +304,6 @@ func (zeros) Read(p []byte) (int, error) {
 	return len(p), nil
 }
 
-
 func randomName() string {
 	var b [8]byte
 	_, _ = rand.Read(b[:])
