@@ -55,6 +55,7 @@ type Agent struct {
 	// suspended takes the name of the socket to bind next from a suspend (suspend.go); nil on an
 	// inherited socket.
 	suspended chan string
+	files Files      // streamed files and watches (rawfile.go, archive.go, watch.go)
 }
 
 // Main runs the agent until ctx ends or it gets SIGTERM or SIGINT. args are the flags after the
@@ -269,6 +270,12 @@ func (a *Agent) Handler() http.Handler {
 	mux.HandleFunc("POST "+protocol.PathProcessSignal, a.signalProcess)
 	mux.HandleFunc("POST "+protocol.PathSuspend, a.suspend)
 	mux.HandleFunc("POST "+protocol.PathProcessResize, a.resizeProcess)
+	mux.HandleFunc("PUT "+protocol.PathRawFile, a.putRawFile)
+	mux.HandleFunc("GET "+protocol.PathRawFile, a.getRawFile)
+	mux.HandleFunc("GET "+protocol.PathUpload, a.uploadState)
+	mux.HandleFunc("PUT "+protocol.PathArchive, a.putArchive)
+	mux.HandleFunc("GET "+protocol.PathArchive, a.getArchive)
+	mux.HandleFunc("GET "+protocol.PathWatch, a.watch)
 	return mux
 }
 

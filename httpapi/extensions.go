@@ -42,6 +42,7 @@ func (s *Server) extensionGroups() [][]route {
 		s.networkRoutes(),
 		s.statsRoutes(),
 		s.checkpointRoutes(),
+		s.fileRoutes(),
 	}
 }
 

@@ -37,6 +37,9 @@ import (
 type Client struct {
 	t    transport
 	wire Wire
+
+	dial    func(ctx context.Context) (net.Conn, error)
+	streams streamClient // the streamed file calls' own transport (files.go)
 }
 
 // transport sends one request to the agent and returns the head of its answer: agenthttp's Transport,
@@ -103,9 +106,9 @@ func New(dial func(ctx context.Context) (net.Conn, error)) *Client {
 // NewWire is New on the paths w says.
 func NewWire(dial func(ctx context.Context) (net.Conn, error), w Wire) *Client {
 	if w.PlainTransport {
-		return &Client{t: agenthttp.NewPlain(dial), wire: w}
+		return &Client{t: agenthttp.NewPlain(dial), wire: w, dial: dial}
 	}
-	return &Client{t: agenthttp.New(dial), wire: w}
+	return &Client{t: agenthttp.New(dial), wire: w, dial: dial}
 }
 
 // NewUnix returns a client of the agent listening on the unix socket at path.
@@ -115,7 +118,10 @@ func NewUnix(path string) *Client {
 }
 
 // Close drops the idle connections.
-func (c *Client) Close() { c.t.CloseIdle() }
+func (c *Client) Close() {
+	c.t.CloseIdle()
+	c.streams.closeIdle()
+}
 
 // Health asks the agent whether it answers.
 func (c *Client) Health(ctx context.Context) (protocol.Health, error) {

@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path"
@@ -12,6 +13,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/sandboxd/sandbox"
+	"github.com/sandboxd/sandbox/client"
+	"github.com/sandboxd/sandbox/internal/tarroot"
 )
 
 func (a *app) cpCmd() *cobra.Command {
@@ -21,7 +24,9 @@ func (a *app) cpCmd() *cobra.Command {
 		Long: `Copy a file or a whole directory. Either side may be ID:PATH, a path inside a sandbox
 (relative to its working directory, or absolute inside it); the other is a local path.
 Like cp -r: when DST is an existing directory, SRC is copied into it under its own name.
-Files travel whole (up to 24 MiB each); large transfers show a progress bar on a terminal.
+A file of any size travels as a stream, its SHA-256 checked end to end; an upload resumes from
+where a broken connection left it, a download by a range from the byte reached. A directory
+travels as one tar stream (symlinks as links). Large transfers show a progress bar on a terminal.
 A local path holding a colon can be written ./like:this.`,
 		Example: `  sbx cp ./src sbx_abc:src          # upload a directory
   sbx cp sbx_abc:out/report.txt .    # download a file
@@ -67,8 +72,11 @@ type side interface {
 	stat(p string) (exists, dir bool, err error)
 	// files lists the files under p, recursively, or p itself when it is a file.
 	files(p string) ([]fileInfo, error)
-	read(p string) ([]byte, error)
-	write(p string, data []byte) error
+	// put writes the file p from r, of size bytes, moving bar on.
+	put(p string, r io.Reader, size int64, bar *progress) error
+	// archive opens the directory p as a tar stream; extract writes one into the directory p.
+	archive(p string) (io.ReadCloser, error)
+	extract(p string, r io.Reader) error
 	join(p, rel string) string
 	base(p string) string
 }
@@ -114,22 +122,58 @@ func (a *app) copy(src, dst side) error {
 	}
 	bar := a.progress(total)
 	defer bar.finish()
-	if l, ok := dst.(localSide); ok && dir {
-		if err := os.MkdirAll(l.join(target, ""), 0o755); err != nil {
-			return err
-		}
+	if dir {
+		return a.copyDir(src, dst, target, bar)
 	}
-	for _, f := range files {
-		data, err := src.read(src.join(src.root(), f.rel))
+	return a.copyFile(src, dst, target, total, bar)
+}
+
+// copyFile streams one file (see the command's help).
+func (a *app) copyFile(src, dst side, target string, size int64, bar *progress) error {
+	from := src.root()
+	switch s := src.(type) {
+	case localSide:
+		f, err := os.Open(from)
 		if err != nil {
 			return err
 		}
-		if err := dst.write(dst.join(target, f.rel), data); err != nil {
-			return err
+		defer f.Close()
+		return dst.put(target, f, size, bar)
+	case *remoteSide:
+		if l, ok := dst.(localSide); ok {
+			return l.download(s, from, target, bar)
 		}
-		bar.add(int64(len(data)))
+		pr, pw := io.Pipe()
+		go func() {
+			_, err := a.c.Download(a.ctx, s.id, s.gen, from, pw, client.DownloadOptions{})
+			pw.CloseWithError(err)
+		}()
+		defer pr.Close()
+		return dst.put(target, pr, size, bar)
 	}
 	return nil
+}
+
+// copyDir streams a directory as one tar stream.
+func (a *app) copyDir(src, dst side, target string, bar *progress) error {
+	rc, err := src.archive(src.root())
+	if err != nil {
+		return err
+	}
+	defer rc.Close()
+	return dst.extract(target, &barReader{r: rc, bar: bar})
+}
+
+// barReader moves a bar on by what passes.
+type barReader struct {
+	r   io.Reader
+	bar *progress
+}
+
+func (b *barReader) Read(p []byte) (int, error) {
+	n, err := b.r.Read(p)
+	b.bar.add(int64(n))
+	return n, err
 }
 
 // localSide is a path on this machine.
@@ -174,13 +218,70 @@ func (localSide) files(p string) ([]fileInfo, error) {
 	return out, err
 }
 
-func (localSide) read(p string) ([]byte, error) { return os.ReadFile(p) }
+func (localSide) put(p string, r io.Reader, _ int64, bar *progress) error {
+	return writeLocal(p, func(w io.Writer) error {
+		_, err := io.Copy(w, &barReader{r: r, bar: bar})
+		return err
+	})
+}
 
-func (localSide) write(p string, data []byte) error {
+// writeLocal writes the file p through a temporary beside it, renamed once write succeeded.
+func writeLocal(p string, write func(w io.Writer) error) error {
 	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
 		return err
 	}
-	return os.WriteFile(p, data, 0o644)
+	tmp, err := os.CreateTemp(filepath.Dir(p), "."+filepath.Base(p)+".sbx-*")
+	if err != nil {
+		return err
+	}
+	err = write(tmp)
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Chmod(tmp.Name(), 0o644)
+	}
+	if err == nil {
+		err = os.Rename(tmp.Name(), p)
+	}
+	if err != nil {
+		os.Remove(tmp.Name())
+	}
+	return err
+}
+
+// download streams the file from of a sandbox to the local file p.
+func (l localSide) download(s *remoteSide, from, p string, bar *progress) error {
+	return writeLocal(p, func(w io.Writer) error {
+		_, err := s.a.c.Download(s.a.ctx, s.id, s.gen, from, w, client.DownloadOptions{Progress: bar.to})
+		return err
+	})
+}
+
+func (localSide) archive(p string) (io.ReadCloser, error) {
+	rt, err := os.OpenRoot(p)
+	if err != nil {
+		return nil, err
+	}
+	pr, pw := io.Pipe()
+	go func() {
+		defer rt.Close()
+		pw.CloseWithError(tarroot.Write(rt, pw))
+	}()
+	return pr, nil
+}
+
+func (localSide) extract(p string, r io.Reader) error {
+	if err := os.MkdirAll(p, 0o755); err != nil {
+		return err
+	}
+	rt, err := os.OpenRoot(p)
+	if err != nil {
+		return err
+	}
+	defer rt.Close()
+	_, err = tarroot.Extract(rt, r)
+	return err
 }
 
 func (localSide) join(p, rel string) string {
@@ -252,10 +353,17 @@ func (r *remoteSide) files(p string) ([]fileInfo, error) {
 	return out, nil
 }
 
-func (r *remoteSide) read(p string) ([]byte, error) { return r.a.c.ReadFile(r.a.ctx, r.id, r.gen, p) }
+func (r *remoteSide) put(p string, src io.Reader, size int64, bar *progress) error {
+	_, err := r.a.c.Upload(r.a.ctx, r.id, r.gen, p, src, client.UploadOptions{Size: size, Progress: bar.to})
+	return err
+}
 
-func (r *remoteSide) write(p string, data []byte) error {
-	_, err := r.a.c.WriteFile(r.a.ctx, r.id, r.gen, p, data)
+func (r *remoteSide) archive(p string) (io.ReadCloser, error) {
+	return r.a.c.DownloadArchive(r.a.ctx, r.id, r.gen, p)
+}
+
+func (r *remoteSide) extract(p string, src io.Reader) error {
+	_, err := r.a.c.UploadArchive(r.a.ctx, r.id, r.gen, p, src)
 	return err
 }
 

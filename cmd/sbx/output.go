@@ -128,6 +128,7 @@ func (s *spinner) Stop() {
 
 // progress draws a bar on stderr for transfers of at least progressMin bytes, on a terminal only.
 type progress struct {
+	mu          sync.Mutex // a transfer's reports come from the goroutine that sends its body
 	w           io.Writer
 	total, done int64
 	on          bool
@@ -140,6 +141,8 @@ func (a *app) progress(total int64) *progress {
 }
 
 func (p *progress) add(n int64) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
 	p.done += n
 	if !p.on {
 		return
@@ -149,6 +152,17 @@ func (p *progress) add(n int64) {
 	fill := int(frac * width)
 	fmt.Fprintf(p.w, "\r[%s%s] %3.0f%% %s/%s", strings.Repeat("=", fill), strings.Repeat(" ", width-fill),
 		frac*100, humanBytes(p.done), humanBytes(p.total))
+}
+
+// to moves the bar to done bytes, if that is on from where it is (a transfer resumed reports from
+// the offset it resumed at).
+func (p *progress) to(done int64) {
+	p.mu.Lock()
+	d := done - p.done
+	p.mu.Unlock()
+	if d > 0 {
+		p.add(d)
+	}
 }
 
 func (p *progress) finish() {

@@ -71,8 +71,9 @@ func setupDaemon(env *testscript.Env) error {
 }
 
 // TestImports checks that sbx depends on the client, the contract's wire types and the domain only (and
-// internal/jsondoc, the client's JSON parser, and internal/fastpath, the names of the switches to the
-// plain paths, which depend on nothing), never on the daemon's internals.
+// internal/jsondoc, the client's JSON parser, internal/fastpath, the names of the switches to the
+// plain paths, which depend on nothing, and internal/tarroot, a directory's tar streams, which depends
+// on the domain only), never on the daemon's internals.
 func TestImports(t *testing.T) {
 	out, err := exec.Command("go", "list", "-deps", ".").Output()
 	if err != nil {
@@ -86,7 +87,7 @@ func TestImports(t *testing.T) {
 		}
 		ours = append(ours, pkg)
 		switch rel := strings.TrimPrefix(pkg, mod); {
-		case rel == "client", rel == "api", rel == "cmd/sbx", rel == "internal/jsondoc", rel == "internal/fastpath":
+		case rel == "client", rel == "api", rel == "cmd/sbx", rel == "internal/jsondoc", rel == "internal/fastpath", rel == "internal/tarroot":
 		default:
 			t.Errorf("sbx depends on %s; it may use only the client package and the domain", pkg)
 		}

@@ -60,6 +60,8 @@ type Provider struct {
 	mu      sync.Mutex
 	runners map[string]*proc.Runner     // by ref.Name(), for generations that ran or paused something
 	tables  map[string]*agent.Processes // by ref.Name(), for generations that started a background process (process.go)
+
+	files agent.Files // streamed files and watches of every generation (files.go)
 }
 
 var (
