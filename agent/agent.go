@@ -251,6 +251,7 @@ func (a *Agent) Handler() http.Handler {
 	mux.HandleFunc("GET "+protocol.PathProcessOutput, a.processOutput)
 	mux.HandleFunc("POST "+protocol.PathProcessStdin, a.processStdin)
 	mux.HandleFunc("POST "+protocol.PathProcessSignal, a.signalProcess)
+	mux.HandleFunc("GET "+protocol.PathPort, a.dialPort)
 	return mux
 }
 

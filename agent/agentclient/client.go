@@ -37,6 +37,7 @@ import (
 type Client struct {
 	t    transport
 	wire Wire
+	dial func(ctx context.Context) (net.Conn, error) // a new connection of its own, for a port relay (ports.go)
 }
 
 // transport sends one request to the agent and returns the head of its answer: agenthttp's Transport,
@@ -103,9 +104,9 @@ func New(dial func(ctx context.Context) (net.Conn, error)) *Client {
 // NewWire is New on the paths w says.
 func NewWire(dial func(ctx context.Context) (net.Conn, error), w Wire) *Client {
 	if w.PlainTransport {
-		return &Client{t: agenthttp.NewPlain(dial), wire: w}
+		return &Client{t: agenthttp.NewPlain(dial), wire: w, dial: dial}
 	}
-	return &Client{t: agenthttp.New(dial), wire: w}
+	return &Client{t: agenthttp.New(dial), wire: w, dial: dial}
 }
 
 // NewUnix returns a client of the agent listening on the unix socket at path.

@@ -441,6 +441,8 @@ func (p *Provider) Manifest(context.Context) (sandbox.Manifest, error) {
 			PersistentVolume: p.runc.class == classRunc,
 			NetworkPolicy:    p.net != nil,
 			ImageReference:   p.images != nil,
+			// Through the agent (ports.go); tested on runc.
+			PortForwarding: p.runc.class == classRunc,
 		},
 	}, nil
 }
