@@ -21,7 +21,9 @@ func (c *Client) PortURL(id sandbox.ID, port int) string {
 	return u.String()
 }
 
-func portPath(id sandbox.ID, port int) string { return sandboxPath(id) + "/ports/" + strconv.Itoa(port) }
+func portPath(id sandbox.ID, port int) string {
+	return sandboxPath(id) + "/ports/" + strconv.Itoa(port)
+}
 
 // PreviewToken is a token that opens one port of one sandbox generation through the preview listener.
 type PreviewToken struct {
@@ -83,4 +85,3 @@ func (c *Client) DialPort(ctx context.Context, id sandbox.ID, port int) (net.Con
 	ws.SetReadLimit(1 << 20)
 	return websocket.NetConn(context.Background(), ws, websocket.MessageBinary), nil
 }
-
