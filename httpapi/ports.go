@@ -216,7 +216,7 @@ func pathAfter(p string, n int) string {
 // The raw TCP relay over a WebSocket.
 const (
 	tcpSubprotocol   = "sandboxd.tcp"
-	tcpFrameBytes    = 64 << 10
+	tcpFrameBytes    = 256 << 10
 	tcpPingInterval  = 15 * time.Second
 	tcpWriteTimeout  = 15 * time.Second
 	tcpMaxFrameBytes = 1 << 20

@@ -4,6 +4,7 @@
 #   portserver.py garbage PORT   answers every connection with bytes that are no HTTP, then closes
 #   portserver.py endless PORT   answers a status line, then headers that never end
 #   portserver.py slow PORT      answers a status line, then a byte of header every second
+#   portserver.py zeros PORT     reads a decimal count and a newline, sends that many bytes, closes
 import base64, hashlib, json, socket, socketserver, struct, sys, threading, time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -11,6 +12,7 @@ CHUNK = b"x" * (1 << 20)
 
 class H(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True  # headers and body are written apart
 
     def log_message(self, *a):
         pass
@@ -91,10 +93,18 @@ class H(BaseHTTPRequestHandler):
 class Raw(socketserver.BaseRequestHandler):
     def handle(self):
         s = self.request
-        s.recv(65536)
+        first = s.recv(65536)
         mode = self.server.mode
         try:
-            if mode == "garbage":
+            if mode == "zeros":
+                n = int(first.split(b"\n")[0])
+                while n > 0:
+                    k = min(n, len(CHUNK))
+                    s.sendall(CHUNK[:k])
+                    n -= k
+                s.shutdown(socket.SHUT_WR)
+                s.recv(1)
+            elif mode == "garbage":
                 s.sendall(b"\x00\xff\xfeSSH-2.0-not-http\r\n\r\n\x00")
             elif mode == "endless":
                 s.sendall(b"HTTP/1.1 200 OK\r\n")
