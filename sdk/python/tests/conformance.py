@@ -89,6 +89,7 @@ EXTENSION_OPERATIONS = frozenset(
         "writeProcessStdin",
         "signalProcess",
         "streamProcessOutput",
+        "createPreviewToken",
     }
 )
 """The operations of api/extensions.yaml the SDK has methods for (sandboxd.extensions). Each must be in
