@@ -18,6 +18,7 @@ var (
 	ErrProviderProtocol        = errors.New("provider protocol error")
 	ErrProviderUnavailable     = errors.New("provider unavailable")
 	ErrEventHistoryUnavailable = errors.New("event history unavailable")
+	ErrPortUnreachable         = errors.New("port unreachable")
 )
 
 // ErrorCode is the wire code of an error class, as in ErrorResponse.error.code.
@@ -37,6 +38,7 @@ const (
 	CodeProviderProtocol        ErrorCode = "provider_protocol_error"
 	CodeProviderUnavailable     ErrorCode = "provider_unavailable"
 	CodeEventHistoryUnavailable ErrorCode = "event_history_unavailable"
+	CodePortUnreachable         ErrorCode = "port_unreachable"
 	CodeInternal                ErrorCode = "internal"
 )
 
@@ -58,6 +60,7 @@ var ErrorClasses = []ErrorClass{
 	{ErrEventHistoryUnavailable, CodeEventHistoryUnavailable},
 	{ErrRequestTooLarge, CodeRequestTooLarge},
 	{ErrUnsupportedCapability, CodeUnsupportedCapability},
+	{ErrPortUnreachable, CodePortUnreachable},
 	{ErrProviderProtocol, CodeProviderProtocol},
 	{ErrProviderUnavailable, CodeProviderUnavailable},
 }

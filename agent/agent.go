@@ -55,7 +55,7 @@ type Agent struct {
 	// suspended takes the name of the socket to bind next from a suspend (suspend.go); nil on an
 	// inherited socket.
 	suspended chan string
-	files Files      // streamed files and watches (rawfile.go, archive.go, watch.go)
+	files     Files // streamed files and watches (rawfile.go, archive.go, watch.go)
 }
 
 // Main runs the agent until ctx ends or it gets SIGTERM or SIGINT. args are the flags after the
@@ -276,6 +276,7 @@ func (a *Agent) Handler() http.Handler {
 	mux.HandleFunc("PUT "+protocol.PathArchive, a.putArchive)
 	mux.HandleFunc("GET "+protocol.PathArchive, a.getArchive)
 	mux.HandleFunc("GET "+protocol.PathWatch, a.watch)
+	mux.HandleFunc("GET "+protocol.PathPort, a.dialPort)
 	return mux
 }
 

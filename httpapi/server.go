@@ -28,6 +28,7 @@ import (
 	"log/slog"
 	"net/http"
 	"runtime/debug"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -85,6 +86,12 @@ type Config struct {
 	Audit *slog.Logger
 	// Metrics, when set, is served at GET /metrics, behind the same authentication as the API.
 	Metrics http.Handler
+	// PortResponseTimeout is how long a sandbox's server may take to answer the headers of a request
+	// the ports proxy passes on; DefaultPortResponseTimeout if zero.
+	PortResponseTimeout time.Duration
+	// Preview, when set, turns preview URLs on: PreviewHandler serves them, and preview tokens can be
+	// made (preview.go).
+	Preview *PreviewConfig
 }
 
 // Server is the HTTP handler of the API. It is safe for concurrent use.
@@ -107,7 +114,10 @@ type Server struct {
 	audit          *slog.Logger
 	metrics        http.Handler
 
-	terms terminals // the control attach of each process's terminal
+	terms               terminals  // the control attach of each process's terminal
+	ports               *portProxy // ports.go
+	portResponseTimeout time.Duration
+	preview             *PreviewConfig
 
 	// done is closed by Close and ends every event stream.
 	done      chan struct{}
@@ -142,6 +152,9 @@ func New(cfg Config) *Server {
 		observeRequest: cfg.ObserveRequest,
 		audit:          cfg.Audit,
 		metrics:        cfg.Metrics,
+
+		portResponseTimeout: cfg.PortResponseTimeout,
+		preview:             cfg.Preview,
 	}
 	if s.log == nil {
 		s.log = slog.Default()
@@ -198,14 +211,18 @@ func (s *Server) routes() {
 	for _, rt := range routes {
 		docs[rt.method+" "+rt.path] = s.validators
 	}
+	var wildcards []string // the prefixes of routes that end in {name...}, which take every method
 	for _, rt := range s.extensionRoutes() {
 		docs[rt.method+" "+rt.path] = s.ext.ops
 		routes = append(routes, rt)
+		if i := strings.LastIndex(rt.path, "/{"); i >= 0 && strings.HasSuffix(rt.path, "...}") {
+			wildcards = append(wildcards, rt.path[:i+1])
+		}
 	}
 	allowed := map[string][]string{}
 	var paths []string
 	for _, rt := range routes {
-		op := docs[rt.method+" "+rt.path].operation(rt.method, rt.path)
+		op := docs[rt.method+" "+rt.path].operation(rt.method, docPath(rt.path))
 		name := rt.method + " " + rt.path
 		s.mux.Handle(name, s.observe(name, s.guard(rt.path, s.activity(rt.path, s.endpoint(op, rt.h)))))
 		if _, ok := allowed[rt.path]; !ok {
@@ -216,8 +233,12 @@ func (s *Server) routes() {
 	// A pattern without a method matches only when no method pattern of the same path does: that is the
 	// 405 case, answered here as an ErrorResponse instead of the mux's plain text.
 	for _, p := range paths {
+		if slices.ContainsFunc(wildcards, func(w string) bool { return strings.HasPrefix(p, w) && !strings.HasSuffix(p, "...}") }) {
+			// A path under a wildcard route has no 405: its other methods are the wildcard's.
+			continue
+		}
 		allow := allowed[p]
-		if contains(allow, http.MethodGet) {
+		if contains(allow, http.MethodGet) && !contains(allow, http.MethodHead) {
 			allow = append(allow, http.MethodHead)
 		}
 		header := strings.Join(allow, ", ")
@@ -230,6 +251,12 @@ func (s *Server) routes() {
 	s.mux.Handle("/", s.observe("unrouted", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, fmt.Errorf("no route %s: %w", r.URL.Path, sandbox.ErrNotFound))
 	})))
+}
+
+// docPath is the path of a route as its document names it: a mux pattern's {name...} (the rest of the
+// path) is the document's {name}, and its {$} (exactly this path) is nothing.
+func docPath(pattern string) string {
+	return strings.ReplaceAll(strings.ReplaceAll(pattern, "...}", "}"), "{$}", "")
 }
 
 func contains(list []string, v string) bool {
@@ -248,6 +275,9 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.handler.S
 // requests are not affected. It is safe to call more than once.
 func (s *Server) Close() error {
 	s.closeOnce.Do(func() { close(s.done) })
+	if s.ports != nil {
+		s.ports.transport.CloseIdleConnections()
+	}
 	return nil
 }
 

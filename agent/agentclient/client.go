@@ -38,8 +38,8 @@ type Client struct {
 	t    transport
 	wire Wire
 
-	dial    func(ctx context.Context) (net.Conn, error)
-	streams streamClient // the streamed file calls' own transport (files.go)
+	dial    func(ctx context.Context) (net.Conn, error) // connections of its own: the streamed files' transport, port relays (ports.go)
+	streams streamClient                                // the streamed file calls' own transport (files.go)
 }
 
 // transport sends one request to the agent and returns the head of its answer: agenthttp's Transport,

@@ -57,6 +57,7 @@ type Main struct {
 	Plain              fastpath.Plain      // fast paths switched back to their plain path (docs/design)
 	Lifetimes          core.LifetimeConfig // defaults and maxima of sandboxes' lifetimes (sandboxd.lifetime)
 	InsecureRegistries []string            // registries images are pulled from over plain HTTP
+	Ports              PortFlags           // the ports proxy and preview URLs (preview.go)
 
 	logOut io.Writer
 	log    *slog.Logger
@@ -170,6 +171,7 @@ func (m *Main) ParseFlags(args []string) error {
 	})
 	m.K8s.register(fs)
 	m.OCINetwork.register(fs)
+	m.Ports.register(fs)
 	var envErr error
 	fs.VisitAll(func(f *flag.Flag) {
 		name := "SANDBOXD_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
@@ -206,6 +208,9 @@ func (m *Main) ParseFlags(args []string) error {
 	}
 	if m.MaxConnections < 1 {
 		return fmt.Errorf("--max-connections must be at least 1, got %d", m.MaxConnections)
+	}
+	if err := m.Ports.check(); err != nil {
+		return err
 	}
 	lt := m.Lifetimes
 	for _, d := range []struct {
@@ -297,6 +302,11 @@ func (m *Main) Run(ctx context.Context) error {
 		ObserveRequest:  met.ObserveRequest,
 		Audit:           m.log,
 		Metrics:         met.Handler(),
+
+		PortResponseTimeout: m.Ports.ResponseTimeout,
+	}
+	if cfg.Preview, err = m.Ports.open(m.DataDir); err != nil {
+		return err
 	}
 	if m.Plain[fastpath.Schema] {
 		cfg.Schemas = plainSchemas
@@ -313,6 +323,7 @@ func (m *Main) Run(ctx context.Context) error {
 	m.served = make(chan error, 1)
 	limited := netutil.LimitListener(ln, m.MaxConnections)
 	go func() { m.served <- m.server.Serve(limited) }()
+	m.Ports.serve(m.api, m.ReadHeaderTimeout, m.IdleTimeout, h)
 	m.log.Info("serving", "addr", ln.Addr().String(), "data_dir", m.DataDir, "version", version.Version, "auth", tokens != nil)
 	return nil
 }
@@ -379,6 +390,13 @@ func (m *Main) Close() error {
 			errs = append(errs, err)
 		}
 		m.server = nil
+	}
+	{
+		ctx, cancel := context.WithTimeout(context.Background(), m.ShutdownTimeout)
+		if err := m.Ports.close(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("preview shutdown: %w", err))
+		}
+		cancel()
 	}
 	if m.stopAuth != nil {
 		m.stopAuth()

@@ -23,6 +23,7 @@ var statuses = map[sandbox.ErrorCode]int{
 	sandbox.CodeRequestTooLarge:         http.StatusRequestEntityTooLarge,
 	sandbox.CodeUnsupportedCapability:   http.StatusUnprocessableEntity,
 	sandbox.CodeProviderProtocol:        http.StatusBadGateway,
+	sandbox.CodePortUnreachable:         http.StatusBadGateway,
 	sandbox.CodeProviderUnavailable:     http.StatusServiceUnavailable,
 	sandbox.CodeInternal:                http.StatusInternalServerError,
 }

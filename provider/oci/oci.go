@@ -446,6 +446,8 @@ func (p *Provider) Manifest(context.Context) (sandbox.Manifest, error) {
 			ImageReference:   p.images != nil,
 			// gVisor's kernel saves and restores itself (checkpoint.go); runc would need CRIU.
 			MemorySnapshot: p.runc.class == classGVisor,
+			// Through the agent (ports.go); tested on runc.
+			PortForwarding: p.runc.class == classRunc,
 		},
 	}, nil
 }

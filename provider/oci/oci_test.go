@@ -148,6 +148,7 @@ func TestManifest(t *testing.T) {
 	want.NetworkPolicy = class == "runc" // gVisor's sandboxes run with --network=none
 	// Images run on runc's sandboxes only (image.go).
 	want.ImageReference = class == "runc"
+	want.PortForwarding = class == "runc" // TestPorts; gVisor untested here
 	if m.Name != "oci" || m.RuntimeClass != class || m.Capabilities != want {
 		t.Fatalf("manifest %+v", m)
 	}

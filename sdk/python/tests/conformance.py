@@ -90,6 +90,7 @@ EXTENSION_OPERATIONS = frozenset(
         "signalProcess",
         "streamProcessOutput",
         "resizeProcess",
+        "createPreviewToken",
     }
 )
 """The operations of api/extensions.yaml the SDK has methods for (sandboxd.extensions). Each must be in

@@ -55,6 +55,7 @@ class Daemon:
             "--auth-token-file", str(tok),
             # Nothing here depends on the periodic reconcile; the fault tests need it out of the way.
             "--reconcile-interval", "1h",
+            "--preview-listen", "127.0.0.1:0",
         ]  # fmt: skip
         if provider == "oci":
             args += ["--oci-warm-pool", "1"]

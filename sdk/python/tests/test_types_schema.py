@@ -35,6 +35,7 @@ CLASSES: List[Any] = [
     x.VolumeMount,
     x.NetworkPolicy,
     x.NetworkStatus,
+    x.PreviewToken,
     x.NetworkDenial,
     x.NetworkDenialsEnd,
     x.ImageInfo,

@@ -112,6 +112,14 @@ export class ProviderProtocolError extends SandboxdError {
   override name = "ProviderProtocolError";
 }
 
+/**
+ * `port_unreachable` (502): nothing answered on a sandbox's port that the ports proxy reached: nothing
+ * listens there, or what listens answered no HTTP.
+ */
+export class PortUnreachable extends SandboxdError {
+  override name = "PortUnreachable";
+}
+
 /** `provider_unavailable` (503): the provider failed or could not be reached. */
 export class ProviderUnavailable extends SandboxdError {
   override name = "ProviderUnavailable";
@@ -184,6 +192,7 @@ const classes: Record<string, new (message: string, init: SandboxdErrorInit) => 
   invalid_state: InvalidState,
   unsupported_capability: UnsupportedCapability,
   provider_protocol_error: ProviderProtocolError,
+  port_unreachable: PortUnreachable,
   provider_unavailable: ProviderUnavailable,
   event_history_unavailable: EventHistoryUnavailable,
   internal: InternalError,

@@ -33,6 +33,7 @@ export {
   MethodNotAllowed,
   NotFound,
   ProviderProtocolError,
+  PortUnreachable,
   ProviderUnavailable,
   RequestTooLarge,
   SandboxFailed,

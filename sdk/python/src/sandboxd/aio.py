@@ -104,6 +104,7 @@ from .extensions.processes import (
     wait_process,
     write_process_stdin,
 )
+from .extensions.ports import PreviewToken, create_preview_token, port_path
 from .extensions.stats import SandboxStats, get_metrics, get_sandbox_stats
 from .extensions.images import (
     ImageInfo,
@@ -674,6 +675,14 @@ class AsyncSandbox:
     async def stats(self) -> SandboxStats:
         """See :meth:`sandboxd.Sandbox.stats`."""
         return SandboxStats.from_json(await self.client._call(get_sandbox_stats(self.id)))
+
+    def port_url(self, port: int) -> str:
+        """See :meth:`sandboxd.Sandbox.port_url`."""
+        return self.client.url.rstrip("/") + port_path(self.id, port)
+
+    async def preview_token(self, port: int, ttl_seconds: Optional[int] = None) -> PreviewToken:
+        """See :meth:`sandboxd.Sandbox.preview_token`."""
+        return PreviewToken.from_json(await self.client._call(create_preview_token(self.id, port, ttl_seconds)))
 
     async def network(self) -> NetworkStatus:
         """See :meth:`sandboxd.Sandbox.network`."""

@@ -16,6 +16,7 @@ Every error is a :class:`SandboxdError`. An error the daemon answered is an inst
 ``invalid_state``               :class:`InvalidState`
 ``unsupported_capability``      :class:`UnsupportedCapability`
 ``provider_protocol_error``     :class:`ProviderProtocolError`
+``port_unreachable``            :class:`PortUnreachable`
 ``provider_unavailable``        :class:`ProviderUnavailable`
 ``event_history_unavailable``   :class:`EventHistoryUnavailable`
 ``internal``                    :class:`InternalError`
@@ -167,6 +168,13 @@ class ProviderProtocolError(SandboxdError):
     wire_code = "provider_protocol_error"
 
 
+class PortUnreachable(SandboxdError):
+    """``port_unreachable`` (502): nothing answered on a sandbox's port that the ports proxy reached:
+    nothing listens there, or what listens answered no HTTP."""
+
+    wire_code = "port_unreachable"
+
+
 class ProviderUnavailable(SandboxdError):
     """``provider_unavailable``: the provider failed or could not be reached."""
 
@@ -261,6 +269,7 @@ _CLASSES: Tuple[Type[SandboxdError], ...] = (
     InvalidState,
     UnsupportedCapability,
     ProviderProtocolError,
+    PortUnreachable,
     ProviderUnavailable,
     EventHistoryUnavailable,
     InternalError,

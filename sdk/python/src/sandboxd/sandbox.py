@@ -69,6 +69,7 @@ from .extensions.processes import (
     wait_process,
     write_process_stdin,
 )
+from .extensions.ports import PreviewToken, create_preview_token, port_path
 from .extensions.stats import SandboxStats, get_sandbox_stats
 from .extensions.volumes import VolumeMount
 from .types import (
@@ -329,6 +330,21 @@ class Sandbox:
         InvalidState (not ready or paused), UnsupportedCapability (a provider that cannot read them,
         such as ``host``), ProviderUnavailable."""
         return SandboxStats.from_json(self.client._call(get_sandbox_stats(self.id)))
+
+    def port_url(self, port: int) -> str:
+        """The base URL of the proxy to 127.0.0.1:``port`` inside the sandbox, ending in "/": a request to
+        it plus a path reaches that path there, with the client's bearer token (which the proxy does not
+        pass on), whatever the sandbox's egress policy. Raises ValueError for a port that is not 1-65535
+        in plain decimal."""
+        return self.client.url.rstrip("/") + port_path(self.id, port)
+
+    def preview_token(self, port: int, ttl_seconds: Optional[int] = None) -> PreviewToken:
+        """A token and preview URL for ``port`` of this generation
+        (``POST /v1/sandboxes/{id}/ports/{port}/preview-tokens``), expiring after ``ttl_seconds`` (None:
+        the daemon's default, an hour). Recreating the sandbox revokes it. Errors: NotFound,
+        InvalidState (not ready), ValidationError, UnsupportedCapability (no preview listener, or no
+        ``portForwarding``, such as ``host``)."""
+        return PreviewToken.from_json(self.client._call(create_preview_token(self.id, port, ttl_seconds)))
 
     def network(self) -> NetworkStatus:
         """The sandbox's network now (``GET /v1/sandboxes/{id}/network``): the policy that holds (the

@@ -11,6 +11,7 @@ group of that document, each with the group's data types (frozen dataclasses lik
   ``spec.extensions["sandboxd.volumes"]``, the volumes a sandbox mounts.
 - :mod:`sandboxd.extensions.network`: ``spec.extensions["sandboxd.network"]``, a sandbox's egress
   policy; ``GET|PUT /v1/sandboxes/{sandboxId}/network`` and the stream of its denials.
+- :mod:`sandboxd.extensions.ports`: the proxy to a port inside a sandbox and preview tokens.
 - :mod:`sandboxd.extensions.processes`: ``/v1/sandboxes/{sandboxId}/processes``, background
   processes, their stdin, signals and the resumable stream of their output.
 
@@ -27,6 +28,7 @@ from __future__ import annotations
 from .images import ImageInfo, ImageList, ImagePruneResult, ImageRemoved
 from .lifetime import LIFETIME_KEY, Lifetime, OnIdle, RecordedLifetime
 from .network import NETWORK_KEY, Egress, NetworkDenial, NetworkDenialsEnd, NetworkPolicy, NetworkStatus
+from .ports import PreviewToken, parse_port
 from .processes import OutputChunk, OutputDropped, Process, ProcessEnd, Signal, TerminalSize
 from .stats import SandboxStats
 from .volumes import VOLUMES_KEY, Volume, VolumeMount
@@ -48,6 +50,7 @@ __all__ = [
     "OnIdle",
     "OutputChunk",
     "OutputDropped",
+    "PreviewToken",
     "Process",
     "TerminalSize",
     "ProcessEnd",
@@ -56,4 +59,5 @@ __all__ = [
     "Signal",
     "Volume",
     "VolumeMount",
+    "parse_port",
 ]
