@@ -154,7 +154,7 @@ func (s *Store) recordPath(digest string) string {
 func (s *Store) usersDir(digest string) string {
 	return filepath.Join(s.cfg.Dir, "users", hexOf(digest))
 }
-func (s *Store) refsPath() string { return filepath.Join(s.cfg.Dir, "refs.json") }
+func (s *Store) refsPath() string      { return filepath.Join(s.cfg.Dir, "refs.json") }
 func (s *Store) templatesPath() string { return filepath.Join(s.cfg.Dir, "templates.json") }
 
 // hexOf is the hex of a sha256 digest, its file name in the store.
