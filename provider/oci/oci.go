@@ -441,6 +441,9 @@ func (p *Provider) Manifest(context.Context) (sandbox.Manifest, error) {
 			PersistentVolume: p.runc.class == classRunc,
 			NetworkPolicy:    p.net != nil,
 			ImageReference:   p.images != nil,
+			// Snapshots are images of the store, and templates names of them (snapshots.go).
+			FilesystemSnapshot: p.images != nil,
+			TemplateReference:  p.images != nil,
 		},
 	}, nil
 }
