@@ -36,11 +36,11 @@ type TemplateVersion struct {
 // Snapshotter is implemented by a provider that snapshots its sandboxes' filesystems
 // (filesystemSnapshot) and runs sandboxes of them and of templates (templateReference).
 type Snapshotter interface {
-	// Snapshot captures the filesystem of ref's sandbox, frozen for the instant it takes; name, when
-	// set, makes the snapshot the newest version of that template. Errors: ErrNotFound,
+	// Snapshot captures the filesystem of ref's sandbox, frozen for the instant it takes; opts.Name,
+	// when set, makes the snapshot the newest version of that template. Errors: ErrNotFound,
 	// ErrInvalidState (not running, or on no image of its own), ErrInvalidRequest (a bad name, or a
 	// filesystem the provider will not capture), ErrProviderUnavailable.
-	Snapshot(ctx context.Context, ref Ref, name string) (SnapshotInfo, error)
+	Snapshot(ctx context.Context, ref Ref, opts SnapshotOptions) (SnapshotInfo, error)
 	// Snapshots lists the snapshots, oldest first.
 	Snapshots(ctx context.Context) ([]SnapshotInfo, error)
 	// GetSnapshot returns the snapshot id. Errors: ErrNotFound.
@@ -56,4 +56,13 @@ type Snapshotter interface {
 	// RemoveTemplate removes the versions ref names. Errors: as Template, and ErrInvalidState while a
 	// sandbox runs on one.
 	RemoveTemplate(ctx context.Context, ref string) error
+}
+
+// SnapshotOptions says what to make of a snapshot: a version of the template Name, when set, and the
+// environment variables (NAME=value, replacing the image's of the same name) and working directory
+// the sandboxes of it start with, when set.
+type SnapshotOptions struct {
+	Name       string
+	Env        []string
+	WorkingDir string
 }

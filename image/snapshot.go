@@ -42,7 +42,11 @@ type Capture struct {
 	IDBase, IDSize uint32
 	MaxBytes       int64 // bounds the files' sizes, sparse ones in full; default the store's MaxLayerBytes
 	Name           string
-	Origin         Origin
+	// Env (NAME=value, each replacing the base's of that name) and WorkingDir, when set, are the
+	// snapshot's config's instead of the base's.
+	Env        []string
+	WorkingDir string
+	Origin     Origin
 }
 
 // Snapshot is a snapshot as the store shows it.
@@ -166,6 +170,18 @@ func (s *Store) SnapshotOf(ctx context.Context, c Capture) (Snapshot, error) {
 		c.Origin.Created = time.Now().UTC()
 	}
 	cf.RootFS.DiffIDs = append(cf.RootFS.DiffIDs, h)
+	for _, kv := range c.Env {
+		k, _, _ := strings.Cut(kv, "=")
+		i := slices.IndexFunc(cf.Config.Env, func(b string) bool { return strings.HasPrefix(b, k+"=") })
+		if i >= 0 {
+			cf.Config.Env[i] = kv
+		} else {
+			cf.Config.Env = append(cf.Config.Env, kv)
+		}
+	}
+	if c.WorkingDir != "" {
+		cf.Config.WorkingDir = c.WorkingDir
+	}
 	cf.Created = v1.Time{Time: c.Origin.Created}
 	cf.History = append(cf.History, v1.History{Created: cf.Created, CreatedBy: "sandboxd snapshot of " + c.Origin.Sandbox})
 	rawCfg, err := json.Marshal(cf)

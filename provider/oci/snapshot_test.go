@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
 	"sync"
 	"testing"
 
@@ -56,7 +55,7 @@ func TestSnapshotAndFork(t *testing.T) {
 		mknod /dev/null2 c 1 3 2>/dev/null || true; echo 'sandboxed:x:0:0::/:/bin/sh' > /etc/passwd`); code(res) != 0 {
 		t.Fatalf("%+v", res)
 	}
-	sn, err := p.Snapshot(ctxFor(t), ref, "")
+	sn, err := p.Snapshot(ctxFor(t), ref, sandbox.SnapshotOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -120,7 +119,7 @@ func TestTemplateVersions(t *testing.T) {
 	p := imageProvider(t, testenv.StateDir(t), reg)
 	src, _ := fromImage(t, p, tagged)
 	sh(t, p, src, "echo one > /v")
-	v1, err := p.Snapshot(ctxFor(t), src, "py")
+	v1, err := p.Snapshot(ctxFor(t), src, sandbox.SnapshotOptions{Name: "py"})
 	if err != nil || len(v1.Templates) != 1 || v1.Templates[0] != "py@1" {
 		t.Fatalf("%+v, %v", v1, err)
 	}
@@ -130,7 +129,7 @@ func TestTemplateVersions(t *testing.T) {
 		t.Fatalf("py runs %s, want %s", d, v1.Digest)
 	}
 	sh(t, p, src, "echo two > /v")
-	v2, err := p.Snapshot(ctxFor(t), src, "py")
+	v2, err := p.Snapshot(ctxFor(t), src, sandbox.SnapshotOptions{Name: "py"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -181,14 +180,14 @@ func TestSnapshotRefusals(t *testing.T) {
 	dir := testenv.StateDir(t)
 	p := imageProvider(t, dir, reg)
 	plain := ready(t, p, nil)
-	if _, err := p.Snapshot(ctxFor(t), plain, ""); !errors.Is(err, sandbox.ErrInvalidState) {
+	if _, err := p.Snapshot(ctxFor(t), plain, sandbox.SnapshotOptions{}); !errors.Is(err, sandbox.ErrInvalidState) {
 		t.Fatalf("snapshot on the shared root: %v", err)
 	}
 	ref, _ := fromImage(t, p, tagged)
 	if res := sh(t, p, ref, "truncate -s 1T /huge && echo ok"); res.Stdout != "ok\n" {
 		t.Skipf("the disk takes no 1 TiB sparse file: %+v", res)
 	}
-	if _, err := p.Snapshot(ctxFor(t), ref, ""); !errors.Is(err, sandbox.ErrInvalidRequest) {
+	if _, err := p.Snapshot(ctxFor(t), ref, sandbox.SnapshotOptions{}); !errors.Is(err, sandbox.ErrInvalidRequest) {
 		t.Fatalf("a 1 TiB sparse file: %v", err)
 	}
 	if ents, _ := os.ReadDir(filepath.Join(dir, "images", "tmp")); len(ents) != 0 {
@@ -210,7 +209,7 @@ func TestSnapshotNoLeaks(t *testing.T) {
 	for i := 0; i < 10; i++ {
 		ref, _ := fromImage(t, p, tagged)
 		sh(t, p, ref, fmt.Sprintf("echo %d > /n", i))
-		sn, err := p.Snapshot(ctxFor(t), ref, "leak")
+		sn, err := p.Snapshot(ctxFor(t), ref, sandbox.SnapshotOptions{Name: "leak"})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -238,5 +237,4 @@ func TestSnapshotNoLeaks(t *testing.T) {
 	if ents, _ := os.ReadDir(filepath.Join(dir, "images", "tmp")); len(ents) != 0 {
 		t.Fatalf("tmp/ holds %d entries", len(ents))
 	}
-	_ = strings.TrimSpace
 }

@@ -30,9 +30,9 @@ const TemplateExtension = "sandboxd.template"
 // reasonTemplateNotFound: the store has no such template, version or snapshot.
 const reasonTemplateNotFound = "template_not_found"
 
-// Snapshot captures the filesystem of ref's sandbox as a new snapshot, a version of the template name
-// when that is set.
-func (p *Provider) Snapshot(ctx context.Context, ref sandbox.Ref, name string) (sandbox.SnapshotInfo, error) {
+// Snapshot captures the filesystem of ref's sandbox as a new snapshot, a version of the template
+// opts.Name when that is set.
+func (p *Provider) Snapshot(ctx context.Context, ref sandbox.Ref, opts sandbox.SnapshotOptions) (sandbox.SnapshotInfo, error) {
 	s, err := p.store()
 	if err != nil {
 		return sandbox.SnapshotInfo{}, err
@@ -81,8 +81,8 @@ func (p *Provider) Snapshot(ctx context.Context, ref sandbox.Ref, name string) (
 		IDBase: m.IDBase, IDSize: IDRangeSize,
 		// What the upper holds is on the sandbox's disk: a file that says it is larger is sparse.
 		MaxBytes: int64(m.Resources.DiskMiB) << 20,
-		Name:     name,
-		Origin:   image.Origin{Sandbox: string(ref.ID), Generation: int64(ref.Generation), Base: m.Image.Digest},
+		Name:     opts.Name, Env: opts.Env, WorkingDir: opts.WorkingDir,
+		Origin: image.Origin{Sandbox: string(ref.ID), Generation: int64(ref.Generation), Base: m.Image.Digest},
 	})
 	if err != nil {
 		return sandbox.SnapshotInfo{}, err
