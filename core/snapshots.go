@@ -166,7 +166,7 @@ type BuildStep struct {
 	File *BuildFile
 }
 
-// BuildFile is a file a build writes, with its mode when not zero.
+// BuildFile is a file a build writes, with its mode when not zero (set by the image's chmod).
 type BuildFile struct {
 	Path    string
 	Content []byte
