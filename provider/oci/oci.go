@@ -330,6 +330,9 @@ func New(cfg Config) (*Provider, error) {
 	// Before a sandbox is allocated again under the name of a container nothing claims.
 	p.removeOrphans(context.Background())
 	p.tidyVolumes()
+	if class == classRunc {
+		p.thawSnapshots(context.Background())
+	}
 	if err := p.startNetwork(); err != nil {
 		p.log.Warn("sandboxes get no network but loopback", "err", err)
 	}

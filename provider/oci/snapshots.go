@@ -60,13 +60,20 @@ func (p *Provider) Snapshot(ctx context.Context, ref sandbox.Ref, opts sandbox.S
 	switch st.Status {
 	case "paused":
 	case "running":
+		// The marker says to a provider started after a crash that the freeze was the snapshot's.
+		if err := os.WriteFile(b.l.snapshotMarker(), nil, 0o600); err != nil {
+			return sandbox.SnapshotInfo{}, fmt.Errorf("snapshot %s: %v: %w", ref, err, sandbox.ErrProviderUnavailable)
+		}
 		if _, err := p.runc.simple(ctx, "pause", b.container()); err != nil {
+			os.Remove(b.l.snapshotMarker())
 			return sandbox.SnapshotInfo{}, fmt.Errorf("snapshot %s: freeze: %v: %w", ref, err, sandbox.ErrProviderUnavailable)
 		}
 		defer func() {
 			if _, err := p.runc.simple(context.WithoutCancel(ctx), "resume", b.container()); err != nil {
 				p.log.Error("thawing a sandbox after its snapshot", "sandbox", ref, "err", err)
+				return
 			}
+			os.Remove(b.l.snapshotMarker())
 		}()
 	default:
 		return sandbox.SnapshotInfo{}, fmt.Errorf("snapshot %s: container is %s: %w", ref, st.Status, sandbox.ErrInvalidState)
@@ -296,4 +303,31 @@ func loopOf(img string) (string, error) {
 		}
 	}
 	return "", fmt.Errorf("no loop device backs %s", img)
+}
+
+// snapshotMarker is there while a snapshot holds the sandbox frozen.
+func (l layout) snapshotMarker() string { return filepath.Join(l.dir, "snapshotting") }
+
+// thawSnapshots resumes the sandboxes an earlier provider froze for a snapshot it did not finish
+// (killed meanwhile): what the snapshot made is tmp/'s, cleared by the store; the sandbox runs on.
+func (p *Provider) thawSnapshots(ctx context.Context) {
+	marks, _ := filepath.Glob(filepath.Join(p.boxDir, "*", "snapshotting"))
+	for _, mark := range marks {
+		l := layout{dir: filepath.Dir(mark)}
+		m, err := readMeta(l)
+		if err != nil {
+			continue
+		}
+		name := m.Container
+		if name == "" {
+			name = m.Ref.Name()
+		}
+		if st, err := p.runc.state(ctx, name); err == nil && st.Status == "paused" {
+			if _, err := p.runc.simple(ctx, "resume", name); err != nil {
+				p.log.Warn("thawing a sandbox a killed snapshot froze", "sandbox", m.Ref, "err", err)
+				continue
+			}
+		}
+		os.Remove(mark)
+	}
 }
