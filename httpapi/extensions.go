@@ -36,6 +36,7 @@ func (s *Server) extensionRoutes() []route {
 func (s *Server) extensionGroups() [][]route {
 	return [][]route{
 		s.imageRoutes(),
+		s.snapshotRoutes(),
 		s.processRoutes(),
 		s.terminalRoutes(),
 		s.volumeRoutes(),

@@ -369,7 +369,8 @@ func normalized(ref string) string {
 	return ref
 }
 
-// Prune removes the layers no recorded image has and the images no name and no sandbox holds, and
+// Prune removes the layers no recorded image has and the images no name, no sandbox and no snapshot
+// record holds, and
 // returns how many layers it removed.
 func (s *Store) Prune() (int, error) {
 	s.lockAll()
@@ -388,7 +389,7 @@ func (s *Store) Prune() (int, error) {
 		if err != nil {
 			return 0, err
 		}
-		named := false
+		named := r.Snapshot != nil // a snapshot stays until it is removed
 		for _, d := range refs {
 			named = named || d == r.Digest
 		}

@@ -67,6 +67,8 @@ type record struct {
 	Digest  string          `json:"digest"`
 	DiffIDs []string        `json:"diffIds"`
 	Config  json.RawMessage `json:"config"` // the image's config file, as its manifest names it
+	// Snapshot is where a snapshot was taken; nil for a pulled or imported image.
+	Snapshot *Origin `json:"snapshot,omitempty"`
 }
 
 // Store is the image store. It is safe for concurrent use, and two processes may share its directory.
@@ -152,7 +154,8 @@ func (s *Store) recordPath(digest string) string {
 func (s *Store) usersDir(digest string) string {
 	return filepath.Join(s.cfg.Dir, "users", hexOf(digest))
 }
-func (s *Store) refsPath() string { return filepath.Join(s.cfg.Dir, "refs.json") }
+func (s *Store) refsPath() string      { return filepath.Join(s.cfg.Dir, "refs.json") }
+func (s *Store) templatesPath() string { return filepath.Join(s.cfg.Dir, "templates.json") }
 
 // hexOf is the hex of a sha256 digest, its file name in the store.
 func hexOf(digest string) string { return strings.TrimPrefix(digest, "sha256:") }
@@ -196,7 +199,7 @@ func (s *Store) reconcile() error {
 			}
 		}
 	}
-	return nil
+	return s.reconcileTemplates()
 }
 
 // records reads every image record.

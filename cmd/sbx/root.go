@@ -66,7 +66,8 @@ error, and 1 for any other error, printed as "sbx: <error code>: <message>".`,
 		a.cpCmd(), a.catCmd(), a.filesCmd(),
 		a.pauseCmd(), a.resumeCmd(), a.terminateCmd(), a.recreateCmd(), a.reconcileCmd(),
 		a.eventsCmd(), a.statsCmd(), a.topCmd(), a.volumeCmd(), a.networkCmd(),
-		a.imageCmd(), a.procCmd(), a.shellCmd(), a.portForwardCmd(), a.previewCmd(),
+		a.imageCmd(), a.snapshotCmd(), a.forkCmd(), a.templateCmd(), a.procCmd(), a.shellCmd(),
+		a.portForwardCmd(), a.previewCmd(),
 	)
 	return root
 }

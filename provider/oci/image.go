@@ -38,7 +38,8 @@ import (
 //
 // The digest the sandbox runs is recorded in its metadata and held in the store (Acquire) until its
 // directory is removed, so the image is not removed under it; the store does not pull a name it holds
-// again, so a recreate from the same reference runs the same bytes.
+// again, so a recreate from the same reference runs the same bytes. A sandbox of spec.template runs
+// the same way on a snapshot (snapshots.go).
 
 // ImageExtension is the providerExtensions key under which a sandbox from an image reports it.
 const ImageExtension = "sandboxd.image"
@@ -54,6 +55,8 @@ const (
 type imageInfo struct {
 	Reference string `json:"reference"`
 	Digest    string `json:"digest"`
+	// Template says Reference is spec.template's (a template or a snapshot), not spec.image's.
+	Template bool `json:"template,omitempty"`
 }
 
 // imageState is the provider's image store and what it knows of its sandboxes' images.
@@ -106,11 +109,15 @@ func (p *Provider) ImageStore() *image.Store {
 
 // checkImage refuses, before anything is recorded, a spec.image that names no image at all.
 func (p *Provider) checkImage(spec sandbox.Spec) error {
-	if spec.Image == "" {
+	if spec.Image == "" && spec.Template == "" {
 		return nil
 	}
 	if p.images == nil {
-		return fmt.Errorf("spec.image: the %s runtime runs no images: %w", p.runc.class, sandbox.ErrUnsupportedCapability)
+		return fmt.Errorf("spec.image or spec.template: the %s runtime runs no images: %w", p.runc.class, sandbox.ErrUnsupportedCapability)
+	}
+	if spec.Template != "" {
+		_, _, _, err := image.ParseTemplateRef(spec.Template)
+		return err
 	}
 	_, _, err := image.Normalize(spec.Image)
 	return err
@@ -119,15 +126,26 @@ func (p *Provider) checkImage(spec sandbox.Spec) error {
 // holdImage finds (pulling it if needed) the image of spec and holds it for ref, or returns the
 // failed observation that says why it cannot be had.
 func (p *Provider) holdImage(ctx context.Context, ref sandbox.Ref, spec sandbox.Spec) (*imageInfo, *sandbox.Observation) {
-	img, err := p.images.store.Ensure(ctx, spec.Image)
-	if err == nil {
+	var img image.Image
+	var err error
+	if spec.Template != "" {
+		var digest string
+		if digest, err = p.templateDigest(ref, spec.Template); err == nil {
+			img, err = p.images.store.Acquire(digest, ref.Name())
+		}
+		if err == nil {
+			return &imageInfo{Reference: spec.Template, Digest: img.Digest, Template: true}, nil
+		}
+	} else if img, err = p.images.store.Ensure(ctx, spec.Image); err == nil {
 		img, err = p.images.store.Acquire(img.Digest, ref.Name())
-	}
-	if err == nil {
-		return &imageInfo{Reference: spec.Image, Digest: img.Digest}, nil
+		if err == nil {
+			return &imageInfo{Reference: spec.Image, Digest: img.Digest}, nil
+		}
 	}
 	reason := reasonImagePull
 	switch {
+	case errors.Is(err, sandbox.ErrNotFound) && spec.Template != "":
+		reason = reasonTemplateNotFound
 	case errors.Is(err, sandbox.ErrNotFound):
 		reason = reasonImageNotFound
 	case errors.Is(err, sandbox.ErrInvalidRequest), errors.Is(err, image.ErrLayerTooLarge):
@@ -160,19 +178,20 @@ func (p *Provider) imageExtensions(b *box) map[string]json.RawMessage {
 	name := b.ref.Name()
 	v, ok := p.images.known.Load(name)
 	if !ok {
-		var raw json.RawMessage
+		var ext map[string]json.RawMessage
 		if m, err := readMeta(b.l); err == nil && m.Image != nil {
-			raw, _ = json.Marshal(m.Image)
+			raw, _ := json.Marshal(imageInfo{Reference: m.Image.Reference, Digest: m.Image.Digest})
+			key := ImageExtension
+			if m.Image.Template {
+				key = TemplateExtension
+			}
+			ext = map[string]json.RawMessage{key: raw}
 		} else if err != nil {
 			return nil // not laid out (yet): asked again next time
 		}
-		v, _ = p.images.known.LoadOrStore(name, raw)
+		v, _ = p.images.known.LoadOrStore(name, ext)
 	}
-	raw := v.(json.RawMessage)
-	if raw == nil {
-		return nil
-	}
-	return map[string]json.RawMessage{ImageExtension: raw}
+	return v.(map[string]json.RawMessage)
 }
 
 // rootfs is where the image root of a sandbox is mounted on the host until its container has started.

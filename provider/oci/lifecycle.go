@@ -71,7 +71,7 @@ func (p *Provider) Allocate(ctx context.Context, ref sandbox.Ref, spec sandbox.S
 	}
 	// The image first: a pull must not hold the volumes' lock.
 	var img *imageInfo
-	if spec.Image != "" {
+	if spec.Image != "" || spec.Template != "" {
 		var failed *sandbox.Observation
 		if img, failed = p.holdImage(ctx, ref, spec); failed != nil {
 			return *failed, nil

@@ -331,6 +331,9 @@ func New(cfg Config) (*Provider, error) {
 	// Before a sandbox is allocated again under the name of a container nothing claims.
 	p.removeOrphans(context.Background())
 	p.tidyVolumes()
+	if class == classRunc {
+		p.thawSnapshots(context.Background())
+	}
 	if err := p.startNetwork(); err != nil {
 		p.log.Warn("sandboxes get no network but loopback", "err", err)
 	}
@@ -448,6 +451,9 @@ func (p *Provider) Manifest(context.Context) (sandbox.Manifest, error) {
 			MemorySnapshot: p.runc.class == classGVisor,
 			// Through the agent (ports.go); tested on runc.
 			PortForwarding: p.runc.class == classRunc,
+			// Snapshots are images of the store, and templates names of them (snapshots.go).
+			FilesystemSnapshot: p.images != nil,
+			TemplateReference:  p.images != nil,
 		},
 	}, nil
 }

@@ -59,6 +59,8 @@ func testManifest(t *testing.T, p sandbox.Provider, m sandbox.Manifest) {
 		{sandbox.CapCommandExecution, implements[sandbox.Executor](p)},
 		{sandbox.CapFileAccess, implements[sandbox.FileSystem](p)},
 		{sandbox.CapPauseResume, implements[sandbox.PauseResumer](p)},
+		{sandbox.CapFilesystemSnapshot, implements[sandbox.Snapshotter](p)},
+		{sandbox.CapTemplateReference, implements[sandbox.Snapshotter](p)},
 	}
 	for _, c := range claims {
 		if m.Capabilities.Has(c.cap) && !c.impl {

@@ -21,6 +21,7 @@ from typing import (
     AsyncIterator,
     Awaitable,
     Deque,
+    Dict,
     Generator,
     Iterable,
     List,
@@ -117,6 +118,22 @@ from .extensions.images import (
     pull_image,
     remove_image,
     removed_reference,
+)
+from .extensions.snapshots import (
+    SnapshotInfo,
+    TemplateInfo,
+    build_template,
+    delete_snapshot,
+    delete_template,
+    fork_ids,
+    fork_snapshot,
+    get_snapshot,
+    get_template,
+    list_snapshots,
+    list_templates,
+    snapshot_list,
+    snapshot_sandbox,
+    template_list,
 )
 from .extensions.volumes import Volume, VolumeMount, create_volume, delete_volume, get_volume, list_volumes, volume_list
 from .types import (
@@ -247,6 +264,50 @@ class AsyncClient:
     async def prune_images(self) -> int:
         """See :meth:`sandboxd.Client.prune_images`."""
         return layers_removed(await self._t.call(prune_images()))
+
+    # --- snapshots and templates (api/extensions.yaml) ---
+
+    async def snapshot(self, sandbox_id: str, generation: int, *, name: Optional[str] = None, timeout: float = 600.0) -> SnapshotInfo:
+        """See :meth:`sandboxd.Client.snapshot`."""
+        return SnapshotInfo.from_json(await self._t.call(snapshot_sandbox(sandbox_id, generation, name, timeout)))
+
+    async def list_snapshots(self) -> List[SnapshotInfo]:
+        """See :meth:`sandboxd.Client.list_snapshots`."""
+        return snapshot_list(await self._t.call(list_snapshots()))
+
+    async def get_snapshot(self, snapshot_id: str) -> SnapshotInfo:
+        """See :meth:`sandboxd.Client.get_snapshot`."""
+        return SnapshotInfo.from_json(await self._t.call(get_snapshot(snapshot_id)))
+
+    async def delete_snapshot(self, snapshot_id: str) -> None:
+        """See :meth:`sandboxd.Client.delete_snapshot`."""
+        await self._t.call(delete_snapshot(snapshot_id))
+
+    async def fork(
+        self, snapshot_id: str, count: int, *, client_request_id: Optional[str] = None,
+        spec: Optional[Dict[str, Any]] = None, timeout: float = 600.0,
+    ) -> List[str]:
+        """See :meth:`sandboxd.Client.fork`."""
+        return fork_ids(await self._t.call(fork_snapshot(snapshot_id, count, client_request_id, spec, timeout)))
+
+    async def build_template(
+        self, name: str, base_image: str, steps: Sequence[Dict[str, Any]] = (), *,
+        env: Optional[Sequence[str]] = None, workdir: Optional[str] = None, timeout: float = 1800.0,
+    ) -> TemplateInfo:
+        """See :meth:`sandboxd.Client.build_template`."""
+        return TemplateInfo.from_json(await self._t.call(build_template(name, base_image, steps, env, workdir, timeout)))
+
+    async def list_templates(self) -> List[TemplateInfo]:
+        """See :meth:`sandboxd.Client.list_templates`."""
+        return template_list(await self._t.call(list_templates()))
+
+    async def get_template(self, ref: str) -> TemplateInfo:
+        """See :meth:`sandboxd.Client.get_template`."""
+        return TemplateInfo.from_json(await self._t.call(get_template(ref)))
+
+    async def delete_template(self, ref: str) -> None:
+        """See :meth:`sandboxd.Client.delete_template`."""
+        await self._t.call(delete_template(ref))
 
     # --- volumes (api/extensions.yaml) ---
 

@@ -6,7 +6,7 @@ import collections
 import json
 import threading
 import time
-from typing import TYPE_CHECKING, Any, Deque, Iterable, Iterator, List, Mapping, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Any, Deque, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Union
 
 from . import _ops
 from ._common import DEFAULT_READ_TIMEOUT, DEFAULT_WAIT, floor_search
@@ -39,6 +39,22 @@ from .extensions.images import (
     pull_image,
     remove_image,
     removed_reference,
+)
+from .extensions.snapshots import (
+    SnapshotInfo,
+    TemplateInfo,
+    build_template,
+    delete_snapshot,
+    delete_template,
+    fork_ids,
+    fork_snapshot,
+    get_snapshot,
+    get_template,
+    list_snapshots,
+    list_templates,
+    snapshot_list,
+    snapshot_sandbox,
+    template_list,
 )
 from .extensions.volumes import Volume, VolumeMount, create_volume, delete_volume, get_volume, list_volumes, volume_list
 from .types import Resources, RuntimeInfo, SandboxEvent, SandboxResource
@@ -199,6 +215,62 @@ class Client:
         """Removes the images no name and no sandbox holds, and the layers no image has; returns the
         number of layers removed. Errors: UnsupportedCapability."""
         return layers_removed(self._t.call(prune_images()))
+
+    # --- snapshots and templates (api/extensions.yaml) ---
+
+    def snapshot(self, sandbox_id: str, generation: int, *, name: Optional[str] = None, timeout: float = 600.0) -> SnapshotInfo:
+        """Captures the filesystem of a ready or paused sandbox on an image or a template, frozen for
+        the instant it takes, as a snapshot (``POST /v1/sandboxes/{id}/snapshots``); with ``name``, the
+        snapshot is that template's newest version. Errors: NotFound, GenerationConflict, InvalidState
+        (not running, or on no image), ValidationError, UnsupportedCapability."""
+        return SnapshotInfo.from_json(self._t.call(snapshot_sandbox(sandbox_id, generation, name, timeout)))
+
+    def list_snapshots(self) -> List[SnapshotInfo]:
+        """Every snapshot, oldest first. Errors: UnsupportedCapability."""
+        return snapshot_list(self._t.call(list_snapshots()))
+
+    def get_snapshot(self, snapshot_id: str) -> SnapshotInfo:
+        """One snapshot. Errors: NotFound, UnsupportedCapability."""
+        return SnapshotInfo.from_json(self._t.call(get_snapshot(snapshot_id)))
+
+    def delete_snapshot(self, snapshot_id: str) -> None:
+        """Removes a snapshot and the template versions that are it. Errors: NotFound, InvalidState (a
+        sandbox runs on it), UnsupportedCapability."""
+        self._t.call(delete_snapshot(snapshot_id))
+
+    def fork(
+        self, snapshot_id: str, count: int, *, client_request_id: Optional[str] = None,
+        spec: Optional[Dict[str, Any]] = None, timeout: float = 600.0,
+    ) -> List[str]:
+        """Creates ``count`` (1 to 32) sandboxes of a snapshot, each with its own copy-on-write
+        filesystem, and returns their ids; ``spec`` holds what each has besides the snapshot
+        (``resources``, ``requiredCapabilities``, ``extensions``). Errors: ValidationError, NotFound,
+        UnsupportedCapability."""
+        return fork_ids(self._t.call(fork_snapshot(snapshot_id, count, client_request_id, spec, timeout)))
+
+    def build_template(
+        self, name: str, base_image: str, steps: Sequence[Dict[str, Any]] = (), *,
+        env: Optional[Sequence[str]] = None, workdir: Optional[str] = None, timeout: float = 1800.0,
+    ) -> TemplateInfo:
+        """Builds a new version of a template: a sandbox of ``base_image`` runs ``steps`` in order
+        (``{"run": [argv...]}``, which must exit 0, or ``{"file": {"path": ..., "content": bytes or str,
+        "mode": 0o755}}``), then is snapshotted as the name's newest version. Returns the template with
+        that version only. Errors: ValidationError (a step failed), NotFound, UnsupportedCapability."""
+        return TemplateInfo.from_json(self._t.call(build_template(name, base_image, steps, env, workdir, timeout)))
+
+    def list_templates(self) -> List[TemplateInfo]:
+        """Every template, by name. Errors: UnsupportedCapability."""
+        return template_list(self._t.call(list_templates()))
+
+    def get_template(self, ref: str) -> TemplateInfo:
+        """A template (``name``) or one version (``name@version``, ``name@sha256:...``). Errors:
+        ValidationError, NotFound, UnsupportedCapability."""
+        return TemplateInfo.from_json(self._t.call(get_template(ref)))
+
+    def delete_template(self, ref: str) -> None:
+        """Removes a template's versions, or the one named. Errors: NotFound, InvalidState (a sandbox
+        runs on one), UnsupportedCapability."""
+        self._t.call(delete_template(ref))
 
     # --- volumes (api/extensions.yaml) ---
 

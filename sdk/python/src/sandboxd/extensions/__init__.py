@@ -4,6 +4,9 @@ group of that document, each with the group's data types (frozen dataclasses lik
 
 - :mod:`sandboxd.extensions.images`: ``/v1/images``, the images a provider holds (list, pull,
   import, inspect, remove, prune); a create's ``image=`` runs on one.
+- :mod:`sandboxd.extensions.snapshots`: ``/v1/snapshots`` and ``/v1/templates``, snapshots of a
+  sandbox's filesystem, forks of them, and templates (names whose versions are snapshots); a create's
+  ``template=`` runs one.
 - :mod:`sandboxd.extensions.lifetime`: ``spec.extensions["sandboxd.lifetime"]``, a sandbox's time to
   live and idle bound.
 - :mod:`sandboxd.extensions.stats`: ``GET /v1/sandboxes/{sandboxId}/stats`` and ``GET /metrics``.
@@ -30,6 +33,7 @@ from .lifetime import LIFETIME_KEY, Lifetime, OnIdle, RecordedLifetime
 from .network import NETWORK_KEY, Egress, NetworkDenial, NetworkDenialsEnd, NetworkPolicy, NetworkStatus
 from .ports import PreviewToken, parse_port
 from .processes import OutputChunk, OutputDropped, Process, ProcessEnd, Signal, TerminalSize
+from .snapshots import ForkResult, SnapshotInfo, SnapshotList, TemplateInfo, TemplateList, TemplateVersion
 from .stats import SandboxStats
 from .volumes import VOLUMES_KEY, Volume, VolumeMount
 
@@ -38,6 +42,12 @@ __all__ = [
     "NETWORK_KEY",
     "VOLUMES_KEY",
     "Egress",
+    "ForkResult",
+    "SnapshotInfo",
+    "SnapshotList",
+    "TemplateInfo",
+    "TemplateList",
+    "TemplateVersion",
     "ImageInfo",
     "ImageList",
     "ImagePruneResult",
