@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -464,15 +465,32 @@ func (t *terminal) readLoop(ctx context.Context) {
 
 // control carries out one control frame.
 func (t *terminal) control(ctx context.Context, b []byte) error {
+	f, err := parseControl(b)
+	if err != nil {
+		return err
+	}
+	if f.Type == "resize" {
+		return t.s.rt.ResizeProcess(ctx, t.id, t.gen, t.pid, sandbox.TerminalSize{Rows: f.Rows, Cols: f.Cols})
+	}
+	return t.s.rt.SignalProcess(ctx, t.id, t.gen, t.pid, f.Signal)
+}
+
+// parseControl decodes a control frame and checks it: a resize to a size a terminal can have, or a
+// signal of sandbox.ProcessSignals (its SIG prefix taken off). Errors: ErrInvalidRequest.
+func parseControl(b []byte) (terminalFrameIn, error) {
 	var f terminalFrameIn
 	if err := decodeStrict(b, &f); err != nil {
-		return fmt.Errorf("control frame: %w", err)
+		return f, fmt.Errorf("control frame: %w", err)
 	}
 	switch f.Type {
 	case "resize":
-		return t.s.rt.ResizeProcess(ctx, t.id, t.gen, t.pid, sandbox.TerminalSize{Rows: f.Rows, Cols: f.Cols})
+		return f, sandbox.TerminalSize{Rows: f.Rows, Cols: f.Cols}.Validate()
 	case "signal":
-		return t.s.rt.SignalProcess(ctx, t.id, t.gen, t.pid, strings.TrimPrefix(f.Signal, "SIG"))
+		f.Signal = strings.TrimPrefix(f.Signal, "SIG")
+		if !slices.Contains(sandbox.ProcessSignals, f.Signal) {
+			return f, fmt.Errorf("signal %.16q is none of %v: %w", f.Signal, sandbox.ProcessSignals, sandbox.ErrInvalidRequest)
+		}
+		return f, nil
 	}
-	return fmt.Errorf("control frame of type %.16q, neither resize nor signal: %w", f.Type, sandbox.ErrInvalidRequest)
+	return f, fmt.Errorf("control frame of type %.16q, neither resize nor signal: %w", f.Type, sandbox.ErrInvalidRequest)
 }
