@@ -421,18 +421,42 @@ func (t *terminal) pingLoop(ctx context.Context) {
 	}
 }
 
+// terminalQueue bounds the client's writes, resizes and signals waiting for the sandbox: the frames
+// are read on meanwhile (so that pongs are), and a client that sends more waits.
+const terminalQueue = 16
+
 // readLoop takes the client's frames until it goes away: keys to stdin, and control frames, from a
-// control attach; a watcher's writes, and malformed frames, are answered with an error frame.
+// control attach, carried out in their order by a goroutine of their own (a process that is slow to
+// read its stdin holds up that goroutine, not the reading of the pongs); a watcher's writes, and
+// malformed frames, are answered with an error frame.
 func (t *terminal) readLoop(ctx context.Context) {
+	var mu sync.Mutex
 	bad := 0
 	refuse := func(msg string) bool {
+		mu.Lock()
 		bad++
-		if bad > terminalErrors {
+		n := bad
+		mu.Unlock()
+		if n > terminalErrors {
 			t.conn.Close(websocket.StatusPolicyViolation, "too many refused frames")
 			return false
 		}
 		return t.send(ctx, terminalError{Type: "error", Message: msg})
 	}
+	acts := make(chan func() error, terminalQueue)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for act := range acts {
+			if err := act(); err != nil && ctx.Err() == nil && !refuse(err.Error()) {
+				t.conn.CloseNow()
+			}
+		}
+	}()
+	defer func() {
+		close(acts)
+		<-done
+	}()
 	for {
 		typ, b, err := t.conn.Read(ctx)
 		if err != nil {
@@ -444,31 +468,37 @@ func (t *terminal) readLoop(ctx context.Context) {
 			}
 			continue
 		}
+		var act func() error
 		if typ == websocket.MessageBinary {
 			if len(b) == 0 {
 				continue
 			}
-			if err := t.s.rt.WriteStdin(ctx, t.id, t.gen, t.pid, b, false); err != nil && ctx.Err() == nil {
-				if !refuse("stdin: " + err.Error()) {
+			act = func() error {
+				if err := t.s.rt.WriteStdin(ctx, t.id, t.gen, t.pid, b, false); err != nil {
+					return fmt.Errorf("stdin: %w", err)
+				}
+				return nil
+			}
+		} else {
+			f, err := parseControl(b)
+			if err != nil {
+				if !refuse(err.Error()) {
 					return
 				}
+				continue
 			}
-			continue
+			act = func() error { return t.control(ctx, f) }
 		}
-		if err := t.control(ctx, b); err != nil && ctx.Err() == nil {
-			if !refuse(err.Error()) {
-				return
-			}
+		select {
+		case acts <- act:
+		case <-ctx.Done():
+			return
 		}
 	}
 }
 
 // control carries out one control frame.
-func (t *terminal) control(ctx context.Context, b []byte) error {
-	f, err := parseControl(b)
-	if err != nil {
-		return err
-	}
+func (t *terminal) control(ctx context.Context, f terminalFrameIn) error {
 	if f.Type == "resize" {
 		return t.s.rt.ResizeProcess(ctx, t.id, t.gen, t.pid, sandbox.TerminalSize{Rows: f.Rows, Cols: f.Cols})
 	}
