@@ -171,6 +171,9 @@ func (s *Server) attachTerminal(w http.ResponseWriter, r *http.Request, _ []byte
 	if err != nil {
 		return err
 	}
+	if !wantsWebSocket(r) {
+		return fmt.Errorf("the terminal is a WebSocket: the request needs Connection: Upgrade and Upgrade: websocket: %w", sandbox.ErrInvalidRequest)
+	}
 	// The origin was checked before routing (originGuard), by the rules of every other route.
 	conn, err := websocket.Accept(w, r, &websocket.AcceptOptions{InsecureSkipVerify: true})
 	if err != nil {
@@ -208,6 +211,18 @@ func (s *Server) attachTerminal(w http.ResponseWriter, r *http.Request, _ []byte
 	conn.CloseNow()
 	wg.Wait()
 	return nil
+}
+
+// wantsWebSocket reports whether r asks for the WebSocket protocol; the library checks the rest of
+// the handshake (and answers its own refusal of a malformed one).
+func wantsWebSocket(r *http.Request) bool {
+	upgrade := false
+	for _, v := range r.Header.Values("Connection") {
+		for _, tok := range strings.Split(v, ",") {
+			upgrade = upgrade || strings.EqualFold(strings.TrimSpace(tok), "upgrade")
+		}
+	}
+	return upgrade && strings.EqualFold(r.Header.Get("Upgrade"), "websocket")
 }
 
 // terminal is one attach's state.
