@@ -5,6 +5,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -84,5 +85,32 @@ func TestSpawnPTY(t *testing.T) {
 	}
 	if _, err := r.SpawnPTY(t.TempDir(), []string{"true"}, nil, 0, 80); !errors.Is(err, sandbox.ErrInvalidRequest) {
 		t.Fatalf("a pty of 0 rows: %v", err)
+	}
+}
+
+// TestSpawnAsTheRunnersUser: a background process, on a pty or not, runs as the runner's user, as
+// its commands do.
+func TestSpawnAsTheRunnersUser(t *testing.T) {
+	if os.Getuid() != 0 {
+		t.Skip("needs root to run as another user")
+	}
+	r := &Runner{Env: baseEnv, Credential: &syscall.Credential{Uid: 65534, Gid: 65534, Groups: []uint32{}}}
+	defer r.Close(t.Context())
+	dir := "/" // a test's own directories are its user's alone
+	for _, tty := range []bool{false, true} {
+		spawn := r.Spawn
+		if tty {
+			spawn = func(dir string, argv []string, env map[string]string) (*Spawned, error) {
+				return r.SpawnPTY(dir, argv, env, 24, 80)
+			}
+		}
+		sp, err := spawn(dir, []string{"sh", "-c", "echo uid=$(id -u):$(id -g)"}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		readUntil(t, sp.Output, "uid=65534:65534")
+		<-sp.Done
+		sp.Output.Close()
+		sp.Stdin.Close()
 	}
 }
