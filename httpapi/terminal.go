@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -170,6 +171,9 @@ func (s *Server) attachTerminal(w http.ResponseWriter, r *http.Request, _ []byte
 	if err != nil {
 		return err
 	}
+	if !wantsWebSocket(r) {
+		return fmt.Errorf("the terminal is a WebSocket: the request needs Connection: Upgrade and Upgrade: websocket: %w", sandbox.ErrInvalidRequest)
+	}
 	// The origin was checked before routing (originGuard), by the rules of every other route.
 	conn, err := websocket.Accept(w, r, &websocket.AcceptOptions{InsecureSkipVerify: true})
 	if err != nil {
@@ -207,6 +211,18 @@ func (s *Server) attachTerminal(w http.ResponseWriter, r *http.Request, _ []byte
 	conn.CloseNow()
 	wg.Wait()
 	return nil
+}
+
+// wantsWebSocket reports whether r asks for the WebSocket protocol; the library checks the rest of
+// the handshake (and answers its own refusal of a malformed one).
+func wantsWebSocket(r *http.Request) bool {
+	upgrade := false
+	for _, v := range r.Header.Values("Connection") {
+		for _, tok := range strings.Split(v, ",") {
+			upgrade = upgrade || strings.EqualFold(strings.TrimSpace(tok), "upgrade")
+		}
+	}
+	return upgrade && strings.EqualFold(r.Header.Get("Upgrade"), "websocket")
 }
 
 // terminal is one attach's state.
@@ -420,18 +436,42 @@ func (t *terminal) pingLoop(ctx context.Context) {
 	}
 }
 
+// terminalQueue bounds the client's writes, resizes and signals waiting for the sandbox: the frames
+// are read on meanwhile (so that pongs are), and a client that sends more waits.
+const terminalQueue = 16
+
 // readLoop takes the client's frames until it goes away: keys to stdin, and control frames, from a
-// control attach; a watcher's writes, and malformed frames, are answered with an error frame.
+// control attach, carried out in their order by a goroutine of their own (a process that is slow to
+// read its stdin holds up that goroutine, not the reading of the pongs); a watcher's writes, and
+// malformed frames, are answered with an error frame.
 func (t *terminal) readLoop(ctx context.Context) {
+	var mu sync.Mutex
 	bad := 0
 	refuse := func(msg string) bool {
+		mu.Lock()
 		bad++
-		if bad > terminalErrors {
+		n := bad
+		mu.Unlock()
+		if n > terminalErrors {
 			t.conn.Close(websocket.StatusPolicyViolation, "too many refused frames")
 			return false
 		}
 		return t.send(ctx, terminalError{Type: "error", Message: msg})
 	}
+	acts := make(chan func() error, terminalQueue)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for act := range acts {
+			if err := act(); err != nil && ctx.Err() == nil && !refuse(err.Error()) {
+				t.conn.CloseNow()
+			}
+		}
+	}()
+	defer func() {
+		close(acts)
+		<-done
+	}()
 	for {
 		typ, b, err := t.conn.Read(ctx)
 		if err != nil {
@@ -443,36 +483,59 @@ func (t *terminal) readLoop(ctx context.Context) {
 			}
 			continue
 		}
+		var act func() error
 		if typ == websocket.MessageBinary {
 			if len(b) == 0 {
 				continue
 			}
-			if err := t.s.rt.WriteStdin(ctx, t.id, t.gen, t.pid, b, false); err != nil && ctx.Err() == nil {
-				if !refuse("stdin: " + err.Error()) {
+			act = func() error {
+				if err := t.s.rt.WriteStdin(ctx, t.id, t.gen, t.pid, b, false); err != nil {
+					return fmt.Errorf("stdin: %w", err)
+				}
+				return nil
+			}
+		} else {
+			f, err := parseControl(b)
+			if err != nil {
+				if !refuse(err.Error()) {
 					return
 				}
+				continue
 			}
-			continue
+			act = func() error { return t.control(ctx, f) }
 		}
-		if err := t.control(ctx, b); err != nil && ctx.Err() == nil {
-			if !refuse(err.Error()) {
-				return
-			}
+		select {
+		case acts <- act:
+		case <-ctx.Done():
+			return
 		}
 	}
 }
 
 // control carries out one control frame.
-func (t *terminal) control(ctx context.Context, b []byte) error {
+func (t *terminal) control(ctx context.Context, f terminalFrameIn) error {
+	if f.Type == "resize" {
+		return t.s.rt.ResizeProcess(ctx, t.id, t.gen, t.pid, sandbox.TerminalSize{Rows: f.Rows, Cols: f.Cols})
+	}
+	return t.s.rt.SignalProcess(ctx, t.id, t.gen, t.pid, f.Signal)
+}
+
+// parseControl decodes a control frame and checks it: a resize to a size a terminal can have, or a
+// signal of sandbox.ProcessSignals (its SIG prefix taken off). Errors: ErrInvalidRequest.
+func parseControl(b []byte) (terminalFrameIn, error) {
 	var f terminalFrameIn
 	if err := decodeStrict(b, &f); err != nil {
-		return fmt.Errorf("control frame: %w", err)
+		return f, fmt.Errorf("control frame: %w", err)
 	}
 	switch f.Type {
 	case "resize":
-		return t.s.rt.ResizeProcess(ctx, t.id, t.gen, t.pid, sandbox.TerminalSize{Rows: f.Rows, Cols: f.Cols})
+		return f, sandbox.TerminalSize{Rows: f.Rows, Cols: f.Cols}.Validate()
 	case "signal":
-		return t.s.rt.SignalProcess(ctx, t.id, t.gen, t.pid, strings.TrimPrefix(f.Signal, "SIG"))
+		f.Signal = strings.TrimPrefix(f.Signal, "SIG")
+		if !slices.Contains(sandbox.ProcessSignals, f.Signal) {
+			return f, fmt.Errorf("signal %.16q is none of %v: %w", f.Signal, sandbox.ProcessSignals, sandbox.ErrInvalidRequest)
+		}
+		return f, nil
 	}
-	return fmt.Errorf("control frame of type %.16q, neither resize nor signal: %w", f.Type, sandbox.ErrInvalidRequest)
+	return f, fmt.Errorf("control frame of type %.16q, neither resize nor signal: %w", f.Type, sandbox.ErrInvalidRequest)
 }

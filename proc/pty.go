@@ -32,6 +32,10 @@ func (r *Runner) SpawnPTY(dir string, argv []string, env map[string]string, rows
 	if err != nil {
 		return nil, fmt.Errorf("spawn %q: pty: %w", argv[0], err)
 	}
+	if c := r.Credential; c != nil {
+		// The terminal is its user's, as login makes it: a program that opens it again by name may.
+		_ = tty.Chown(int(c.Uid), int(c.Gid))
+	}
 	fd := tty.Fd()
 	attr := &syscall.ProcAttr{
 		Dir:   dir,

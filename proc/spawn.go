@@ -61,7 +61,7 @@ func (r *Runner) Spawn(dir string, argv []string, env map[string]string) (*Spawn
 		Dir:   dir,
 		Env:   full,
 		Files: []uintptr{uintptr(in[0]), uintptr(outW), uintptr(outW)},
-		Sys:   &syscall.SysProcAttr{Setpgid: true},
+		Sys:   &syscall.SysProcAttr{Setpgid: true, Credential: r.Credential},
 	}
 	sp := &Spawned{Output: outR, Stdin: os.NewFile(uintptr(in[1]), "|stdin")}
 	if err := r.fork(sp, path, argv, attr, closeChild); err != nil {

@@ -32,7 +32,8 @@ func TestManifest(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := sandbox.Capabilities{CommandExecution: true, FileAccess: true, PauseResume: true}
+	want := sandbox.Capabilities{CommandExecution: true, FileAccess: true, PauseResume: true,
+		InteractiveTerminal: true} // TestTerminals
 	if m.Name != "host" || m.RuntimeClass != "host-process" || m.Capabilities != want {
 		t.Fatalf("manifest %+v", m)
 	}

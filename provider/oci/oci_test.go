@@ -144,7 +144,8 @@ func TestManifest(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := sandbox.Capabilities{CommandExecution: true, FileAccess: true, PauseResume: true, ResourceLimits: true,
-		PersistentVolume: class == "runc"} // TestVolumes
+		PersistentVolume:    class == "runc", // TestVolumes
+		InteractiveTerminal: true}            // TestTerminals, on runc and on gVisor
 	want.NetworkPolicy = class == "runc" // gVisor's sandboxes run with --network=none
 	// Images run on runc's sandboxes only (image.go).
 	want.ImageReference = class == "runc"

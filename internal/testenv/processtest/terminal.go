@@ -460,6 +460,15 @@ func terminalHostile(t *testing.T, pv Provider) {
 			}
 		}
 	}
+	// A GET that is no WebSocket handshake is refused with an ErrorResponse, before anything is upgraded.
+	resp, err := hc.Get(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusBadRequest {
+		t.Errorf("a plain GET of the terminal: status %d, want 400", resp.StatusCode)
+	}
 	conn := dial()
 	for _, bad := range []string{`{`, `[]`, `{"type":"resize","rows":0,"cols":80}`, `{"type":"resize","rows":24,"cols":65536}`,
 		`{"type":"signal","signal":"SIGSEGV"}`, `{"type":"launch"}`, `{"type":"resize","rows":24,"cols":80,"extra":1}`, "\xff"} {
