@@ -359,6 +359,122 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/sandboxes/{sandboxId}/ports/{port}/": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                sandboxId: components["parameters"]["PortSandboxId"];
+                /** @description A TCP port, plain decimal 1-65535, no sign, no leading zero, no space. */
+                port: components["parameters"]["Port"];
+            };
+            cookie?: never;
+        };
+        /** GET through the proxy to 127.0.0.1:{port} inside the sandbox. */
+        get: operations["proxyPortRootGet"];
+        /** PUT through the proxy to 127.0.0.1:{port} inside the sandbox. */
+        put: operations["proxyPortRootPut"];
+        /** POST through the proxy to 127.0.0.1:{port} inside the sandbox. */
+        post: operations["proxyPortRootPost"];
+        /** DELETE through the proxy to 127.0.0.1:{port} inside the sandbox. */
+        delete: operations["proxyPortRootDelete"];
+        /** OPTIONS through the proxy to 127.0.0.1:{port} inside the sandbox. */
+        options: operations["proxyPortRootOptions"];
+        head?: never;
+        /** PATCH through the proxy to 127.0.0.1:{port} inside the sandbox. */
+        patch: operations["proxyPortRootPatch"];
+        trace?: never;
+    };
+    "/v1/sandboxes/{sandboxId}/ports/{port}/{path}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                sandboxId: components["parameters"]["PortSandboxId"];
+                /** @description A TCP port, plain decimal 1-65535, no sign, no leading zero, no space. */
+                port: components["parameters"]["Port"];
+                /**
+                 * @description The rest of the path on the sandbox's server. Unlike an OpenAPI path parameter it may hold
+                 *     slashes: the server routes /v1/sandboxes/{sandboxId}/ports/{port}/{path...}, everything
+                 *     after the port. The query string is passed on as it is.
+                 */
+                path: string;
+            };
+            cookie?: never;
+        };
+        /** GET through the proxy to 127.0.0.1:{port} inside the sandbox. */
+        get: operations["proxyPortGet"];
+        /** PUT through the proxy to 127.0.0.1:{port} inside the sandbox. */
+        put: operations["proxyPortPut"];
+        /** POST through the proxy to 127.0.0.1:{port} inside the sandbox. */
+        post: operations["proxyPortPost"];
+        /** DELETE through the proxy to 127.0.0.1:{port} inside the sandbox. */
+        delete: operations["proxyPortDelete"];
+        /** OPTIONS through the proxy to 127.0.0.1:{port} inside the sandbox. */
+        options: operations["proxyPortOptions"];
+        head?: never;
+        /** PATCH through the proxy to 127.0.0.1:{port} inside the sandbox. */
+        patch: operations["proxyPortPatch"];
+        trace?: never;
+    };
+    "/v1/sandboxes/{sandboxId}/ports/{port}/tcp": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                sandboxId: components["parameters"]["PortSandboxId"];
+                /** @description A TCP port, plain decimal 1-65535, no sign, no leading zero, no space. */
+                port: components["parameters"]["Port"];
+            };
+            cookie?: never;
+        };
+        /**
+         * A raw TCP connection to 127.0.0.1:{port} inside the sandbox, over one WebSocket.
+         * @description A WebSocket (subprotocol "sandboxd.tcp"): binary messages carry the connection's bytes both
+         *     ways, in order. The server pings every 15 s and closes a socket that does not answer within
+         *     15 s more; when the sandbox's side ends, it sends what is left and closes with 1000, when the
+         *     connect fails with 1011 and the reason. The connect is made before the upgrade, so a port
+         *     nothing listens on is a 502 port_unreachable, not a socket. sbx port-forward speaks it.
+         */
+        get: operations["relayPort"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/sandboxes/{sandboxId}/ports/{port}/preview-tokens": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                sandboxId: components["parameters"]["PortSandboxId"];
+                /** @description A TCP port, plain decimal 1-65535, no sign, no leading zero, no space. */
+                port: components["parameters"]["Port"];
+            };
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * A token that opens one port of one sandbox through the preview listener until it expires.
+         * @description The token is scoped to this sandbox, this port and its current generation, and expires after
+         *     ttlSeconds (default 3600, at most 7 days). It is signed with a key derived from the daemon's
+         *     secret, the sandbox's id and its generation: recreating the sandbox revokes every token of the
+         *     generation before. The URL is on the preview listener (--preview-listen): a host name
+         *     {port}-{sandboxId}.{--preview-domain} when a domain is set, else the path form
+         *     /p/{sandboxId}/{port}/. 409 invalid_state when the sandbox is not ready; 422 when no preview
+         *     listener is configured or the provider cannot reach ports.
+         */
+        post: operations["createPreviewToken"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
 }
 export type webhooks = Record<string, never>;
 export interface components {
@@ -502,6 +618,24 @@ export interface components {
             diskLimitBytes?: number;
             networkRxBytes?: number;
             networkTxBytes?: number;
+        };
+        PreviewTokenRequest: {
+            /** @description Default 3600. */
+            ttlSeconds?: number;
+        };
+        PreviewToken: {
+            /**
+             * @description The preview URL with the token as its "sandboxd_preview" query parameter. The listener answers
+             *     the first visit with a cookie of that host (or that path) holding the token and a redirect to
+             *     the URL without it; a client that is no browser sends the token in an X-Sandboxd-Preview-Token
+             *     header instead.
+             */
+            url: string;
+            token: string;
+            /** Format: date-time */
+            expiresAt: string;
+            port: number;
+            generation: number;
         };
         ErrorResponse: {
             error: {
@@ -654,6 +788,18 @@ export interface components {
                 "application/json": components["schemas"]["ErrorResponse"];
             };
         };
+        /**
+         * @description port_unreachable: nothing listens on the port inside the sandbox, it did not accept in time, or
+         *     what listens there did not answer HTTP.
+         */
+        PortUnreachable: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": components["schemas"]["ErrorResponse"];
+            };
+        };
         /** @description An error */
         ProcessError: {
             headers: {
@@ -665,6 +811,9 @@ export interface components {
         };
     };
     parameters: {
+        PortSandboxId: string;
+        /** @description A TCP port, plain decimal 1-65535, no sign, no leading zero, no space. */
+        Port: string;
         ProcessSandboxId: string;
         ProcessPid: number;
         ProcessExpectedGeneration: number;
@@ -1445,6 +1594,507 @@ export interface operations {
             422: components["responses"]["ProcessError"];
             502: components["responses"]["ProcessError"];
             503: components["responses"]["ProcessError"];
+        };
+    };
+    proxyPortRootGet: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                sandboxId: components["parameters"]["PortSandboxId"];
+                /** @description A TCP port, plain decimal 1-65535, no sign, no leading zero, no space. */
+                port: components["parameters"]["Port"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            400: components["responses"]["InvalidRequest"];
+            401: components["responses"]["Unauthenticated"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            422: components["responses"]["UnsupportedCapability"];
+            502: components["responses"]["PortUnreachable"];
+            503: components["responses"]["ProviderUnavailable"];
+            /** @description Whatever the sandbox's server answers, WebSocket upgrades (101) included. */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "*/*": unknown;
+                };
+            };
+        };
+    };
+    proxyPortRootPut: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                sandboxId: components["parameters"]["PortSandboxId"];
+                /** @description A TCP port, plain decimal 1-65535, no sign, no leading zero, no space. */
+                port: components["parameters"]["Port"];
+            };
+            cookie?: never;
+        };
+        /** @description Passed on as it is, in any media type. */
+        requestBody?: {
+            content: {
+                "*/*": string;
+            };
+        };
+        responses: {
+            400: components["responses"]["InvalidRequest"];
+            401: components["responses"]["Unauthenticated"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            422: components["responses"]["UnsupportedCapability"];
+            502: components["responses"]["PortUnreachable"];
+            503: components["responses"]["ProviderUnavailable"];
+            /** @description Whatever the sandbox's server answers, WebSocket upgrades (101) included. */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "*/*": unknown;
+                };
+            };
+        };
+    };
+    proxyPortRootPost: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                sandboxId: components["parameters"]["PortSandboxId"];
+                /** @description A TCP port, plain decimal 1-65535, no sign, no leading zero, no space. */
+                port: components["parameters"]["Port"];
+            };
+            cookie?: never;
+        };
+        /** @description Passed on as it is, in any media type. */
+        requestBody?: {
+            content: {
+                "*/*": string;
+            };
+        };
+        responses: {
+            400: components["responses"]["InvalidRequest"];
+            401: components["responses"]["Unauthenticated"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            422: components["responses"]["UnsupportedCapability"];
+            502: components["responses"]["PortUnreachable"];
+            503: components["responses"]["ProviderUnavailable"];
+            /** @description Whatever the sandbox's server answers, WebSocket upgrades (101) included. */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "*/*": unknown;
+                };
+            };
+        };
+    };
+    proxyPortRootDelete: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                sandboxId: components["parameters"]["PortSandboxId"];
+                /** @description A TCP port, plain decimal 1-65535, no sign, no leading zero, no space. */
+                port: components["parameters"]["Port"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            400: components["responses"]["InvalidRequest"];
+            401: components["responses"]["Unauthenticated"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            422: components["responses"]["UnsupportedCapability"];
+            502: components["responses"]["PortUnreachable"];
+            503: components["responses"]["ProviderUnavailable"];
+            /** @description Whatever the sandbox's server answers, WebSocket upgrades (101) included. */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "*/*": unknown;
+                };
+            };
+        };
+    };
+    proxyPortRootOptions: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                sandboxId: components["parameters"]["PortSandboxId"];
+                /** @description A TCP port, plain decimal 1-65535, no sign, no leading zero, no space. */
+                port: components["parameters"]["Port"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            400: components["responses"]["InvalidRequest"];
+            401: components["responses"]["Unauthenticated"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            422: components["responses"]["UnsupportedCapability"];
+            502: components["responses"]["PortUnreachable"];
+            503: components["responses"]["ProviderUnavailable"];
+            /** @description Whatever the sandbox's server answers, WebSocket upgrades (101) included. */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "*/*": unknown;
+                };
+            };
+        };
+    };
+    proxyPortRootPatch: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                sandboxId: components["parameters"]["PortSandboxId"];
+                /** @description A TCP port, plain decimal 1-65535, no sign, no leading zero, no space. */
+                port: components["parameters"]["Port"];
+            };
+            cookie?: never;
+        };
+        /** @description Passed on as it is, in any media type. */
+        requestBody?: {
+            content: {
+                "*/*": string;
+            };
+        };
+        responses: {
+            400: components["responses"]["InvalidRequest"];
+            401: components["responses"]["Unauthenticated"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            422: components["responses"]["UnsupportedCapability"];
+            502: components["responses"]["PortUnreachable"];
+            503: components["responses"]["ProviderUnavailable"];
+            /** @description Whatever the sandbox's server answers, WebSocket upgrades (101) included. */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "*/*": unknown;
+                };
+            };
+        };
+    };
+    proxyPortGet: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                sandboxId: components["parameters"]["PortSandboxId"];
+                /** @description A TCP port, plain decimal 1-65535, no sign, no leading zero, no space. */
+                port: components["parameters"]["Port"];
+                /**
+                 * @description The rest of the path on the sandbox's server. Unlike an OpenAPI path parameter it may hold
+                 *     slashes: the server routes /v1/sandboxes/{sandboxId}/ports/{port}/{path...}, everything
+                 *     after the port. The query string is passed on as it is.
+                 */
+                path: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            400: components["responses"]["InvalidRequest"];
+            401: components["responses"]["Unauthenticated"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            422: components["responses"]["UnsupportedCapability"];
+            502: components["responses"]["PortUnreachable"];
+            503: components["responses"]["ProviderUnavailable"];
+            /** @description Whatever the sandbox's server answers, WebSocket upgrades (101) included. */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "*/*": unknown;
+                };
+            };
+        };
+    };
+    proxyPortPut: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                sandboxId: components["parameters"]["PortSandboxId"];
+                /** @description A TCP port, plain decimal 1-65535, no sign, no leading zero, no space. */
+                port: components["parameters"]["Port"];
+                /**
+                 * @description The rest of the path on the sandbox's server. Unlike an OpenAPI path parameter it may hold
+                 *     slashes: the server routes /v1/sandboxes/{sandboxId}/ports/{port}/{path...}, everything
+                 *     after the port. The query string is passed on as it is.
+                 */
+                path: string;
+            };
+            cookie?: never;
+        };
+        /** @description Passed on as it is, in any media type. */
+        requestBody?: {
+            content: {
+                "*/*": string;
+            };
+        };
+        responses: {
+            400: components["responses"]["InvalidRequest"];
+            401: components["responses"]["Unauthenticated"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            422: components["responses"]["UnsupportedCapability"];
+            502: components["responses"]["PortUnreachable"];
+            503: components["responses"]["ProviderUnavailable"];
+            /** @description Whatever the sandbox's server answers, WebSocket upgrades (101) included. */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "*/*": unknown;
+                };
+            };
+        };
+    };
+    proxyPortPost: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                sandboxId: components["parameters"]["PortSandboxId"];
+                /** @description A TCP port, plain decimal 1-65535, no sign, no leading zero, no space. */
+                port: components["parameters"]["Port"];
+                /**
+                 * @description The rest of the path on the sandbox's server. Unlike an OpenAPI path parameter it may hold
+                 *     slashes: the server routes /v1/sandboxes/{sandboxId}/ports/{port}/{path...}, everything
+                 *     after the port. The query string is passed on as it is.
+                 */
+                path: string;
+            };
+            cookie?: never;
+        };
+        /** @description Passed on as it is, in any media type. */
+        requestBody?: {
+            content: {
+                "*/*": string;
+            };
+        };
+        responses: {
+            400: components["responses"]["InvalidRequest"];
+            401: components["responses"]["Unauthenticated"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            422: components["responses"]["UnsupportedCapability"];
+            502: components["responses"]["PortUnreachable"];
+            503: components["responses"]["ProviderUnavailable"];
+            /** @description Whatever the sandbox's server answers, WebSocket upgrades (101) included. */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "*/*": unknown;
+                };
+            };
+        };
+    };
+    proxyPortDelete: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                sandboxId: components["parameters"]["PortSandboxId"];
+                /** @description A TCP port, plain decimal 1-65535, no sign, no leading zero, no space. */
+                port: components["parameters"]["Port"];
+                /**
+                 * @description The rest of the path on the sandbox's server. Unlike an OpenAPI path parameter it may hold
+                 *     slashes: the server routes /v1/sandboxes/{sandboxId}/ports/{port}/{path...}, everything
+                 *     after the port. The query string is passed on as it is.
+                 */
+                path: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            400: components["responses"]["InvalidRequest"];
+            401: components["responses"]["Unauthenticated"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            422: components["responses"]["UnsupportedCapability"];
+            502: components["responses"]["PortUnreachable"];
+            503: components["responses"]["ProviderUnavailable"];
+            /** @description Whatever the sandbox's server answers, WebSocket upgrades (101) included. */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "*/*": unknown;
+                };
+            };
+        };
+    };
+    proxyPortOptions: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                sandboxId: components["parameters"]["PortSandboxId"];
+                /** @description A TCP port, plain decimal 1-65535, no sign, no leading zero, no space. */
+                port: components["parameters"]["Port"];
+                /**
+                 * @description The rest of the path on the sandbox's server. Unlike an OpenAPI path parameter it may hold
+                 *     slashes: the server routes /v1/sandboxes/{sandboxId}/ports/{port}/{path...}, everything
+                 *     after the port. The query string is passed on as it is.
+                 */
+                path: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            400: components["responses"]["InvalidRequest"];
+            401: components["responses"]["Unauthenticated"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            422: components["responses"]["UnsupportedCapability"];
+            502: components["responses"]["PortUnreachable"];
+            503: components["responses"]["ProviderUnavailable"];
+            /** @description Whatever the sandbox's server answers, WebSocket upgrades (101) included. */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "*/*": unknown;
+                };
+            };
+        };
+    };
+    proxyPortPatch: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                sandboxId: components["parameters"]["PortSandboxId"];
+                /** @description A TCP port, plain decimal 1-65535, no sign, no leading zero, no space. */
+                port: components["parameters"]["Port"];
+                /**
+                 * @description The rest of the path on the sandbox's server. Unlike an OpenAPI path parameter it may hold
+                 *     slashes: the server routes /v1/sandboxes/{sandboxId}/ports/{port}/{path...}, everything
+                 *     after the port. The query string is passed on as it is.
+                 */
+                path: string;
+            };
+            cookie?: never;
+        };
+        /** @description Passed on as it is, in any media type. */
+        requestBody?: {
+            content: {
+                "*/*": string;
+            };
+        };
+        responses: {
+            400: components["responses"]["InvalidRequest"];
+            401: components["responses"]["Unauthenticated"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            422: components["responses"]["UnsupportedCapability"];
+            502: components["responses"]["PortUnreachable"];
+            503: components["responses"]["ProviderUnavailable"];
+            /** @description Whatever the sandbox's server answers, WebSocket upgrades (101) included. */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "*/*": unknown;
+                };
+            };
+        };
+    };
+    relayPort: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                sandboxId: components["parameters"]["PortSandboxId"];
+                /** @description A TCP port, plain decimal 1-65535, no sign, no leading zero, no space. */
+                port: components["parameters"]["Port"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Switching to the WebSocket. */
+            101: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            400: components["responses"]["InvalidRequest"];
+            401: components["responses"]["Unauthenticated"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            422: components["responses"]["UnsupportedCapability"];
+            502: components["responses"]["PortUnreachable"];
+            503: components["responses"]["ProviderUnavailable"];
+        };
+    };
+    createPreviewToken: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                sandboxId: components["parameters"]["PortSandboxId"];
+                /** @description A TCP port, plain decimal 1-65535, no sign, no leading zero, no space. */
+                port: components["parameters"]["Port"];
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["PreviewTokenRequest"];
+            };
+        };
+        responses: {
+            /** @description The token, and the URL that carries it once. */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["PreviewToken"];
+                };
+            };
+            400: components["responses"]["InvalidRequest"];
+            401: components["responses"]["Unauthenticated"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            422: components["responses"]["UnsupportedCapability"];
+            503: components["responses"]["ProviderUnavailable"];
         };
     };
 }
