@@ -28,6 +28,7 @@ import (
 	"github.com/sandboxd/sandbox/httpapi/apitest"
 	"github.com/sandboxd/sandbox/internal/testenv"
 	teststack "github.com/sandboxd/sandbox/internal/testenv/stack"
+	"github.com/sandboxd/sandbox/provider/oci"
 )
 
 //go:embed testdata/portserver.py
@@ -38,6 +39,7 @@ const portToken = "ports-test-token"
 // portEnv is an API stack over an oci provider with authentication on and a preview listener, and
 // clients of it.
 type portEnv struct {
+	p       *oci.Provider
 	st      *teststack.Stack
 	c       *client.Client // answers checked against the documents
 	hc      *http.Client   // plain, for what the sandbox's servers answer
@@ -56,7 +58,7 @@ func newPortEnv(t testing.TB) *portEnv {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := &portEnv{domain: "preview.test"}
+	e := &portEnv{domain: "preview.test", p: p}
 	tokens, err := httpapi.NewTokens(portToken)
 	if err != nil {
 		t.Fatal(err)
