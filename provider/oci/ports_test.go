@@ -48,7 +48,10 @@ type portEnv struct {
 	skew    atomic.Int64 // added to the preview clock, in nanoseconds
 }
 
-func newPortEnv(t testing.TB) *portEnv {
+func newPortEnv(t testing.TB) *portEnv { return newPortEnvAuth(t, true) }
+
+// newPortEnvAuth is newPortEnv with authentication on or off.
+func newPortEnvAuth(t testing.TB, auth bool) *portEnv {
 	t.Helper()
 	p := newProvider(t)
 	if onGVisor(t, p) {
@@ -66,7 +69,9 @@ func newPortEnv(t testing.TB) *portEnv {
 	pc := &httpapi.PreviewConfig{Secret: bytes.Repeat([]byte{7}, 32), Addr: ln.Addr().String(), Domain: e.domain,
 		Now: func() time.Time { return time.Now().Add(time.Duration(e.skew.Load())) }}
 	e.st = teststack.New(t, p, teststack.API(func(c *httpapi.Config) {
-		c.Tokens = tokens
+		if auth {
+			c.Tokens = tokens
+		}
 		c.Preview = pc
 		c.PortResponseTimeout = 2 * time.Second
 	}))
