@@ -217,9 +217,14 @@ func pathAfter(p string, n int) string {
 const (
 	tcpSubprotocol   = "sandboxd.tcp"
 	tcpFrameBytes    = 256 << 10
-	tcpPingInterval  = 15 * time.Second
-	tcpWriteTimeout  = 15 * time.Second
 	tcpMaxFrameBytes = 1 << 20
+)
+
+// How often the relay pings its client, and how long a ping or a write may wait; variables for the
+// tests.
+var (
+	tcpPingInterval = 15 * time.Second
+	tcpWriteTimeout = 15 * time.Second
 )
 
 // relayPort: GET /v1/sandboxes/{sandboxId}/ports/{port}/tcp. A request that is no WebSocket upgrade is

@@ -85,7 +85,13 @@ func TestFlagsAndEnvironment(t *testing.T) {
 		strings.Join(m.InsecureRegistries, " ") != "127.0.0.1:5000 reg.test x:1" {
 		t.Fatalf("--insecure-registry: %v, %v", m.InsecureRegistries, err)
 	}
-	bads := [][]string{{"--insecure-registry", "host/path"}, {"--event-retention", "0"}, {"--nope"}, {"extra"}, {"--oci-warm-pool", "-1"}, {"--oci-spares", "-1"}, {"--plain", "jsn"}}
+	m = NewMain(io.Discard)
+	if err := m.ParseFlags([]string{"--preview-listen", "127.0.0.1:0", "--preview-domain", "preview.example", "--port-response-timeout", "5s"}); err != nil ||
+		m.Ports.PreviewListen != "127.0.0.1:0" || m.Ports.PreviewDomain != "preview.example" || m.Ports.ResponseTimeout != 5*time.Second {
+		t.Fatalf("preview flags: %+v, %v", m.Ports, err)
+	}
+	bads := [][]string{{"--preview-domain", "preview.example"}, {"--preview-listen", "nowhere"}, {"--port-response-timeout", "0s"},
+		{"--preview-listen", "127.0.0.1:0", "--preview-domain", "Upper.Example"}, {"--insecure-registry", "host/path"}, {"--event-retention", "0"}, {"--nope"}, {"extra"}, {"--oci-warm-pool", "-1"}, {"--oci-spares", "-1"}, {"--plain", "jsn"}}
 	// The library path of validation is only in a build with -tags plainschema.
 	if m := NewMain(io.Discard); plainSchemas == nil {
 		bads = append(bads, []string{"--plain", "schema"}, []string{"--plain", "all"})

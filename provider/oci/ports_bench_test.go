@@ -1,6 +1,7 @@
 package oci_test
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"net"
@@ -12,6 +13,8 @@ import (
 	"strconv"
 	"testing"
 	"time"
+
+	"github.com/sandboxd/sandbox"
 )
 
 // hostPortServer runs portserver.py in mode on the host, the floor of the ports benchmarks: the same
@@ -56,6 +59,11 @@ func BenchmarkPortProxy(b *testing.B) {
 	direct := "http://" + hostPortServer(b, "http") + "/hello"
 	b.Run("direct", func(b *testing.B) { timedGets(b, e.hc, direct, false) })
 	b.Run("proxied", func(b *testing.B) { timedGets(b, e.hc, e.c.PortURL(sb.ID, 8000)+"hello", true) })
+	// The agent's relay alone, without the daemon's HTTP in front: where the proxy's time goes.
+	relayed := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		return e.p.DialPort(ctx, sandbox.Ref{ID: sb.ID, Generation: sb.Generation}, 8000)
+	}}}
+	b.Run("relay-only", func(b *testing.B) { timedGets(b, relayed, "http://sandbox/hello", false) })
 }
 
 // BenchmarkPortForward: 256 MiB read from a server in a sandbox over the TCP relay (one WebSocket,

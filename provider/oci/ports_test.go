@@ -28,6 +28,7 @@ import (
 	"github.com/sandboxd/sandbox/httpapi/apitest"
 	"github.com/sandboxd/sandbox/internal/testenv"
 	teststack "github.com/sandboxd/sandbox/internal/testenv/stack"
+	"github.com/sandboxd/sandbox/provider/oci"
 )
 
 //go:embed testdata/portserver.py
@@ -38,6 +39,7 @@ const portToken = "ports-test-token"
 // portEnv is an API stack over an oci provider with authentication on and a preview listener, and
 // clients of it.
 type portEnv struct {
+	p       *oci.Provider
 	st      *teststack.Stack
 	c       *client.Client // answers checked against the documents
 	hc      *http.Client   // plain, for what the sandbox's servers answer
@@ -46,7 +48,10 @@ type portEnv struct {
 	skew    atomic.Int64 // added to the preview clock, in nanoseconds
 }
 
-func newPortEnv(t testing.TB) *portEnv {
+func newPortEnv(t testing.TB) *portEnv { return newPortEnvAuth(t, true) }
+
+// newPortEnvAuth is newPortEnv with authentication on or off.
+func newPortEnvAuth(t testing.TB, auth bool) *portEnv {
 	t.Helper()
 	p := newProvider(t)
 	if onGVisor(t, p) {
@@ -56,7 +61,7 @@ func newPortEnv(t testing.TB) *portEnv {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := &portEnv{domain: "preview.test"}
+	e := &portEnv{domain: "preview.test", p: p}
 	tokens, err := httpapi.NewTokens(portToken)
 	if err != nil {
 		t.Fatal(err)
@@ -64,7 +69,9 @@ func newPortEnv(t testing.TB) *portEnv {
 	pc := &httpapi.PreviewConfig{Secret: bytes.Repeat([]byte{7}, 32), Addr: ln.Addr().String(), Domain: e.domain,
 		Now: func() time.Time { return time.Now().Add(time.Duration(e.skew.Load())) }}
 	e.st = teststack.New(t, p, teststack.API(func(c *httpapi.Config) {
-		c.Tokens = tokens
+		if auth {
+			c.Tokens = tokens
+		}
 		c.Preview = pc
 		c.PortResponseTimeout = 2 * time.Second
 	}))

@@ -31,6 +31,7 @@ import {
   type TerminalSize,
 } from "./extensions/processes.js";
 import type { SandboxStats } from "./extensions/stats.js";
+import { parsePort, type PreviewToken, type PreviewTokenOptions } from "./extensions/ports.js";
 import { encodeBase64 } from "./base64.js";
 import { VOLUMES_KEY } from "./extensions/volumes.js";
 import type { CommandResultBody, CreateSpec, SandboxResource, SandboxSpec, SandboxState } from "./types.js";
@@ -190,6 +191,31 @@ export class Sandbox {
     return this.client.transport.call<SandboxStats>({
       method: "GET",
       path: `${this.#path}/stats`,
+      signal: options.signal,
+    });
+  }
+
+  /**
+   * The base URL of the proxy to 127.0.0.1:`port` inside the sandbox, ending in "/": a request to it
+   * plus a path reaches that path there, with the client's bearer token (which the proxy does not pass
+   * on), whatever the sandbox's egress policy.
+   * @throws RangeError for a port that is not 1-65535 in plain decimal
+   */
+  portUrl(port: number | string): string {
+    return `${this.client.url.replace(/\/+$/, "")}${this.#path}/ports/${parsePort(port)}/`;
+  }
+
+  /**
+   * A token and preview URL for `port` of this generation
+   * (`POST /v1/sandboxes/{id}/ports/{port}/preview-tokens`). Recreating the sandbox revokes it.
+   * @throws {@link UnsupportedCapability} (no preview listener, or no `portForwarding`, such as `host`),
+   * {@link InvalidState} when the sandbox is not ready, {@link ValidationError}, {@link NotFound}
+   */
+  previewToken(port: number | string, options: PreviewTokenOptions = {}): Promise<PreviewToken> {
+    return this.client.transport.call<PreviewToken>({
+      method: "POST",
+      path: `${this.#path}/ports/${parsePort(port)}/preview-tokens`,
+      body: options.ttlSeconds === undefined ? {} : { ttlSeconds: options.ttlSeconds },
       signal: options.signal,
     });
   }

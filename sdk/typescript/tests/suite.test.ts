@@ -11,6 +11,7 @@ import { extLifetime } from "./scenarios/ext-lifetime.js";
 import { extImages } from "./scenarios/ext-images.js";
 import { extNetwork } from "./scenarios/ext-network.js";
 import { extProcesses } from "./scenarios/ext-processes.js";
+import { extPorts } from "./scenarios/ext-ports.js";
 import { extStats } from "./scenarios/ext-stats.js";
 import { extVolumes } from "./scenarios/ext-volumes.js";
 import { lifecycle } from "./scenarios/lifecycle.js";
@@ -31,6 +32,7 @@ extVolumes(ctx);
 extNetwork(ctx);
 extImages(ctx);
 extProcesses(ctx);
+extPorts(ctx);
 
 describe("conformance", () => {
   it("every answer the SDK decoded matches its schema in api/openapi.yaml or api/extensions.yaml", (t) => {
@@ -91,6 +93,7 @@ describe("conformance", () => {
             "getVolume 422",
             "deleteVolume 422",
             "getNetwork 422",
+            "createPreviewToken 422",
             "setNetwork 422",
             "streamNetworkDenials 422",
             "listImages 422",
@@ -109,6 +112,8 @@ describe("conformance", () => {
             "deleteVolume 204",
             "deleteVolume 409",
             "getNetwork 200",
+            "createPreviewToken 201",
+            "createPreviewToken 400",
             "getNetwork 409",
             "setNetwork 200",
             "setNetwork 409",
@@ -155,6 +160,7 @@ describe("conformance", () => {
       "streamProcessOutput",
       "resizeProcess",
       "attachTerminal",
+      "createPreviewToken",
     ])
       assert.ok(extensions.includes(id), `${id} not in extensions.yaml`);
     const missing = want.filter((k) => !ctx.conformance.covered.has(k));

@@ -28,6 +28,7 @@ interface Operation {
   document: string;
   method: string;
   pattern: RegExp;
+  literals: number; // segments of its path that are no template: the most of them wins a tie
   responses: Map<string, Answer>;
 }
 
@@ -122,7 +123,15 @@ export class Conformance {
             responses.set(status, "empty");
           }
         }
-        this.#ops.push({ id: op.operationId, document: file, method: method.toUpperCase(), pattern, responses });
+        const literals = p.split("/").filter((seg) => seg !== "" && !seg.startsWith("{")).length;
+        this.#ops.push({
+          id: op.operationId,
+          document: file,
+          method: method.toUpperCase(),
+          pattern,
+          literals,
+          responses,
+        });
       }
     }
   }
@@ -132,7 +141,10 @@ export class Conformance {
     const resp = await globalThis.fetch(input, init);
     const url = new URL(typeof input === "string" ? input : input instanceof URL ? input.href : input.url);
     const method = (init?.method ?? "GET").toUpperCase();
-    const op = this.#ops.find((o) => o.method === method && o.pattern.test(url.pathname));
+    // A path of the proxy's ({port}/{path}) also matches .../{port}/preview-tokens: the most literal wins.
+    const op = this.#ops
+      .filter((o) => o.method === method && o.pattern.test(url.pathname))
+      .reduce<Operation | undefined>((best, o) => (!best || o.literals > best.literals ? o : best), undefined);
     const what = `${method} ${url.pathname} ${resp.status}`;
     if (!op) {
       // A route the contract lacks (a probe of 405, say): its error body must still be an ErrorResponse.

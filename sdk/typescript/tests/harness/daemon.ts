@@ -77,6 +77,8 @@ export async function startDaemon(opts: DaemonOptions = {}): Promise<Daemon> {
     "json",
     "--shutdown-timeout",
     "2s",
+    "--preview-listen",
+    "127.0.0.1:0",
   ];
   if (prov === "oci") args.push("--oci-warm-pool", "2");
   if (opts.eventRetention !== undefined) args.push("--event-retention", String(opts.eventRetention));

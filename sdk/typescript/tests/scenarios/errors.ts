@@ -155,7 +155,7 @@ export function errors(ctx: Context): void {
         404,
       );
       assert.equal(b.constructor, SandboxdError, "an unknown code is the base class");
-      assert.ok(errorCodes.includes("generation_conflict") && errorCodes.length === 13);
+      assert.ok(errorCodes.includes("generation_conflict") && errorCodes.length === 14);
     });
 
     it("WaitTimeout when the sandbox does not become ready in time, carrying the sandbox", async () => {
