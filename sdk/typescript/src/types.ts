@@ -64,6 +64,14 @@ export type { SandboxStats } from "./extensions/stats.js";
 export type { Volume, VolumeCreate, VolumeMount } from "./extensions/volumes.js";
 export type { ImageInfo } from "./extensions/images.js";
 export type {
+  ForkSpec,
+  SnapshotInfo,
+  TemplateBuild,
+  TemplateInfo,
+  TemplateStep,
+  TemplateVersion,
+} from "./extensions/snapshots.js";
+export type {
   OutputChunk,
   OutputDropped,
   Process,

@@ -11,6 +11,7 @@ import { extLifetime } from "./scenarios/ext-lifetime.js";
 import { extImages } from "./scenarios/ext-images.js";
 import { extNetwork } from "./scenarios/ext-network.js";
 import { extProcesses } from "./scenarios/ext-processes.js";
+import { extSnapshots } from "./scenarios/ext-snapshots.js";
 import { extStats } from "./scenarios/ext-stats.js";
 import { extVolumes } from "./scenarios/ext-volumes.js";
 import { lifecycle } from "./scenarios/lifecycle.js";
@@ -30,6 +31,7 @@ extStats(ctx);
 extVolumes(ctx);
 extNetwork(ctx);
 extImages(ctx);
+extSnapshots(ctx);
 extProcesses(ctx);
 
 describe("conformance", () => {
@@ -95,6 +97,15 @@ describe("conformance", () => {
             "getImage 422",
             "removeImage 422",
             "pruneImages 422",
+            "snapshotSandbox 422",
+            "listSnapshots 422",
+            "getSnapshot 422",
+            "deleteSnapshot 422",
+            "forkSnapshot 422",
+            "buildTemplate 422",
+            "listTemplates 422",
+            "getTemplate 422",
+            "deleteTemplate 422",
           ]
         : [
             "createVolume 201",
@@ -117,6 +128,16 @@ describe("conformance", () => {
             "getImage 404",
             "removeImage 404",
             "pruneImages 200",
+            "snapshotSandbox 409",
+            "listSnapshots 200",
+            "getSnapshot 404",
+            "deleteSnapshot 404",
+            "forkSnapshot 400",
+            "forkSnapshot 404",
+            "listTemplates 200",
+            "getTemplate 400",
+            "getTemplate 404",
+            "deleteTemplate 404",
           ]),
     ];
     const covered = [...ctx.conformance.covered].sort(([a], [b]) => a.localeCompare(b));
@@ -142,6 +163,15 @@ describe("conformance", () => {
       "getImage",
       "removeImage",
       "pruneImages",
+      "snapshotSandbox",
+      "listSnapshots",
+      "getSnapshot",
+      "deleteSnapshot",
+      "forkSnapshot",
+      "buildTemplate",
+      "listTemplates",
+      "getTemplate",
+      "deleteTemplate",
       "startProcess",
       "listProcesses",
       "getProcess",

@@ -104,6 +104,114 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/templates": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** The templates, by name, each with its versions (snapshots), oldest first. */
+        get: operations["listTemplates"];
+        put?: never;
+        /** Build a new version of a template: a sandbox of baseImage runs the steps in order (a command must exit 0), its filesystem is snapshotted as the name's newest version, and it is terminated. Answers once the version is made. */
+        post: operations["buildTemplate"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/templates/{templateRef}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description name (every version), name@version or name@sha256:… (one version). */
+                templateRef: string;
+            };
+            cookie?: never;
+        };
+        get: operations["getTemplate"];
+        put?: never;
+        post?: never;
+        /** Remove the versions named, each with its snapshot; refused (409) while a sandbox runs on one. */
+        delete: operations["deleteTemplate"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/sandboxes/{sandboxId}/snapshots": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Capture the filesystem of a ready or paused sandbox, frozen for the instant it takes, as a snapshot (an image of the provider's store); with a name, the snapshot is that template's newest version. */
+        post: operations["snapshotSandbox"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/snapshots": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** The snapshots, oldest first. */
+        get: operations["listSnapshots"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/snapshots/{snapshotId}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                snapshotId: string;
+            };
+            cookie?: never;
+        };
+        get: operations["getSnapshot"];
+        put?: never;
+        post?: never;
+        /** Remove a snapshot and the template versions that are it; refused (409) while a sandbox runs on it. */
+        delete: operations["deleteSnapshot"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/snapshots/{snapshotId}/fork": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Create count sandboxes of a snapshot, each an ordinary create whose spec.template names it (and whose clientRequestId is the request's with "/fork-<i>" appended), each writing to its own upper. */
+        post: operations["forkSnapshot"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/volumes": {
         parameters: {
             query?: never;
@@ -414,6 +522,78 @@ export interface components {
                 allow?: string[];
                 deny?: string[];
             };
+        };
+        SnapshotRequest: {
+            expectedGeneration: number;
+            /** @description The template the snapshot is a new version of. */
+            name?: string;
+        };
+        SnapshotInfo: {
+            /** @description The snapshot's id, its digest; spec.template may name it. */
+            id: string;
+            /** @description The digest of its image config. */
+            digest: string;
+            sandboxId: string;
+            generation: number;
+            /** @description The image or snapshot the sandbox ran on. */
+            baseDigest: string;
+            /** Format: date-time */
+            createdAt: string;
+            layers: number;
+            /** @description Sandboxes that run on it now. */
+            users: number;
+            /** @description name@version of each template version it is. */
+            templates: string[];
+        };
+        SnapshotList: {
+            snapshots: components["schemas"]["SnapshotInfo"][];
+        };
+        ForkRequest: {
+            count: number;
+            /** @description Makes a repeated fork make no more sandboxes. */
+            clientRequestId?: string;
+            /** @description What each sandbox's spec has besides the snapshot (a SandboxSpec without image, template and clientRequestId). */
+            spec?: {
+                resources?: {
+                    cpuMillis?: number;
+                    memoryMiB?: number;
+                    diskMiB?: number;
+                };
+                requiredCapabilities?: string[];
+                extensions?: Record<string, unknown>;
+            };
+        };
+        ForkResult: {
+            sandboxIds: string[];
+        };
+        TemplateVersion: {
+            version: number;
+            digest: string;
+            /** Format: date-time */
+            createdAt: string;
+            users: number;
+        };
+        TemplateInfo: {
+            name: string;
+            versions: components["schemas"]["TemplateVersion"][];
+        };
+        TemplateList: {
+            templates: components["schemas"]["TemplateInfo"][];
+        };
+        TemplateBuildRequest: {
+            name: string;
+            baseImage: string;
+            steps?: {
+                run?: string[];
+                file?: {
+                    path: string;
+                    /** @description Standard base64. */
+                    content: string;
+                    mode?: number;
+                };
+            }[];
+            env?: string[];
+            workdir?: string;
         };
         ImageInfo: {
             /** @description The manifest's digest. */
@@ -825,6 +1005,242 @@ export interface operations {
             };
             400: components["responses"]["InvalidRequest"];
             404: components["responses"]["NotFound"];
+            422: components["responses"]["UnsupportedCapability"];
+            503: components["responses"]["ProviderUnavailable"];
+        };
+    };
+    listTemplates: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The templates. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["TemplateList"];
+                };
+            };
+            422: components["responses"]["UnsupportedCapability"];
+            503: components["responses"]["ProviderUnavailable"];
+        };
+    };
+    buildTemplate: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["TemplateBuildRequest"];
+            };
+        };
+        responses: {
+            /** @description The template with only its new version. */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["TemplateInfo"];
+                };
+            };
+            400: components["responses"]["InvalidRequest"];
+            404: components["responses"]["NotFound"];
+            422: components["responses"]["UnsupportedCapability"];
+            503: components["responses"]["ProviderUnavailable"];
+        };
+    };
+    getTemplate: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description name (every version), name@version or name@sha256:… (one version). */
+                templateRef: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The template, or only the version named. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["TemplateInfo"];
+                };
+            };
+            400: components["responses"]["InvalidRequest"];
+            404: components["responses"]["NotFound"];
+            422: components["responses"]["UnsupportedCapability"];
+            503: components["responses"]["ProviderUnavailable"];
+        };
+    };
+    deleteTemplate: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description name (every version), name@version or name@sha256:… (one version). */
+                templateRef: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Deleted */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            400: components["responses"]["InvalidRequest"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            422: components["responses"]["UnsupportedCapability"];
+            503: components["responses"]["ProviderUnavailable"];
+        };
+    };
+    snapshotSandbox: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                sandboxId: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["SnapshotRequest"];
+            };
+        };
+        responses: {
+            /** @description The snapshot. */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SnapshotInfo"];
+                };
+            };
+            400: components["responses"]["InvalidRequest"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            422: components["responses"]["UnsupportedCapability"];
+            503: components["responses"]["ProviderUnavailable"];
+        };
+    };
+    listSnapshots: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The snapshots. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SnapshotList"];
+                };
+            };
+            422: components["responses"]["UnsupportedCapability"];
+            503: components["responses"]["ProviderUnavailable"];
+        };
+    };
+    getSnapshot: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                snapshotId: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The snapshot. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SnapshotInfo"];
+                };
+            };
+            404: components["responses"]["NotFound"];
+            422: components["responses"]["UnsupportedCapability"];
+            503: components["responses"]["ProviderUnavailable"];
+        };
+    };
+    deleteSnapshot: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                snapshotId: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Deleted */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            422: components["responses"]["UnsupportedCapability"];
+            503: components["responses"]["ProviderUnavailable"];
+        };
+    };
+    forkSnapshot: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                snapshotId: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["ForkRequest"];
+            };
+        };
+        responses: {
+            /** @description The sandboxes made, in order. */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ForkResult"];
+                };
+            };
+            400: components["responses"]["InvalidRequest"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
             422: components["responses"]["UnsupportedCapability"];
             503: components["responses"]["ProviderUnavailable"];
         };
