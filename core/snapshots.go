@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/sandboxd/sandbox"
@@ -85,9 +86,13 @@ func (r *Runtime) RemoveSnapshot(ctx context.Context, id string) error {
 // MaxFork bounds how many sandboxes one fork makes.
 const MaxFork = 32
 
+// forkParallel bounds how many of a fork's creates run at once.
+const forkParallel = 4
+
 // Fork creates count sandboxes of the snapshot id, each an ordinary create of spec with spec.template
 // naming the snapshot; the i-th's clientRequestId is spec's with "/fork-i" appended, so a repeated
-// fork makes no more. It returns those it made, in order, and stops at the first that fails.
+// fork makes no more. The creates run a few at once. It returns those it made, in order, and the
+// first error of those that failed.
 //
 // Errors: ErrInvalidRequest, ErrNotFound (no such snapshot), ErrUnsupportedCapability, and Create's.
 func (r *Runtime) Fork(ctx context.Context, id string, count int, spec sandbox.Spec) ([]*sandbox.Sandbox, error) {
@@ -108,16 +113,37 @@ func (r *Runtime) Fork(ctx context.Context, id string, count int, spec sandbox.S
 	}
 	key := spec.ClientRequestID
 	spec.Template = id
-	out := make([]*sandbox.Sandbox, 0, count)
+	made := make([]*sandbox.Sandbox, count)
+	errs := make([]error, count)
+	sem := make(chan struct{}, forkParallel)
+	var wg sync.WaitGroup
 	for i := range count {
-		spec.ClientRequestID = key + "/fork-" + strconv.Itoa(i)
-		sb, err := r.Create(ctx, spec)
-		if err != nil {
-			return out, err
-		}
-		out = append(out, sb)
+		one := spec
+		one.ClientRequestID = key + "/fork-" + strconv.Itoa(i)
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			made[i], errs[i] = r.Create(ctx, one)
+		}()
 	}
-	return out, nil
+	wg.Wait()
+	out := make([]*sandbox.Sandbox, 0, count)
+	for i, sb := range made {
+		if errs[i] == nil && sb != nil {
+			out = append(out, sb)
+		}
+	}
+	return out, firstError(errs)
+}
+
+func firstError(errs []error) error {
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // Templates lists the provider's templates. Errors: ErrUnsupportedCapability.

@@ -87,6 +87,9 @@ func (s *Server) forkSnapshot(w http.ResponseWriter, r *http.Request, body []byt
 		return err
 	}
 	req.Spec.ClientRequestID = req.ClientRequestID
+	if err := checkSpec(req.Spec); err != nil {
+		return err
+	}
 	if err := s.checkExtensions(req.Spec); err != nil {
 		return err
 	}

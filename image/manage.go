@@ -357,6 +357,10 @@ func (s *Store) Remove(ref string) error {
 		return err
 	}
 	if !left {
+		if r, err := s.readRecord(digest); err == nil && r.Snapshot != nil {
+			// A snapshot goes with its template versions, as RemoveSnapshot takes it.
+			return s.removeDigestsLocked([]string{digest}, func(string, version) bool { return true })
+		}
 		return os.Remove(s.recordPath(digest))
 	}
 	return nil

@@ -169,6 +169,16 @@ func TestSnapshotKeepsChanges(t *testing.T) {
 	if _, err := s.Lookup(base.Digest); err != nil {
 		t.Fatalf("the base went too: %v", err)
 	}
+	// An image remove of a snapshot's digest takes its template versions with it.
+	sn3, err := s.SnapshotOf(context.Background(), image.Capture{Upper: upper, IDSize: 65536, Name: "other",
+		Origin: image.Origin{Sandbox: "sbx_1", Generation: 1, Base: base.Digest}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	must(t, s.Remove(sn3.Digest))
+	if _, err := s.ResolveTemplate("other"); !errors.Is(err, sandbox.ErrNotFound) {
+		t.Fatalf("other after its snapshot's removal: %v", err)
+	}
 }
 
 // TestHostileUpper: an upper directory that holds device nodes, symlinks out, overlay xattrs of its

@@ -4,6 +4,8 @@
 import { EventHistoryUnavailable, SandboxdError } from "./errors.js";
 import { EventStream, type EventsOptions } from "./events.js";
 import type { ImageInfo } from "./extensions/images.js";
+import type { ForkSpec, SnapshotInfo, TemplateBuild, TemplateInfo } from "./extensions/snapshots.js";
+import { encodeBase64 } from "./base64.js";
 import type { Volume, VolumeCreate } from "./extensions/volumes.js";
 import { Sandbox, type CreateOptions } from "./sandbox.js";
 import { Transport, type RequestOptions, type RetryOptions } from "./transport.js";
@@ -225,6 +227,165 @@ export class Client {
       signal: options.signal,
     });
     return out.layersRemoved;
+  }
+
+  /**
+   * Captures the filesystem of a ready or paused sandbox on an image or a template, frozen for the
+   * instant it takes, as a snapshot (`POST /v1/sandboxes/{id}/snapshots`); with `name`, the snapshot is
+   * that template's newest version. Not repeated after a lost answer (a repeat would make another).
+   * @throws {@link NotFound}, {@link GenerationConflict}, {@link InvalidState} (not running, or on no
+   * image), {@link ValidationError}, {@link UnsupportedCapability}
+   */
+  snapshot(
+    sandboxId: string,
+    expectedGeneration: number,
+    options: CallOptions & { name?: string | undefined; timeoutMs?: number | undefined } = {},
+  ): Promise<SnapshotInfo> {
+    return this.transport.call<SnapshotInfo>({
+      method: "POST",
+      path: `/v1/sandboxes/${encodeURIComponent(sandboxId)}/snapshots`,
+      body: options.name === undefined ? { expectedGeneration } : { expectedGeneration, name: options.name },
+      signal: options.signal,
+      timeoutMs: options.timeoutMs ?? 600_000,
+    });
+  }
+
+  /**
+   * Every snapshot, oldest first.
+   * @throws {@link UnsupportedCapability}
+   */
+  async listSnapshots(options: CallOptions = {}): Promise<SnapshotInfo[]> {
+    const out = await this.transport.call<{ snapshots: SnapshotInfo[] }>({
+      method: "GET",
+      path: "/v1/snapshots",
+      signal: options.signal,
+    });
+    return out.snapshots;
+  }
+
+  /**
+   * One snapshot, by id.
+   * @throws {@link NotFound}, {@link UnsupportedCapability}
+   */
+  getSnapshot(id: string, options: CallOptions = {}): Promise<SnapshotInfo> {
+    return this.transport.call<SnapshotInfo>({
+      method: "GET",
+      path: `/v1/snapshots/${encodeURIComponent(id)}`,
+      signal: options.signal,
+    });
+  }
+
+  /**
+   * Removes a snapshot and the template versions that are it.
+   * @throws {@link NotFound}, {@link InvalidState} (a sandbox runs on it), {@link UnsupportedCapability}
+   */
+  async deleteSnapshot(id: string, options: CallOptions = {}): Promise<void> {
+    await this.#deleteAt(`/v1/snapshots/${encodeURIComponent(id)}`, options);
+  }
+
+  /**
+   * Creates `count` (1 to 32) sandboxes of a snapshot, each with its own copy-on-write filesystem, and
+   * returns their ids; `spec` is what each has besides the snapshot. With a `clientRequestId`, a repeat
+   * makes no more sandboxes, and a lost answer is asked again.
+   * @throws {@link ValidationError}, {@link NotFound}, {@link UnsupportedCapability}
+   */
+  async fork(
+    id: string,
+    count: number,
+    options: CallOptions & {
+      clientRequestId?: string | undefined;
+      spec?: ForkSpec | undefined;
+      timeoutMs?: number | undefined;
+    } = {},
+  ): Promise<string[]> {
+    const body: Record<string, unknown> = { count };
+    if (options.clientRequestId !== undefined) body["clientRequestId"] = options.clientRequestId;
+    if (options.spec !== undefined) body["spec"] = options.spec;
+    const out = await this.transport.call<{ sandboxIds: string[] }>({
+      method: "POST",
+      path: `/v1/snapshots/${encodeURIComponent(id)}/fork`,
+      body,
+      ...(options.clientRequestId !== undefined ? { retry: "safe" as const } : {}),
+      signal: options.signal,
+      timeoutMs: options.timeoutMs ?? 600_000,
+    });
+    return out.sandboxIds;
+  }
+
+  /**
+   * Builds a new version of a template: a sandbox of `baseImage` runs the steps in order, then is
+   * snapshotted as the name's newest version; returns the template with that version only.
+   * @throws {@link ValidationError} (a step failed), {@link NotFound}, {@link UnsupportedCapability}
+   */
+  buildTemplate(
+    build: TemplateBuild,
+    options: CallOptions & { timeoutMs?: number | undefined } = {},
+  ): Promise<TemplateInfo> {
+    const steps = (build.steps ?? []).map((st) => {
+      if ("run" in st) return { run: st.run };
+      const c = st.file.content;
+      const file: Record<string, unknown> = {
+        path: st.file.path,
+        content: encodeBase64(typeof c === "string" ? new TextEncoder().encode(c) : c),
+      };
+      if (st.file.mode !== undefined) file["mode"] = st.file.mode;
+      return { file };
+    });
+    const body: Record<string, unknown> = { name: build.name, baseImage: build.baseImage, steps };
+    if (build.env !== undefined) body["env"] = build.env;
+    if (build.workdir !== undefined) body["workdir"] = build.workdir;
+    return this.transport.call<TemplateInfo>({
+      method: "POST",
+      path: "/v1/templates",
+      body,
+      signal: options.signal,
+      timeoutMs: options.timeoutMs ?? 1_800_000,
+    });
+  }
+
+  /**
+   * Every template, by name.
+   * @throws {@link UnsupportedCapability}
+   */
+  async listTemplates(options: CallOptions = {}): Promise<TemplateInfo[]> {
+    const out = await this.transport.call<{ templates: TemplateInfo[] }>({
+      method: "GET",
+      path: "/v1/templates",
+      signal: options.signal,
+    });
+    return out.templates;
+  }
+
+  /**
+   * A template (`name`) or one version of it (`name@version`, `name@sha256:...`).
+   * @throws {@link ValidationError}, {@link NotFound}, {@link UnsupportedCapability}
+   */
+  getTemplate(ref: string, options: CallOptions = {}): Promise<TemplateInfo> {
+    return this.transport.call<TemplateInfo>({
+      method: "GET",
+      path: `/v1/templates/${encodeURIComponent(ref)}`,
+      signal: options.signal,
+    });
+  }
+
+  /**
+   * Removes a template's versions, or the one named.
+   * @throws {@link NotFound}, {@link InvalidState} (a sandbox runs on one), {@link UnsupportedCapability}
+   */
+  async deleteTemplate(ref: string, options: CallOptions = {}): Promise<void> {
+    await this.#deleteAt(`/v1/templates/${encodeURIComponent(ref)}`, options);
+  }
+
+  async #deleteAt(path: string, options: CallOptions): Promise<void> {
+    await this.transport.call<undefined>({
+      method: "DELETE",
+      path,
+      signal: options.signal,
+      read: async (resp) => {
+        await resp.body?.cancel().catch(() => {});
+        return undefined;
+      },
+    });
   }
 
   /**

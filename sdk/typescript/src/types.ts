@@ -65,6 +65,14 @@ export type { PreviewToken, PreviewTokenOptions } from "./extensions/ports.js";
 export type { Volume, VolumeCreate, VolumeMount } from "./extensions/volumes.js";
 export type { ImageInfo } from "./extensions/images.js";
 export type {
+  ForkSpec,
+  SnapshotInfo,
+  TemplateBuild,
+  TemplateInfo,
+  TemplateStep,
+  TemplateVersion,
+} from "./extensions/snapshots.js";
+export type {
   OutputChunk,
   OutputDropped,
   Process,

@@ -12,6 +12,7 @@ import { extImages } from "./scenarios/ext-images.js";
 import { extNetwork } from "./scenarios/ext-network.js";
 import { extProcesses } from "./scenarios/ext-processes.js";
 import { extPorts } from "./scenarios/ext-ports.js";
+import { extSnapshots } from "./scenarios/ext-snapshots.js";
 import { extStats } from "./scenarios/ext-stats.js";
 import { extVolumes } from "./scenarios/ext-volumes.js";
 import { lifecycle } from "./scenarios/lifecycle.js";
@@ -31,6 +32,7 @@ extStats(ctx);
 extVolumes(ctx);
 extNetwork(ctx);
 extImages(ctx);
+extSnapshots(ctx);
 extProcesses(ctx);
 extPorts(ctx);
 
@@ -102,6 +104,15 @@ describe("conformance", () => {
             "getImage 422",
             "removeImage 422",
             "pruneImages 422",
+            "snapshotSandbox 422",
+            "listSnapshots 422",
+            "getSnapshot 422",
+            "deleteSnapshot 422",
+            "forkSnapshot 422",
+            "buildTemplate 422",
+            "listTemplates 422",
+            "getTemplate 422",
+            "deleteTemplate 422",
           ]
         : [
             "createVolume 201",
@@ -126,6 +137,16 @@ describe("conformance", () => {
             "getImage 404",
             "removeImage 404",
             "pruneImages 200",
+            "snapshotSandbox 409",
+            "listSnapshots 200",
+            "getSnapshot 404",
+            "deleteSnapshot 404",
+            "forkSnapshot 400",
+            "forkSnapshot 404",
+            "listTemplates 200",
+            "getTemplate 400",
+            "getTemplate 404",
+            "deleteTemplate 404",
           ]),
     ];
     const covered = [...ctx.conformance.covered].sort(([a], [b]) => a.localeCompare(b));
@@ -151,6 +172,15 @@ describe("conformance", () => {
       "getImage",
       "removeImage",
       "pruneImages",
+      "snapshotSandbox",
+      "listSnapshots",
+      "getSnapshot",
+      "deleteSnapshot",
+      "forkSnapshot",
+      "buildTemplate",
+      "listTemplates",
+      "getTemplate",
+      "deleteTemplate",
       "startProcess",
       "listProcesses",
       "getProcess",
