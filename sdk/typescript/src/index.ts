@@ -22,6 +22,7 @@ export { LIFETIME_KEY } from "./extensions/lifetime.js";
 export { VOLUMES_KEY } from "./extensions/volumes.js";
 export { NETWORK_KEY, NetworkDenialStream } from "./extensions/network.js";
 export { ProcessOutputStream } from "./extensions/processes.js";
+export { CHECKPOINT_KEY, fromCheckpoint } from "./extensions/checkpoints.js";
 export type { RequestOptions, RetryOptions, RetryPolicy } from "./transport.js";
 export {
   ConnectionError,

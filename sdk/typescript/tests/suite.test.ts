@@ -12,6 +12,7 @@ import { extImages } from "./scenarios/ext-images.js";
 import { extNetwork } from "./scenarios/ext-network.js";
 import { extProcesses } from "./scenarios/ext-processes.js";
 import { extStats } from "./scenarios/ext-stats.js";
+import { extCheckpoints } from "./scenarios/ext-checkpoints.js";
 import { extVolumes } from "./scenarios/ext-volumes.js";
 import { lifecycle } from "./scenarios/lifecycle.js";
 
@@ -31,6 +32,7 @@ extVolumes(ctx);
 extNetwork(ctx);
 extImages(ctx);
 extProcesses(ctx);
+extCheckpoints(ctx);
 
 describe("conformance", () => {
   it("every answer the SDK decoded matches its schema in api/openapi.yaml or api/extensions.yaml", (t) => {
@@ -95,6 +97,8 @@ describe("conformance", () => {
             "getImage 422",
             "removeImage 422",
             "pruneImages 422",
+            "checkpointSandbox 422",
+            "listCheckpoints 422",
           ]
         : [
             "createVolume 201",
@@ -127,6 +131,8 @@ describe("conformance", () => {
     // reached through request(), whose answers are checked all the same).
     const extensions = ctx.conformance.operations.filter((o) => o.document === "extensions.yaml").map((o) => o.id);
     for (const id of [
+      "checkpointSandbox",
+      "listCheckpoints",
       "getSandboxStats",
       "getMetrics",
       "listVolumes",

@@ -42,6 +42,7 @@ from .errors import (
     WaitTimeout,
 )
 from .extensions import (
+    Checkpoint,
     ImageInfo,
     Lifetime,
     NetworkDenial,
@@ -80,6 +81,7 @@ __all__ = [
     "AsyncFiles",
     "AsyncOutputStream",
     "AsyncSandbox",
+    "Checkpoint",
     "Client",
     "CommandFailed",
     "CommandResult",
