@@ -129,4 +129,3 @@ func benchRunsc(b *testing.B, runsc, stateDir string, mib int) {
 	b.ReportMetric(float64(ckpt.Milliseconds())/float64(b.N), "checkpoint-ms")
 	b.ReportMetric(float64(restore.Milliseconds())/float64(b.N), "restore-ms")
 }
-
