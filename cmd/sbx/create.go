@@ -21,6 +21,7 @@ type specFlags struct {
 	ttl, idle                  time.Duration
 	onIdle                     string
 	volumes                    []string
+	fromCheckpoint             string
 }
 
 func (f *specFlags) bind(fs *pflag.FlagSet) {
@@ -36,6 +37,7 @@ func (f *specFlags) bind(fs *pflag.FlagSet) {
 	fs.DurationVar(&f.idle, "idle", 0, "idle bound: the sandbox is paused (or terminated, --on-idle) after this long unused (whole seconds)")
 	fs.StringVar(&f.onIdle, "on-idle", "", "what an idle sandbox undergoes: pause or terminate (default: the daemon's)")
 	fs.StringArrayVarP(&f.volumes, "volume", "v", nil, "mount a persistent volume: NAME:PATH, or NAME:PATH:ro (repeatable; sandboxd.volumes)")
+	fs.StringVar(&f.fromCheckpoint, "from-checkpoint", "", "start from a checkpoint: SANDBOX_ID/CHECKPOINT_ID (needs memorySnapshot; sandboxd.checkpoint)")
 }
 
 // spec builds the sandbox spec from the flags.
@@ -82,6 +84,13 @@ func (f *specFlags) spec() (sandbox.Spec, error) {
 		if s, err = client.VolumeMounts(s, mounts...); err != nil {
 			return sandbox.Spec{}, err
 		}
+	}
+	if f.fromCheckpoint != "" {
+		id, ckpt, ok := strings.Cut(f.fromCheckpoint, "/")
+		if !ok || id == "" || ckpt == "" {
+			return sandbox.Spec{}, usagef("--from-checkpoint %q: want SANDBOX_ID/CHECKPOINT_ID (sbx checkpoints ID lists them)", f.fromCheckpoint)
+		}
+		s = client.ForkSpec(s, sandbox.ID(id), ckpt)
 	}
 	if f.ttl != 0 || f.idle != 0 || f.onIdle != "" {
 		if _, ok := s.Extensions["sandboxd.lifetime"]; ok {

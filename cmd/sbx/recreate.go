@@ -38,7 +38,7 @@ is built from the flags alone.`,
 // specFlagsChanged reports whether any flag describing the spec was given (the request id alone is not
 // a spec).
 func specFlagsChanged(cmd *cobra.Command) bool {
-	for _, name := range []string{"image", "template", "cpu", "memory", "disk", "require", "extension"} {
+	for _, name := range []string{"image", "template", "cpu", "memory", "disk", "require", "extension", "from-checkpoint"} {
 		if cmd.Flags().Changed(name) {
 			return true
 		}

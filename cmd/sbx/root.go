@@ -65,7 +65,7 @@ error, and 1 for any other error, printed as "sbx: <error code>: <message>".`,
 		a.createCmd(), a.lsCmd(), a.getCmd(), a.runtimeCmd(), a.execCmd(), a.runCmd(),
 		a.cpCmd(), a.catCmd(), a.filesCmd(),
 		a.pauseCmd(), a.resumeCmd(), a.terminateCmd(), a.recreateCmd(), a.reconcileCmd(),
-		a.eventsCmd(), a.statsCmd(), a.topCmd(), a.volumeCmd(), a.networkCmd(),
+		a.eventsCmd(), a.statsCmd(), a.topCmd(), a.volumeCmd(), a.networkCmd(), a.checkpointCmd(), a.checkpointsCmd(),
 		a.imageCmd(), a.snapshotCmd(), a.forkCmd(), a.templateCmd(), a.procCmd(), a.shellCmd(),
 		a.portForwardCmd(), a.previewCmd(),
 	)

@@ -36,6 +36,10 @@ import (
 // program in a sandbox of another name, and its table of processes is the one of the moment of the
 // checkpoint.
 
+// suspendSettle is how long a checkpoint waits after the agent's answer to a suspend before runsc
+// saves the sandbox.
+const suspendSettle = 200 * time.Millisecond
+
 // CheckpointKey is the spec.extensions key that starts a sandbox from a checkpoint.
 const CheckpointKey = "sandboxd.checkpoint"
 
@@ -126,7 +130,9 @@ func (p *Provider) Checkpoint(ctx context.Context, ref sandbox.Ref, leaveRunning
 	if err := b.client.Suspend(ctx, rec.Socket); err != nil {
 		return fail(err)
 	}
-	time.Sleep(200 * time.Millisecond)
+	// Nothing on the host tells when the agent has closed its socket: the gofer keeps the host's end
+	// bound, so a dial still succeeds. The agent closes it 20 ms after its answer.
+	time.Sleep(suspendSettle)
 	args := []string{"checkpoint", "--image-path", filepath.Join(tmp, "image")}
 	if leaveRunning {
 		args = append(args, "--leave-running")
@@ -478,28 +484,6 @@ func (p *Provider) createFork(ctx context.Context, b *box, res sandbox.Resources
 	b.cid.Store(nil)
 	b.settled = closed
 	return p.startFork(ctx, b, m, rec)
-}
-
-// waitRefused waits, up to 5 s, until nothing accepts on the unix socket at path.
-func waitRefused(ctx context.Context, path string) error {
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	for {
-		var d net.Dialer
-		c, err := d.DialContext(ctx, "unix", path)
-		if err != nil {
-			if ctx.Err() != nil {
-				return ctx.Err()
-			}
-			return nil
-		}
-		c.Close()
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(5 * time.Millisecond):
-		}
-	}
 }
 
 // shareRange holds rec's uid range for a fork, unless a sandbox of another lineage (or a warm pool

@@ -69,6 +69,8 @@ EXTENSION_OPERATIONS = frozenset(
     {
         "getSandboxStats",
         "getMetrics",
+        "checkpointSandbox",
+        "listCheckpoints",
         "listVolumes",
         "createVolume",
         "getVolume",

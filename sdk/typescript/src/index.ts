@@ -23,6 +23,7 @@ export { VOLUMES_KEY } from "./extensions/volumes.js";
 export { NETWORK_KEY, NetworkDenialStream } from "./extensions/network.js";
 export { ProcessOutputStream } from "./extensions/processes.js";
 export { parsePort } from "./extensions/ports.js";
+export { CHECKPOINT_KEY, fromCheckpoint } from "./extensions/checkpoints.js";
 export type { RequestOptions, RetryOptions, RetryPolicy } from "./transport.js";
 export {
   ConnectionError,

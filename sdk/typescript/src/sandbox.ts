@@ -32,6 +32,7 @@ import {
 } from "./extensions/processes.js";
 import type { SandboxStats } from "./extensions/stats.js";
 import { parsePort, type PreviewToken, type PreviewTokenOptions } from "./extensions/ports.js";
+import type { Checkpoint } from "./extensions/checkpoints.js";
 import { encodeBase64 } from "./base64.js";
 import { VOLUMES_KEY } from "./extensions/volumes.js";
 import type { CommandResultBody, CreateSpec, SandboxResource, SandboxSpec, SandboxState } from "./types.js";
@@ -218,6 +219,38 @@ export class Sandbox {
       body: options.ttlSeconds === undefined ? {} : { ttlSeconds: options.ttlSeconds },
       signal: options.signal,
     });
+  }
+
+  /**
+   * Writes the ready sandbox's memory, processes and /workspace to a checkpoint
+   * (`POST /v1/sandboxes/{id}/actions/checkpoint`). Without `leaveRunning` the sandbox is paused at it
+   * and {@link Sandbox.resume} restores it; the state seen here is refreshed. A new sandbox starts from
+   * it with `extensions: fromCheckpoint(id, checkpoint.id)`. Fenced by the generation.
+   * @throws {@link UnsupportedCapability} (no `memorySnapshot`), {@link InvalidState},
+   * {@link GenerationConflict}, {@link ProviderUnavailable}
+   */
+  async checkpoint(options: CallOptions & { leaveRunning?: boolean } = {}): Promise<Checkpoint> {
+    const res = await this.client.transport.call<{ checkpoint: Checkpoint; state: string }>({
+      method: "POST",
+      path: `${this.#path}/actions/checkpoint`,
+      body: { expectedGeneration: this.generation, leaveRunning: options.leaveRunning ?? false },
+      signal: options.signal,
+    });
+    await this.refresh({ signal: options.signal });
+    return res.checkpoint;
+  }
+
+  /**
+   * The checkpoints taken of the sandbox, oldest first (`GET /v1/sandboxes/{id}/checkpoints`).
+   * @throws {@link UnsupportedCapability}, {@link NotFound}
+   */
+  async checkpoints(options: CallOptions = {}): Promise<Checkpoint[]> {
+    const res = await this.client.transport.call<{ checkpoints: Checkpoint[] }>({
+      method: "GET",
+      path: `${this.#path}/checkpoints`,
+      signal: options.signal,
+    });
+    return res.checkpoints;
   }
 
   /**

@@ -62,6 +62,7 @@ export type CreateSpec = Omit<SandboxSpec, "clientRequestId"> & {
 export type { Lifetime, RecordedLifetime } from "./extensions/lifetime.js";
 export type { SandboxStats } from "./extensions/stats.js";
 export type { PreviewToken, PreviewTokenOptions } from "./extensions/ports.js";
+export type { Checkpoint } from "./extensions/checkpoints.js";
 export type { Volume, VolumeCreate, VolumeMount } from "./extensions/volumes.js";
 export type { ImageInfo } from "./extensions/images.js";
 export type {

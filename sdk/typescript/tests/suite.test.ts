@@ -14,6 +14,7 @@ import { extProcesses } from "./scenarios/ext-processes.js";
 import { extPorts } from "./scenarios/ext-ports.js";
 import { extSnapshots } from "./scenarios/ext-snapshots.js";
 import { extStats } from "./scenarios/ext-stats.js";
+import { extCheckpoints } from "./scenarios/ext-checkpoints.js";
 import { extVolumes } from "./scenarios/ext-volumes.js";
 import { lifecycle } from "./scenarios/lifecycle.js";
 
@@ -35,6 +36,7 @@ extImages(ctx);
 extSnapshots(ctx);
 extProcesses(ctx);
 extPorts(ctx);
+extCheckpoints(ctx);
 
 describe("conformance", () => {
   it("every answer the SDK decoded matches its schema in api/openapi.yaml or api/extensions.yaml", (t) => {
@@ -113,6 +115,8 @@ describe("conformance", () => {
             "listTemplates 422",
             "getTemplate 422",
             "deleteTemplate 422",
+            "checkpointSandbox 422",
+            "listCheckpoints 422",
           ]
         : [
             "createVolume 201",
@@ -157,6 +161,8 @@ describe("conformance", () => {
     // reached through request(), whose answers are checked all the same).
     const extensions = ctx.conformance.operations.filter((o) => o.document === "extensions.yaml").map((o) => o.id);
     for (const id of [
+      "checkpointSandbox",
+      "listCheckpoints",
       "getSandboxStats",
       "getMetrics",
       "listVolumes",

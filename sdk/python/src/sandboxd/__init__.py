@@ -43,6 +43,7 @@ from .errors import (
     WaitTimeout,
 )
 from .extensions import (
+    Checkpoint,
     ImageInfo,
     Lifetime,
     NetworkDenial,
@@ -85,6 +86,7 @@ __all__ = [
     "AsyncFiles",
     "AsyncOutputStream",
     "AsyncSandbox",
+    "Checkpoint",
     "Client",
     "CommandFailed",
     "CommandResult",

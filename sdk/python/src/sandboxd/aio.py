@@ -106,6 +106,7 @@ from .extensions.processes import (
     write_process_stdin,
 )
 from .extensions.ports import PreviewToken, create_preview_token, port_path
+from .extensions.checkpoints import Checkpoint, checkpoint_list, checkpoint_sandbox, list_checkpoints
 from .extensions.stats import SandboxStats, get_metrics, get_sandbox_stats
 from .extensions.images import (
     ImageInfo,
@@ -732,6 +733,17 @@ class AsyncSandbox:
     def lifetime(self) -> Optional[RecordedLifetime]:
         """See :attr:`sandboxd.Sandbox.lifetime`."""
         return RecordedLifetime.of(self.resource.provider_extensions)
+
+    async def checkpoint(self, *, leave_running: bool = False) -> Checkpoint:
+        """See :meth:`sandboxd.Sandbox.checkpoint`."""
+        raw = await self.client._call(checkpoint_sandbox(self.id, self.generation, leave_running))
+        c = Checkpoint.from_json(raw["checkpoint"])
+        await self.refresh()
+        return c
+
+    async def checkpoints(self) -> list[Checkpoint]:
+        """See :meth:`sandboxd.Sandbox.checkpoints`."""
+        return checkpoint_list(await self.client._call(list_checkpoints(self.id)))
 
     async def stats(self) -> SandboxStats:
         """See :meth:`sandboxd.Sandbox.stats`."""

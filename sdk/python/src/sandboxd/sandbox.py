@@ -70,6 +70,7 @@ from .extensions.processes import (
     write_process_stdin,
 )
 from .extensions.ports import PreviewToken, create_preview_token, port_path
+from .extensions.checkpoints import Checkpoint, checkpoint_list, checkpoint_sandbox, list_checkpoints
 from .extensions.stats import SandboxStats, get_sandbox_stats
 from .extensions.volumes import VolumeMount
 from .types import (
@@ -322,6 +323,22 @@ class Sandbox:
             return finish(self.resource, tr, wanted, self)
 
     # --- beyond the contract ---
+
+    def checkpoint(self, *, leave_running: bool = False) -> Checkpoint:
+        """Writes the ready sandbox's memory, processes and /workspace to a checkpoint
+        (``POST /v1/sandboxes/{id}/actions/checkpoint``). Without ``leave_running`` the sandbox is paused
+        at it and :meth:`resume` restores it; the state seen here is refreshed. A new sandbox starts from
+        it with ``extensions=sandboxd.extensions.from_checkpoint(id, checkpoint.id)``. Fenced by the
+        generation. Errors: GenerationConflict, InvalidState, UnsupportedCapability (no
+        ``memorySnapshot``), ProviderUnavailable."""
+        c = Checkpoint.from_json(self.client._call(checkpoint_sandbox(self.id, self.generation, leave_running))["checkpoint"])
+        self.refresh()
+        return c
+
+    def checkpoints(self) -> list[Checkpoint]:
+        """The checkpoints taken of the sandbox, oldest first (``GET /v1/sandboxes/{id}/checkpoints``).
+        Errors: NotFound, UnsupportedCapability."""
+        return checkpoint_list(self.client._call(list_checkpoints(self.id)))
 
     def stats(self) -> SandboxStats:
         """What the sandbox uses now (``GET /v1/sandboxes/{id}/stats``): CPU time, memory, processes,

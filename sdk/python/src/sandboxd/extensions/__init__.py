@@ -2,6 +2,8 @@
 group of that document, each with the group's data types (frozen dataclasses like
 :mod:`sandboxd.types`, whose ``schema`` names their schema in ``extensions.yaml``) and its requests.
 
+- :mod:`sandboxd.extensions.checkpoints`: checkpoints of a sandbox's memory and processes, and
+  ``spec.extensions["sandboxd.checkpoint"]``, a sandbox started from one.
 - :mod:`sandboxd.extensions.images`: ``/v1/images``, the images a provider holds (list, pull,
   import, inspect, remove, prune); a create's ``image=`` runs on one.
 - :mod:`sandboxd.extensions.snapshots`: ``/v1/snapshots`` and ``/v1/templates``, snapshots of a
@@ -28,6 +30,7 @@ and the other process methods, :meth:`sandboxd.Sandbox.process_output`) are used
 
 from __future__ import annotations
 
+from .checkpoints import CHECKPOINT_KEY, Checkpoint, from_checkpoint
 from .images import ImageInfo, ImageList, ImagePruneResult, ImageRemoved
 from .lifetime import LIFETIME_KEY, Lifetime, OnIdle, RecordedLifetime
 from .network import NETWORK_KEY, Egress, NetworkDenial, NetworkDenialsEnd, NetworkPolicy, NetworkStatus
@@ -38,9 +41,11 @@ from .stats import SandboxStats
 from .volumes import VOLUMES_KEY, Volume, VolumeMount
 
 __all__ = [
+    "CHECKPOINT_KEY",
     "LIFETIME_KEY",
     "NETWORK_KEY",
     "VOLUMES_KEY",
+    "Checkpoint",
     "Egress",
     "ForkResult",
     "SnapshotInfo",
@@ -70,4 +75,5 @@ __all__ = [
     "Volume",
     "VolumeMount",
     "parse_port",
+    "from_checkpoint",
 ]
