@@ -34,7 +34,8 @@ func newRoot(ctx context.Context, stdin io.Reader, stdout, stderr io.Writer) *co
 		Short: "Create and drive sandboxes through sandboxd",
 		Long: `sbx creates, inspects and drives sandboxes through the sandboxd HTTP API.
 
-The daemon is found at $SANDBOXD_URL (default ` + client.DefaultURL + `).
+The daemon is found at $SANDBOXD_URL (default ` + client.DefaultURL + `); when it wants a
+bearer token, sbx sends $SANDBOXD_TOKEN (never a flag: a command line is visible to others).
 Every command prints a table by default and JSON with -o json. Colour is used only
 on a terminal, and never when NO_COLOR is set.
 
@@ -84,7 +85,11 @@ func (a *app) setup(cmd *cobra.Command, _ []string) error {
 	if u == "" {
 		u = os.Getenv("SANDBOXD_URL")
 	}
-	c, err := client.New(u)
+	var opts []client.Option
+	if tok := os.Getenv("SANDBOXD_TOKEN"); tok != "" {
+		opts = append(opts, client.WithToken(tok))
+	}
+	c, err := client.New(u, opts...)
 	if err != nil {
 		return usagef("%v", err)
 	}

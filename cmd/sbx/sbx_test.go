@@ -58,15 +58,22 @@ func setupDaemon(env *testscript.Env) error {
 	if err != nil {
 		return err
 	}
+	// Every script's daemon wants a token, so every command is shown to send $SANDBOXD_TOKEN.
+	const token = "sbx-script-token"
+	tokens, err := httpapi.NewTokens(token)
+	if err != nil {
+		return err
+	}
 	s, err := stack.Start(dir, prov,
 		stack.StoreConfig(func(c *sqlite.Config) { c.Retention = 1000 }),
 		stack.Core(func(c *core.Config) { c.Logger = logger }),
-		stack.API(func(c *httpapi.Config) { c.Logger = logger }))
+		stack.API(func(c *httpapi.Config) { c.Logger = logger; c.Tokens = tokens }))
 	if err != nil {
 		return err
 	}
 	env.Defer(s.Close)
 	env.Setenv("SANDBOXD_URL", s.URL)
+	env.Setenv("SANDBOXD_TOKEN", token)
 	return nil
 }
 
