@@ -11,6 +11,9 @@ group of that document, each with the group's data types (frozen dataclasses lik
   ``spec.extensions["sandboxd.volumes"]``, the volumes a sandbox mounts.
 - :mod:`sandboxd.extensions.network`: ``spec.extensions["sandboxd.network"]``, a sandbox's egress
   policy; ``GET|PUT /v1/sandboxes/{sandboxId}/network`` and the stream of its denials.
+- :mod:`sandboxd.extensions.files`: ``/v1/sandboxes/{sandboxId}/files/raw``, files of any size
+  streamed in and out with their SHA-256 checked and uploads resumed, and the stream of a
+  directory's changes (``.../files/watch``).
 - :mod:`sandboxd.extensions.processes`: ``/v1/sandboxes/{sandboxId}/processes``, background
   processes, their stdin, signals and the resumable stream of their output.
 
