@@ -22,6 +22,15 @@ export { LIFETIME_KEY } from "./extensions/lifetime.js";
 export { VOLUMES_KEY } from "./extensions/volumes.js";
 export { NETWORK_KEY, NetworkDenialStream } from "./extensions/network.js";
 export { ProcessOutputStream } from "./extensions/processes.js";
+export {
+  FileWatchStream,
+  type FileChange,
+  type FileWatchEnd,
+  type RawFile,
+  type RawFileWritten,
+  type UploadOptions,
+  type WatchOptions,
+} from "./extensions/files.js";
 export type { RequestOptions, RetryOptions, RetryPolicy } from "./transport.js";
 export {
   ConnectionError,

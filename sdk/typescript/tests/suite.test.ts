@@ -13,6 +13,7 @@ import { extNetwork } from "./scenarios/ext-network.js";
 import { extProcesses } from "./scenarios/ext-processes.js";
 import { extStats } from "./scenarios/ext-stats.js";
 import { extVolumes } from "./scenarios/ext-volumes.js";
+import { extFiles } from "./scenarios/ext-files.js";
 import { lifecycle } from "./scenarios/lifecycle.js";
 
 const ctx = new Context();
@@ -31,6 +32,7 @@ extVolumes(ctx);
 extNetwork(ctx);
 extImages(ctx);
 extProcesses(ctx);
+extFiles(ctx);
 
 describe("conformance", () => {
   it("every answer the SDK decoded matches its schema in api/openapi.yaml or api/extensions.yaml", (t) => {
@@ -80,6 +82,14 @@ describe("conformance", () => {
       "streamProcessOutput output",
       "streamProcessOutput end",
       "streamProcessOutput 409",
+      // raw files and watch
+      "putRawFile 200",
+      "getRawFile 200",
+      "getRawFile 206",
+      "getRawFile 404",
+      "watchFiles 200",
+      "watchFiles change",
+      "watchFiles 404",
       ...(ctx.daemon.provider === "host"
         ? [
             "createVolume 422",
@@ -149,6 +159,9 @@ describe("conformance", () => {
       "writeProcessStdin",
       "signalProcess",
       "streamProcessOutput",
+      "putRawFile",
+      "getRawFile",
+      "watchFiles",
     ])
       assert.ok(extensions.includes(id), `${id} not in extensions.yaml`);
     const missing = want.filter((k) => !ctx.conformance.covered.has(k));

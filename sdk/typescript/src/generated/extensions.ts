@@ -359,6 +359,116 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/sandboxes/{sandboxId}/files/raw": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                sandboxId: components["parameters"]["ProcessSandboxId"];
+            };
+            cookie?: never;
+        };
+        /**
+         * Read a file as raw bytes, whole or one byte range.
+         * @description `Range: bytes=START-[END]` answers 206 with Content-Range; a range that starts past the end is
+         *     416 with `Content-Range: bytes *\/SIZE`. Other Range forms (several ranges, a suffix) are
+         *     answered with the whole file. A read of the whole file carries `Repr-Digest` (the SHA-256 of
+         *     the file it sends); a ranged read carries it when the client sends `Want-Repr-Digest: sha-256=1`.
+         */
+        get: operations["getRawFile"];
+        /**
+         * Write a file of any size the sandbox's disk holds from the raw request body.
+         * @description The body is the file's bytes (from `offset`, for an upload resumed). The write is atomic: the
+         *     bytes go to a temporary file beside the target, renamed over it once whole; until then the
+         *     old file stays. A `Repr-Digest: sha-256=:<base64>:` header (RFC 9530) is checked against the
+         *     bytes of the whole file: on a mismatch the write fails with 400 and the old file stays. The
+         *     answer carries the digest of what was written, in `Repr-Digest` and in the body. With
+         *     `upload` (a name the client picks), a body that breaks off leaves its partial file for a later
+         *     PUT with the same `upload` and `offset` at the bytes it holds (GET .../files/upload says how
+         *     many); a partial nobody comes back for is removed after 24 hours. A sandbox whose disk
+         *     (diskMiB) cannot hold the file answers 413 request_too_large, and the old file stays. Records
+         *     the contract's sandbox.file_written event.
+         */
+        put: operations["putRawFile"];
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/sandboxes/{sandboxId}/files/upload": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                sandboxId: components["parameters"]["ProcessSandboxId"];
+            };
+            cookie?: never;
+        };
+        /** How many bytes of a resumable upload the sandbox holds (0 when none). */
+        get: operations["getUploadState"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/sandboxes/{sandboxId}/files/archive": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                sandboxId: components["parameters"]["ProcessSandboxId"];
+            };
+            cookie?: never;
+        };
+        /** A directory as a tar stream; symlinks are archived as links, never followed. */
+        get: operations["getArchive"];
+        /**
+         * Extract a tar stream into a directory, made if missing.
+         * @description Entries are confined to the directory: a name that is absolute or climbs with "..", a path
+         *     through a symlink (the archive's own or the sandbox's), a device node or a FIFO is refused
+         *     with 400, and a file is written beside its target and renamed, so an entry over a symlink
+         *     replaces the link. Not atomic as a whole: the entries before a refused one stay.
+         */
+        put: operations["putArchive"];
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/sandboxes/{sandboxId}/files/watch": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                sandboxId: components["parameters"]["ProcessSandboxId"];
+            };
+            cookie?: never;
+        };
+        /**
+         * @description Server-Sent Events of the changes under a directory: `event: change` (a FileChangeEvent:
+         *     created, modified, deleted or renamed, its path as the client would pass it back); `event:
+         *     overflow` when changes were dropped (read the directory again); a `: heartbeat` comment at
+         *     least every heartbeat interval; and last, always, `event: end` (a ProcessEndEvent without
+         *     offset meaning) when the sandbox is paused, terminated or recreated, the directory goes
+         *     (reason error), the agent stops answering, or the daemon stops. At most 8 watches are open on
+         *     one sandbox at once; one more is a 409 invalid_state.
+         */
+        get: operations["watchFiles"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
 }
 export type webhooks = Record<string, never>;
 export interface components {
@@ -598,6 +708,31 @@ export interface components {
             exitCode?: number | null;
             message?: string;
         };
+        RawFileWritten: {
+            path: string;
+            size: number;
+            /** @description SHA-256 of the file, as RFC 9530 writes it: sha-256=:base64: */
+            digest: string;
+        };
+        UploadState: {
+            path: string;
+            upload: string;
+            /** @description The bytes the partial holds; a PUT resumes with this offset */
+            offset: number;
+        };
+        ArchiveWritten: {
+            path: string;
+            entries: number;
+            bytes: number;
+        };
+        FileChangeEvent: {
+            /** @enum {string} */
+            kind: "created" | "modified" | "deleted" | "renamed" | "overflow";
+            path?: string;
+            /** @description The old path of a rename */
+            from?: string;
+            dir?: boolean;
+        };
     };
     responses: {
         /** @description No such sandbox or resource */
@@ -654,6 +789,33 @@ export interface components {
                 "application/json": components["schemas"]["ErrorResponse"];
             };
         };
+        /** @description The request, or the file it writes, is larger than allowed or than the sandbox's disk holds */
+        RequestTooLarge: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": components["schemas"]["ErrorResponse"];
+            };
+        };
+        /** @description The range starts past the end of the file */
+        RangeNotSatisfiable: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": components["schemas"]["ErrorResponse"];
+            };
+        };
+        /** @description The provider answered something malformed */
+        ProviderProtocol: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": components["schemas"]["ErrorResponse"];
+            };
+        };
         /** @description An error */
         ProcessError: {
             headers: {
@@ -665,6 +827,8 @@ export interface components {
         };
     };
     parameters: {
+        FilePath: string;
+        FileUpload: string;
         ProcessSandboxId: string;
         ProcessPid: number;
         ProcessExpectedGeneration: number;
@@ -1445,6 +1609,216 @@ export interface operations {
             422: components["responses"]["ProcessError"];
             502: components["responses"]["ProcessError"];
             503: components["responses"]["ProcessError"];
+        };
+    };
+    getRawFile: {
+        parameters: {
+            query: {
+                expectedGeneration: components["parameters"]["ProcessExpectedGeneration"];
+                path: components["parameters"]["FilePath"];
+            };
+            header?: never;
+            path: {
+                sandboxId: components["parameters"]["ProcessSandboxId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The whole file */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/octet-stream": string;
+                };
+            };
+            /** @description One byte range of the file */
+            206: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/octet-stream": string;
+                };
+            };
+            400: components["responses"]["InvalidRequest"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            416: components["responses"]["RangeNotSatisfiable"];
+            422: components["responses"]["UnsupportedCapability"];
+            502: components["responses"]["ProviderProtocol"];
+            503: components["responses"]["ProviderUnavailable"];
+        };
+    };
+    putRawFile: {
+        parameters: {
+            query: {
+                expectedGeneration: components["parameters"]["ProcessExpectedGeneration"];
+                path: components["parameters"]["FilePath"];
+                upload?: components["parameters"]["FileUpload"];
+                offset?: number;
+            };
+            header?: never;
+            path: {
+                sandboxId: components["parameters"]["ProcessSandboxId"];
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/octet-stream": string;
+            };
+        };
+        responses: {
+            /** @description Written */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RawFileWritten"];
+                };
+            };
+            400: components["responses"]["InvalidRequest"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            413: components["responses"]["RequestTooLarge"];
+            422: components["responses"]["UnsupportedCapability"];
+            502: components["responses"]["ProviderProtocol"];
+            503: components["responses"]["ProviderUnavailable"];
+        };
+    };
+    getUploadState: {
+        parameters: {
+            query: {
+                expectedGeneration: components["parameters"]["ProcessExpectedGeneration"];
+                path: components["parameters"]["FilePath"];
+                upload: string;
+            };
+            header?: never;
+            path: {
+                sandboxId: components["parameters"]["ProcessSandboxId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The upload's state */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["UploadState"];
+                };
+            };
+            400: components["responses"]["InvalidRequest"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            422: components["responses"]["UnsupportedCapability"];
+            502: components["responses"]["ProviderProtocol"];
+            503: components["responses"]["ProviderUnavailable"];
+        };
+    };
+    getArchive: {
+        parameters: {
+            query: {
+                expectedGeneration: components["parameters"]["ProcessExpectedGeneration"];
+                path: components["parameters"]["FilePath"];
+            };
+            header?: never;
+            path: {
+                sandboxId: components["parameters"]["ProcessSandboxId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The tar stream (PAX); a stream cut short lacks the tar's end blocks. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/x-tar": string;
+                };
+            };
+            400: components["responses"]["InvalidRequest"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            422: components["responses"]["UnsupportedCapability"];
+            502: components["responses"]["ProviderProtocol"];
+            503: components["responses"]["ProviderUnavailable"];
+        };
+    };
+    putArchive: {
+        parameters: {
+            query: {
+                expectedGeneration: components["parameters"]["ProcessExpectedGeneration"];
+                path: components["parameters"]["FilePath"];
+            };
+            header?: never;
+            path: {
+                sandboxId: components["parameters"]["ProcessSandboxId"];
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/x-tar": string;
+            };
+        };
+        responses: {
+            /** @description Extracted */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ArchiveWritten"];
+                };
+            };
+            400: components["responses"]["InvalidRequest"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            413: components["responses"]["RequestTooLarge"];
+            422: components["responses"]["UnsupportedCapability"];
+            502: components["responses"]["ProviderProtocol"];
+            503: components["responses"]["ProviderUnavailable"];
+        };
+    };
+    watchFiles: {
+        parameters: {
+            query: {
+                expectedGeneration: components["parameters"]["ProcessExpectedGeneration"];
+                path: components["parameters"]["FilePath"];
+                recursive?: boolean;
+            };
+            header?: never;
+            path: {
+                sandboxId: components["parameters"]["ProcessSandboxId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Server-Sent Events stream */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "text/event-stream": string;
+                };
+            };
+            400: components["responses"]["InvalidRequest"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            422: components["responses"]["UnsupportedCapability"];
+            502: components["responses"]["ProviderProtocol"];
+            503: components["responses"]["ProviderUnavailable"];
         };
     };
 }
