@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 import io
 import os
-from typing import Any
+from typing import Any, List, Optional
 
 import pytest
 
@@ -27,7 +27,7 @@ class Flaky(io.BytesIO):
             self.passes += 1
         return super().seek(pos, whence)
 
-    def read(self, n: int = -1) -> bytes:
+    def read(self, n: Optional[int] = -1) -> bytes:
         if self.passes == 1 and not self.broke and self.tell() >= 2 << 20:
             self.broke = True
             raise OSError("network down")
@@ -38,7 +38,7 @@ def test_raw_files(daemon: Daemon) -> None:
     with sandboxd.Client(daemon.url, daemon.token) as api:
         with api.create_sandbox() as sb:
             data = os.urandom(5 << 20)
-            seen = []
+            seen: List[int] = []
             w = sb.upload("big.bin", data, progress=seen.append)
             assert w.size == len(data) and seen[-1] == len(data)
             out = io.BytesIO()

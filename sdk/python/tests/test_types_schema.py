@@ -43,6 +43,9 @@ CLASSES: List[Any] = [
     x.ImagePruneResult,
     x.Process,
     x.OutputDropped,
+    x.RawFileWritten,
+    x.UploadState,
+    x.FileChange,
     x.ProcessEnd,
 ]
 

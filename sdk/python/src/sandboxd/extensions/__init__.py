@@ -27,6 +27,7 @@ and the other process methods, :meth:`sandboxd.Sandbox.process_output`) are used
 
 from __future__ import annotations
 
+from .files import FileChange, RawFileWritten, UploadState
 from .images import ImageInfo, ImageList, ImagePruneResult, ImageRemoved
 from .lifetime import LIFETIME_KEY, Lifetime, OnIdle, RecordedLifetime
 from .network import NETWORK_KEY, Egress, NetworkDenial, NetworkDenialsEnd, NetworkPolicy, NetworkStatus
@@ -39,6 +40,7 @@ __all__ = [
     "NETWORK_KEY",
     "VOLUMES_KEY",
     "Egress",
+    "FileChange",
     "ImageInfo",
     "ImageList",
     "ImagePruneResult",
@@ -53,9 +55,11 @@ __all__ = [
     "OutputDropped",
     "Process",
     "ProcessEnd",
+    "RawFileWritten",
     "RecordedLifetime",
     "SandboxStats",
     "Signal",
+    "UploadState",
     "Volume",
     "VolumeMount",
 ]

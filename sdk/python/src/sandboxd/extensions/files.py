@@ -20,7 +20,7 @@ import json
 import secrets
 import time
 from dataclasses import dataclass
-from typing import IO, Any, Callable, ClassVar, Iterator, List, Optional, Union
+from typing import IO, Any, Callable, ClassVar, Dict, Iterator, List, Optional, Union
 from urllib.parse import urlencode
 
 from .._sse import Parser, SSEError
@@ -28,7 +28,7 @@ from .._transport import RESPONSE_HOOKS, Request, Retry, observe, path
 from ..errors import ConnectionFailed, SandboxdError, UnexpectedResponse, error_from_response
 from ..types import _obj, _opt, _req, _wire
 
-__all__ = ["DigestMismatch", "Downloaded", "FileChange", "FileWatch", "RawFileWritten", "download", "upload", "watch"]
+__all__ = ["DigestMismatch", "Downloaded", "FileChange", "FileWatch", "RawFileWritten", "UploadState", "download", "upload", "watch"]
 
 CHUNK = 1 << 20
 
@@ -51,6 +51,23 @@ class RawFileWritten:
     def from_json(cls, v: Any) -> RawFileWritten:
         d = _obj(v, "written")
         return cls(path=_req(d, "path", str, "written"), size=_req(d, "size", int, "written"), digest=_req(d, "digest", str, "written"))
+
+
+@dataclass(frozen=True)
+class UploadState:
+    """How many bytes of a resumable upload the sandbox holds (``offset``, 0 when none): a PUT with
+    that offset goes on from there."""
+
+    schema: ClassVar[str] = "extensions.yaml#/components/schemas/UploadState"
+
+    path: str = _wire("path")
+    upload: str = _wire("upload")
+    offset: int = _wire("offset")
+
+    @classmethod
+    def from_json(cls, v: Any) -> UploadState:
+        d = _obj(v, "upload")
+        return cls(path=_req(d, "path", str, "upload"), upload=_req(d, "upload", str, "upload"), offset=_req(d, "offset", int, "upload"))
 
 
 @dataclass(frozen=True)
@@ -102,11 +119,12 @@ def parse_digest(v: Optional[str]) -> Optional[bytes]:
 
 def _conn(sb: Any, timeout: Optional[float]) -> http.client.HTTPConnection:
     b = sb.client._t.base
-    cls = http.client.HTTPSConnection if b.scheme == "https" else http.client.HTTPConnection
-    return cls(b.host, b.port, timeout=timeout)
+    if b.scheme == "https":
+        return http.client.HTTPSConnection(str(b.host), int(b.port), timeout=timeout)
+    return http.client.HTTPConnection(str(b.host), int(b.port), timeout=timeout)
 
 
-def _headers(sb: Any, extra: dict) -> dict:
+def _headers(sb: Any, extra: Dict[str, str]) -> Dict[str, str]:
     h = {"User-Agent": "sandboxd-python"}
     tok = sb.client._t.token
     if tok:
@@ -118,7 +136,7 @@ def _headers(sb: Any, extra: dict) -> dict:
 def _target(sb: Any, op: str, p: str, **more: Any) -> str:
     q = {"path": p, "expectedGeneration": str(sb.generation)}
     q.update({k: str(v) for k, v in more.items() if v is not None})
-    return sb.client._t.base.path + path("v1", "sandboxes", sb.id, "files", op) + "?" + urlencode(q)
+    return str(sb.client._t.base.path) + path("v1", "sandboxes", sb.id, "files", op) + "?" + urlencode(q)
 
 
 def _error(operation: str, resp: http.client.HTTPResponse) -> SandboxdError:
@@ -134,7 +152,7 @@ def _state(sb: Any, p: str, upload_id: str) -> int:
         "getUploadState", "GET", path("v1", "sandboxes", sb.id, "files", "upload"),
         query=(("path", p), ("upload", upload_id), ("expectedGeneration", str(sb.generation))), retry=Retry.SERVER,
     )
-    return int(sb.client._call(req)["offset"])
+    return UploadState.from_json(sb.client._call(req)).offset
 
 
 def upload(
@@ -292,7 +310,7 @@ class FileWatch(Iterator[FileChange]):
         self._conn = conn
         self._parser = Parser()
         self._pending: List[FileChange] = []
-        self.end: Optional[dict] = None
+        self.end: Optional[Dict[str, Any]] = None
 
     def __iter__(self) -> FileWatch:
         return self
