@@ -17,6 +17,7 @@ var heavyImports = []string{"github.com/getkin/kin-openapi", "github.com/santhos
 var outsideTheDefaultBuild = map[string]bool{
 	"github.com/sandboxd/sandbox/httpapi/apitest":              true,
 	"github.com/sandboxd/sandbox/internal/testenv/processtest": true,
+	"github.com/sandboxd/sandbox/internal/testenv/filetest":    true,
 	"github.com/sandboxd/sandbox/internal/schema/plain":        true,
 }
 
