@@ -239,35 +239,62 @@ func resumePartial(d *fsroot.Dir, tmp string, offset int64, h hash.Hash) (*os.Fi
 	return file, nil
 }
 
-// copyHashed copies body to file and into h, a buffer at a time; a failure to read body is a
-// bodyError.
+// copyHashed copies body to file and into h; a failure to read body is a bodyError. A buffer is
+// hashed while the one before it is being written, by a goroutine of its own: the write is a system
+// call, during which the agent's one P hashes (the agent runs with GOMAXPROCS 1, see Main).
 func copyHashed(file *os.File, h hash.Hash, body io.Reader) (int64, error) {
-	bp := fileBufs.Get().(*[]byte)
-	defer fileBufs.Put(bp)
-	buf := *bp
+	b1, b2 := fileBufs.Get().(*[]byte), fileBufs.Get().(*[]byte)
+	defer fileBufs.Put(b1)
+	defer fileBufs.Put(b2)
+	free, full := make(chan []byte, 2), make(chan []byte, 2)
+	free <- *b1
+	free <- *b2
+	failed := make(chan error, 1)
+	go func() {
+		defer close(failed)
+		var werr error
+		for b := range full {
+			if werr == nil {
+				if _, err := file.Write(b); err != nil {
+					werr = err
+					failed <- err
+				}
+			}
+			free <- b[:cap(b)]
+		}
+	}()
 	var n int64
-	for {
+	var rerr error
+	for rerr == nil {
+		var buf []byte
+		select {
+		case buf = <-free:
+		case err := <-failed:
+			close(full)
+			for range failed { // the writer is done with the buffers
+			}
+			return n, err
+		}
 		m := 0
-		var rerr error
 		for m < len(buf) && rerr == nil {
 			var k int
 			k, rerr = body.Read(buf[m:])
 			m += k
 		}
 		if m > 0 {
-			if _, err := file.Write(buf[:m]); err != nil {
-				return n, err
-			}
 			h.Write(buf[:m])
 			n += int64(m)
 		}
-		if rerr == io.EOF {
-			return n, nil
-		}
-		if rerr != nil {
-			return n, bodyError{rerr}
-		}
+		full <- buf[:m]
 	}
+	close(full)
+	if err, ok := <-failed; ok && err != nil {
+		return n, err
+	}
+	if rerr != io.EOF {
+		return n, bodyError{rerr}
+	}
+	return n, nil
 }
 
 // remember keeps the digest of file as it is now.

@@ -108,7 +108,7 @@ func startWatch(root *fsroot.Root, dir string, recursive bool) (*Watch, error) {
 		return nil, fmt.Errorf("watch %q: %w", dir, err)
 	}
 	if recursive {
-		w.addTree("")
+		w.addTree("", false)
 	}
 	return w, nil
 }
@@ -139,14 +139,21 @@ func (w *Watch) add(rel string) error {
 }
 
 // addTree watches every directory under rel; past maxWatchDir, the rest is not followed and an
-// overflow said.
-func (w *Watch) addTree(rel string) {
+// overflow said. announce says a created change of every entry found: what was made in a new
+// directory before its watch was added.
+func (w *Watch) addTree(rel string, announce bool) {
 	start := rel
 	if start == "" {
 		start = "."
 	}
 	_ = fs.WalkDir(w.rt.FS(), start, func(p string, d fs.DirEntry, err error) error {
-		if err != nil || !d.IsDir() || p == start {
+		if err != nil || p == start {
+			return nil
+		}
+		if announce {
+			w.send(sandbox.FileChange{Kind: sandbox.FileCreated, Path: w.join(p), Dir: d.IsDir()})
+		}
+		if !d.IsDir() {
 			return nil
 		}
 		if w.add(p) != nil {
@@ -300,10 +307,12 @@ func (w *Watch) events(b []byte) (gone bool) {
 	return false
 }
 
-// follow watches a new directory and what is already under it.
+// follow watches a new directory and what is already under it, saying what it finds there as
+// created (a change made before the watch was added would be missed otherwise; one made after may
+// come twice).
 func (w *Watch) follow(rel string) {
 	if w.add(rel) == nil {
-		w.addTree(rel)
+		w.addTree(rel, true)
 	} else if len(w.dirs) >= maxWatchDir {
 		w.send(sandbox.FileChange{Kind: sandbox.FileOverflow})
 	}

@@ -32,7 +32,7 @@ import (
 
 // Env is one test's daemon, client and ready sandbox.
 type Env struct {
-	T   *testing.T
+	T   testing.TB
 	URL string
 	C   *client.Client
 	HC  *http.Client
@@ -40,11 +40,15 @@ type Env struct {
 	St  *stack.Stack
 }
 
-// New starts a daemon over prov and a ready sandbox of spec in it.
-func New(t *testing.T, prov sandbox.Provider, spec sandbox.Spec) *Env {
+// New starts a daemon over prov and a ready sandbox of spec in it. A test's answers are checked
+// against the document; a benchmark's are not.
+func New(t testing.TB, prov sandbox.Provider, spec sandbox.Spec) *Env {
 	t.Helper()
 	st := stack.New(t, prov)
-	hc := &http.Client{Transport: apitest.Transport(t, http.DefaultTransport)}
+	hc := &http.Client{Transport: http.DefaultTransport}
+	if tt, ok := t.(*testing.T); ok {
+		hc.Transport = apitest.Transport(tt, http.DefaultTransport)
+	}
 	c, err := client.New(st.URL, client.WithHTTPClient(hc))
 	if err != nil {
 		t.Fatal(err)

@@ -102,6 +102,10 @@ EXTENSION_OPERATIONS = frozenset(
         "streamProcessOutput",
         "resizeProcess",
         "createPreviewToken",
+        "putRawFile",
+        "getRawFile",
+        "getUploadState",
+        "watchFiles",
     }
 )
 """The operations of api/extensions.yaml the SDK has methods for (sandboxd.extensions). Each must be in
@@ -161,6 +165,8 @@ def response_pointer(operation: str, status: int) -> Optional[str]:
         return "extensions.yaml#/components/schemas/NetworkDenial"  # each "denial" event's data
     if operation == "streamProcessOutput" and status == 200:
         return "extensions.yaml#/components/schemas/ProcessOutputEvent"  # each "output" event's data
+    if operation == "watchFiles" and status == 200:
+        return "extensions.yaml#/components/schemas/FileChangeEvent"  # each "change" event's data
     if operation not in OPERATIONS:
         return None
     name, p, m = OPERATIONS[operation]

@@ -50,6 +50,9 @@ CLASSES: List[Any] = [
     x.TemplateList,
     x.Process,
     x.OutputDropped,
+    x.RawFileWritten,
+    x.UploadState,
+    x.FileChange,
     x.ProcessEnd,
     x.TerminalSize,
 ]

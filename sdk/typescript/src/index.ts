@@ -24,6 +24,15 @@ export { NETWORK_KEY, NetworkDenialStream } from "./extensions/network.js";
 export { ProcessOutputStream } from "./extensions/processes.js";
 export { parsePort } from "./extensions/ports.js";
 export { CHECKPOINT_KEY, fromCheckpoint } from "./extensions/checkpoints.js";
+export {
+  FileWatchStream,
+  type FileChange,
+  type FileWatchEnd,
+  type RawFile,
+  type RawFileWritten,
+  type UploadOptions,
+  type WatchOptions,
+} from "./extensions/files.js";
 export type { RequestOptions, RetryOptions, RetryPolicy } from "./transport.js";
 export {
   ConnectionError,

@@ -1,6 +1,17 @@
 // A sandbox as an object: it knows its generation and sends it with every call, and waits for states
 // through the event stream.
 
+import {
+  FileWatchStream,
+  download as downloadFile,
+  openFile as openRawFile,
+  upload as uploadFile,
+  type FileTarget,
+  type RawFile,
+  type RawFileWritten,
+  type UploadOptions,
+  type WatchOptions,
+} from "./extensions/files.js";
 import type { CallOptions, Client } from "./client.js";
 import { CommandResult, withStdin, type RunOptions } from "./commands.js";
 import {
@@ -293,6 +304,49 @@ export class Sandbox {
   networkDenials(options: NetworkDenialsOptions = {}): NetworkDenialStream {
     const transport = this.client.transport;
     return new NetworkDenialStream((r) => transport.open(r), `${this.#path}/network/denials`, options);
+  }
+
+  /**
+   * Writes a file of any size (`PUT /v1/sandboxes/{id}/files/raw`), atomically, streamed, its SHA-256
+   * checked end to end; bytes and blobs resume after a broken connection. See {@link upload}.
+   */
+  upload(
+    path: string,
+    data: Uint8Array | Blob | ReadableStream<Uint8Array>,
+    options: UploadOptions = {},
+  ): Promise<RawFileWritten> {
+    return uploadFile(this.#files(), path, data, options);
+  }
+
+  /** Reads the file at `path` whole, its SHA-256 checked (`GET .../files/raw`). */
+  download(path: string, options: CallOptions = {}): Promise<Uint8Array> {
+    return downloadFile(this.#files(), path, options.signal);
+  }
+
+  /** Opens the file at `path` as a stream, from byte `start` (a Range read). */
+  openFile(path: string, start = 0, options: CallOptions = {}): Promise<RawFile> {
+    return openRawFile(this.#files(), path, start, options.signal);
+  }
+
+  /** The changes under the directory `path` (`GET .../files/watch`): see {@link FileWatchStream}. */
+  watch(path: string, options: WatchOptions = {}): FileWatchStream {
+    const transport = this.client.transport;
+    return new FileWatchStream((r) => transport.open(r), this.#files(), path, options);
+  }
+
+  #files(): FileTarget {
+    const tr = this.client.transport;
+    const headers: Record<string, string> = { ...tr.config.headers };
+    if (tr.config.token) headers["Authorization"] = `Bearer ${tr.config.token}`;
+    return {
+      fetch: tr.config.fetch,
+      url: (p, q) => tr.url(p, q),
+      headers,
+      backoff: (n) => tr.backoff(n),
+      call: (o) => tr.call(o),
+      path: `${this.#path}/files`,
+      generation: this.generation,
+    };
   }
 
   /**

@@ -16,6 +16,7 @@ import { extSnapshots } from "./scenarios/ext-snapshots.js";
 import { extStats } from "./scenarios/ext-stats.js";
 import { extCheckpoints } from "./scenarios/ext-checkpoints.js";
 import { extVolumes } from "./scenarios/ext-volumes.js";
+import { extFiles } from "./scenarios/ext-files.js";
 import { lifecycle } from "./scenarios/lifecycle.js";
 
 const ctx = new Context();
@@ -37,6 +38,7 @@ extSnapshots(ctx);
 extProcesses(ctx);
 extPorts(ctx);
 extCheckpoints(ctx);
+extFiles(ctx);
 
 describe("conformance", () => {
   it("every answer the SDK decoded matches its schema in api/openapi.yaml or api/extensions.yaml", (t) => {
@@ -90,6 +92,14 @@ describe("conformance", () => {
       "resizeProcess 200",
       "resizeProcess 400",
       "resizeProcess 409",
+      // raw files and watch
+      "putRawFile 200",
+      "getRawFile 200",
+      "getRawFile 206",
+      "getRawFile 404",
+      "watchFiles 200",
+      "watchFiles change",
+      "watchFiles 404",
       ...(ctx.daemon.provider === "host"
         ? [
             "createVolume 422",
@@ -197,6 +207,9 @@ describe("conformance", () => {
       "resizeProcess",
       "attachTerminal",
       "createPreviewToken",
+      "putRawFile",
+      "getRawFile",
+      "watchFiles",
     ])
       assert.ok(extensions.includes(id), `${id} not in extensions.yaml`);
     const missing = want.filter((k) => !ctx.conformance.covered.has(k));

@@ -393,6 +393,30 @@ class Sandbox:
             raise ConnectionFailed(f"network denials: {e.__cause__ or e}") from None
         return DenialStream(stream)
 
+    # --- raw files and watch (api/extensions.yaml) ---
+
+    def upload(self, path: str, src: Any, **kw: Any) -> Any:
+        """Writes a file of any size from bytes or a file object, streamed, its SHA-256 checked end to
+        end, resumed after a broken connection when ``src`` is seekable
+        (:func:`sandboxd.extensions.files.upload`)."""
+        from .extensions import files
+
+        return files.upload(self, path, src, **kw)
+
+    def download(self, path: str, dst: Any, **kw: Any) -> Any:
+        """Writes the file at ``path`` to the file object ``dst``, streamed, resumed by range and its
+        SHA-256 checked (:func:`sandboxd.extensions.files.download`)."""
+        from .extensions import files
+
+        return files.download(self, path, dst, **kw)
+
+    def watch(self, path: str, *, recursive: bool = False, read_timeout: float = 60.0) -> Any:
+        """The changes under the directory ``path``, an iterator of
+        :class:`~sandboxd.extensions.files.FileChange` (:func:`sandboxd.extensions.files.watch`)."""
+        from .extensions import files
+
+        return files.watch(self, path, recursive=recursive, read_timeout=read_timeout)
+
     # --- background processes (api/extensions.yaml) ---
 
     def start_process(

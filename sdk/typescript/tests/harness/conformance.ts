@@ -33,7 +33,7 @@ interface Operation {
 }
 
 /** What an answer of one status is: JSON of a schema, an event stream, text of a schema, or no body. */
-type Answer = ValidateFunction | "stream" | { text: ValidateFunction } | "empty";
+type Answer = ValidateFunction | "stream" | { text: ValidateFunction } | "empty" | "bytes";
 
 type Json = null | boolean | number | string | Json[] | { [k: string]: Json };
 
@@ -91,6 +91,7 @@ export class Conformance {
     const ext = (name: string) => this.#ajv.compile({ $ref: `sandboxd-extensions#/$defs/${name}` });
     this.#streams = {
       streamNetworkDenials: { denial: ext("NetworkDenial"), end: ext("NetworkDenialsEnd") },
+      watchFiles: { change: ext("FileChangeEvent"), overflow: ext("FileChangeEvent"), end: ext("ProcessEndEvent") },
       streamProcessOutput: {
         output: ext("ProcessOutputEvent"),
         dropped: ext("ProcessDroppedEvent"),
@@ -119,6 +120,8 @@ export class Conformance {
             responses.set(status, this.#ajv.compile(rewrite(content["application/json"].schema, defs) as object));
           } else if (content["text/plain"]) {
             responses.set(status, { text: this.#ajv.compile(rewrite(content["text/plain"].schema, defs) as object) });
+          } else if (content["application/octet-stream"] || content["application/x-tar"]) {
+            responses.set(status, "bytes");
           } else if (Object.keys(content).length === 0) {
             responses.set(status, "empty");
           }
@@ -158,6 +161,13 @@ export class Conformance {
         : this.#checkStream(resp, `${op.id} ${resp.status}`);
     }
     if (schema === "empty") return this.#checkEmpty(resp, `${op.id} ${resp.status}`, what);
+    if (schema === "bytes") {
+      // A body of bytes: its media type is all there is to check.
+      this.#note(`${op.id} ${resp.status}`);
+      const type = resp.headers.get("Content-Type") ?? "";
+      if (!type.startsWith("application/")) this.violations.push(`${what}: Content-Type ${type}`);
+      return resp;
+    }
     if (schema && "text" in schema) return this.#checkText(resp, schema.text, `${op.id} ${resp.status}`, what);
     if (schema) return this.#checkJSON(resp, schema, `${op.id} ${resp.status}`, what);
     if (resp.status < 400) this.violations.push(`${what}: status not in ${op.document} for ${op.id}`);

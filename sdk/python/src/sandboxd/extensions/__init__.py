@@ -17,6 +17,9 @@ group of that document, each with the group's data types (frozen dataclasses lik
 - :mod:`sandboxd.extensions.network`: ``spec.extensions["sandboxd.network"]``, a sandbox's egress
   policy; ``GET|PUT /v1/sandboxes/{sandboxId}/network`` and the stream of its denials.
 - :mod:`sandboxd.extensions.ports`: the proxy to a port inside a sandbox and preview tokens.
+- :mod:`sandboxd.extensions.files`: ``/v1/sandboxes/{sandboxId}/files/raw``, files of any size
+  streamed in and out with their SHA-256 checked and uploads resumed, and the stream of a
+  directory's changes (``.../files/watch``).
 - :mod:`sandboxd.extensions.processes`: ``/v1/sandboxes/{sandboxId}/processes``, background
   processes, their stdin, signals and the resumable stream of their output.
 
@@ -31,6 +34,7 @@ and the other process methods, :meth:`sandboxd.Sandbox.process_output`) are used
 from __future__ import annotations
 
 from .checkpoints import CHECKPOINT_KEY, Checkpoint, from_checkpoint
+from .files import FileChange, RawFileWritten, UploadState
 from .images import ImageInfo, ImageList, ImagePruneResult, ImageRemoved
 from .lifetime import LIFETIME_KEY, Lifetime, OnIdle, RecordedLifetime
 from .network import NETWORK_KEY, Egress, NetworkDenial, NetworkDenialsEnd, NetworkPolicy, NetworkStatus
@@ -53,6 +57,7 @@ __all__ = [
     "TemplateInfo",
     "TemplateList",
     "TemplateVersion",
+    "FileChange",
     "ImageInfo",
     "ImageList",
     "ImagePruneResult",
@@ -69,9 +74,11 @@ __all__ = [
     "Process",
     "TerminalSize",
     "ProcessEnd",
+    "RawFileWritten",
     "RecordedLifetime",
     "SandboxStats",
     "Signal",
+    "UploadState",
     "Volume",
     "VolumeMount",
     "parse_port",

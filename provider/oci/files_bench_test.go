@@ -1,0 +1,186 @@
+package oci_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os/exec"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/sandboxd/sandbox"
+	"github.com/sandboxd/sandbox/api"
+	"github.com/sandboxd/sandbox/client"
+	"github.com/sandboxd/sandbox/internal/testenv/filetest"
+	"github.com/sandboxd/sandbox/provider/oci"
+)
+
+// BenchmarkRawFiles: a raw upload and download of 1 GiB through the whole daemon, beside their floor
+// in the same run: cat through a pipe into (and out of) the same directory of the sandbox, on the host.
+// The upload's and the download's SHA-256 are computed and checked, as every transfer's are.
+//
+//	go test -run '^$' -bench BenchmarkRawFiles -benchtime 3x ./provider/oci/
+func BenchmarkRawFiles(b *testing.B) {
+	const size = 1 << 30
+	p := newProvider(b)
+	e := filetest.New(b, p, sandbox.Spec{Resources: &sandbox.Resources{DiskMiB: 2300}})
+	pid, err := oci.InitPid(p, sandbox.Ref{ID: e.SB.ID, Generation: e.SB.Generation})
+	if err != nil {
+		b.Fatal(err)
+	}
+	dir := "/proc/" + strconv.Itoa(pid) + "/root/workspace"
+	ctx := context.Background()
+	block := filetest.Random(1<<20, 1)
+	b.Run("upload", func(b *testing.B) {
+		b.SetBytes(size)
+		for b.Loop() {
+			if _, err := e.C.Upload(ctx, e.SB.ID, e.SB.Generation, "up.bin", io.LimitReader(&pattern{block: block}, size), client.UploadOptions{Size: size}); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	// A caller that knows the digest (content-addressed data) spares the client's own hash.
+	sum := sha256.New()
+	io.Copy(sum, io.LimitReader(&pattern{block: block}, size))
+	known := sum.Sum(nil)
+	b.Run("upload-known-digest", func(b *testing.B) {
+		b.SetBytes(size)
+		for b.Loop() {
+			if _, err := e.C.Upload(ctx, e.SB.ID, e.SB.Generation, "up.bin", io.LimitReader(&pattern{block: block}, size), client.UploadOptions{Size: size, Digest: known}); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("floor-upload-cat", func(b *testing.B) {
+		b.SetBytes(size)
+		for b.Loop() {
+			cmd := exec.Command("sh", "-c", "cat | cat > "+dir+"/floor.bin")
+			cmd.Stdin = io.LimitReader(&pattern{block: block}, size)
+			if out, err := cmd.CombinedOutput(); err != nil {
+				b.Fatalf("%v: %s", err, out)
+			}
+		}
+	})
+	b.Run("download", func(b *testing.B) {
+		b.SetBytes(size)
+		for b.Loop() {
+			if _, err := e.C.Download(ctx, e.SB.ID, e.SB.Generation, "up.bin", io.Discard, client.DownloadOptions{}); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("floor-download-cat", func(b *testing.B) {
+		b.SetBytes(size)
+		for b.Loop() {
+			cmd := exec.Command("sh", "-c", "cat "+dir+"/up.bin | cat")
+			cmd.Stdout = io.Discard
+			if err := cmd.Run(); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("floor-sha256", func(b *testing.B) { // what checking the digest costs one side
+		b.SetBytes(size)
+		for b.Loop() {
+			h := sha256.New()
+			io.Copy(h, io.LimitReader(&pattern{block: block}, size))
+		}
+	})
+	e.Sh("rm -f up.bin floor.bin")
+}
+
+// BenchmarkContract1MiB: the contract's 1 MiB file write, file read and exec output through the
+// whole daemon, each beside its floor: a loopback HTTP round trip of the same JSON and base64 bytes,
+// encoded and decoded in Go.
+//
+//	go test -run '^$' -bench BenchmarkContract1MiB ./provider/oci/
+func BenchmarkContract1MiB(b *testing.B) {
+	e := filetest.New(b, newProvider(b), sandbox.Spec{})
+	ctx := context.Background()
+	data := bytes.Repeat([]byte("0123456789abcdef"), 1<<16)
+	e.Put("text.txt", data)
+	floor := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/write":
+			var req api.FileWriteRequest
+			json.NewDecoder(r.Body).Decode(&req)
+			d, _ := base64.StdEncoding.DecodeString(req.ContentBase64)
+			json.NewEncoder(w).Encode(api.FileContent{Path: req.Path, Size: int64(len(d))})
+		case "/read":
+			json.NewEncoder(w).Encode(api.FileContent{Path: "text.txt", ContentBase64: base64.StdEncoding.EncodeToString(data), Size: int64(len(data))})
+		case "/exec":
+			json.NewEncoder(w).Encode(sandbox.CommandResult{Stdout: string(data)})
+		}
+	}))
+	defer floor.Close()
+	hc := floor.Client()
+	roundTrip := func(b *testing.B, path string, body any, out any) {
+		var rd io.Reader = http.NoBody
+		if body != nil {
+			raw, _ := json.Marshal(body)
+			rd = bytes.NewReader(raw)
+		}
+		resp, err := hc.Post(floor.URL+path, "application/json", rd)
+		if err != nil {
+			b.Fatal(err)
+		}
+		json.NewDecoder(resp.Body).Decode(out)
+		resp.Body.Close()
+	}
+	b.Run("write", func(b *testing.B) {
+		b.SetBytes(int64(len(data)))
+		for b.Loop() {
+			if _, err := e.C.WriteFile(ctx, e.SB.ID, e.SB.Generation, "w.txt", data); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("floor-write", func(b *testing.B) {
+		b.SetBytes(int64(len(data)))
+		for b.Loop() {
+			var out api.FileContent
+			roundTrip(b, "/write", api.FileWriteRequest{ExpectedGeneration: 1, Path: "w.txt", ContentBase64: base64.StdEncoding.EncodeToString(data)}, &out)
+		}
+	})
+	b.Run("read", func(b *testing.B) {
+		b.SetBytes(int64(len(data)))
+		for b.Loop() {
+			if _, err := e.C.ReadFile(ctx, e.SB.ID, e.SB.Generation, "text.txt"); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("floor-read", func(b *testing.B) {
+		b.SetBytes(int64(len(data)))
+		for b.Loop() {
+			var out api.FileContent
+			roundTrip(b, "/read", nil, &out)
+			base64.StdEncoding.DecodeString(out.ContentBase64)
+		}
+	})
+	b.Run("exec-output", func(b *testing.B) {
+		b.SetBytes(int64(len(data)))
+		for b.Loop() {
+			res, err := e.C.Exec(ctx, e.SB.ID, e.SB.Generation, sandbox.Command{Argv: []string{"cat", "text.txt"}})
+			if err != nil || len(res.Stdout) != len(data) {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("floor-exec-output", func(b *testing.B) {
+		b.SetBytes(int64(len(data)))
+		for b.Loop() {
+			var out sandbox.CommandResult
+			roundTrip(b, "/exec", nil, &out)
+			if !strings.HasPrefix(out.Stdout, "0123") {
+				b.Fatal("floor answer")
+			}
+		}
+	})
+}
