@@ -148,6 +148,8 @@ func TestManifest(t *testing.T) {
 	want.NetworkPolicy = class == "runc" // gVisor's sandboxes run with --network=none
 	// Images run on runc's sandboxes only (image.go).
 	want.ImageReference = class == "runc"
+	// Snapshots are images of the store, templates names of them (snapshots.go): where images run.
+	want.FilesystemSnapshot, want.TemplateReference = class == "runc", class == "runc"
 	if m.Name != "oci" || m.RuntimeClass != class || m.Capabilities != want {
 		t.Fatalf("manifest %+v", m)
 	}
