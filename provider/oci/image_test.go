@@ -35,7 +35,7 @@ func TestImageOnGVisorRefused(t *testing.T) {
 	cfg.Runtime = gvisorRuntime(t)
 	p := newProviderWith(t, cfg)
 	m, err := p.Manifest(ctxFor(t))
-	if err != nil || m.RuntimeClass != "gvisor" || m.Capabilities.ImageReference {
+	if err != nil || m.RuntimeClass != "gvisor" || m.Capabilities.ImageReference || m.Capabilities.FilesystemSnapshot || m.Capabilities.TemplateReference {
 		t.Fatalf("manifest %+v, %v", m, err)
 	}
 	if err := p.ValidateSpec(sandbox.Spec{ClientRequestID: "t", Image: "127.0.0.1:1/x:1"}); !errors.Is(err, sandbox.ErrUnsupportedCapability) {
@@ -43,6 +43,12 @@ func TestImageOnGVisorRefused(t *testing.T) {
 	}
 	if _, err := p.Images(ctxFor(t)); !errors.Is(err, sandbox.ErrUnsupportedCapability) {
 		t.Fatalf("images on gVisor: %v", err)
+	}
+	if err := p.ValidateSpec(sandbox.Spec{ClientRequestID: "t", Template: "tools"}); !errors.Is(err, sandbox.ErrUnsupportedCapability) {
+		t.Fatalf("spec.template on gVisor: %v", err)
+	}
+	if _, err := p.Snapshots(ctxFor(t)); !errors.Is(err, sandbox.ErrUnsupportedCapability) {
+		t.Fatalf("snapshots on gVisor: %v", err)
 	}
 }
 

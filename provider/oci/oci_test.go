@@ -150,6 +150,8 @@ func TestManifest(t *testing.T) {
 	// Images run on runc's sandboxes only (image.go).
 	want.ImageReference = class == "runc"
 	want.PortForwarding = class == "runc" // TestPorts; gVisor untested here
+	// Snapshots are images of the store, templates names of them (snapshots.go): where images run.
+	want.FilesystemSnapshot, want.TemplateReference = class == "runc", class == "runc"
 	if m.Name != "oci" || m.RuntimeClass != class || m.Capabilities != want {
 		t.Fatalf("manifest %+v", m)
 	}
