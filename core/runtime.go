@@ -268,7 +268,7 @@ func (r *Runtime) callFor(ctx context.Context, op string, d time.Duration, detac
 	}
 	for _, known := range []error{
 		sandbox.ErrProviderUnavailable, sandbox.ErrProviderProtocol, sandbox.ErrNotFound,
-		sandbox.ErrInvalidRequest, sandbox.ErrInvalidState,
+		sandbox.ErrInvalidRequest, sandbox.ErrInvalidState, sandbox.ErrUnsupportedCapability,
 	} {
 		if errors.Is(err, known) {
 			return fmt.Errorf("provider %s: %w", op, err)

@@ -18,6 +18,9 @@ import (
 // reach the agent through pods/exec and its relay); there is no pause here. A sandbox's agent is
 // killed by SIGTERM to its process 1, on which it exits and its Pod ends.
 func TestProcesses(t *testing.T) {
+	// The connections to the API server (client-go shares them between clients of one configuration)
+	// are made before the suite counts goroutines.
+	newProvider(t)
 	processtest.Run(t, processtest.Provider{
 		New: func(t *testing.T) sandbox.Provider { return newProvider(t) },
 		KillAgent: func(t *testing.T, p sandbox.Provider, ref sandbox.Ref) {
