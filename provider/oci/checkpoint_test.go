@@ -114,6 +114,9 @@ func TestCheckpoint(t *testing.T) {
 	if obs, err := first.Observe(ctxFor(t), ref); err != nil || obs.State != sandbox.ObservedPaused {
 		t.Fatalf("after a checkpoint: %+v %v, want paused", obs, err)
 	}
+	if _, err := first.Usage(ctxFor(t), ref); err != nil {
+		t.Errorf("usage of a sandbox stopped at a checkpoint: %v", err)
+	}
 	// The daemon restarts: nothing of runsc's processes is left of the sandbox.
 	if err := first.Close(); err != nil {
 		t.Fatal(err)
