@@ -153,6 +153,9 @@ func Main(ctx context.Context, args []string) error {
 		if err != nil {
 			return fmt.Errorf("agent: listen: %w", err)
 		}
+		if ul, ok := ln.(*net.UnixListener); ok && a.suspended != nil {
+			ul.SetUnlinkOnClose(false) // a suspend leaves its file for gVisor's restore (suspend.go)
+		}
 		srv := &http.Server{Handler: a.Handler(), ReadHeaderTimeout: 30 * time.Second,
 			ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
 		served := make(chan error, 1)

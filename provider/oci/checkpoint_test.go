@@ -97,6 +97,13 @@ func TestCheckpoint(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	closed := false
+	t.Cleanup(func() {
+		if !closed { // the test failed before the restart
+			releaseAll(t, first)
+			first.Close()
+		}
+	})
 	if m, _ := first.Manifest(ctxFor(t)); !m.Capabilities.MemorySnapshot {
 		t.Error("gVisor's manifest says no memorySnapshot")
 	}
@@ -114,7 +121,11 @@ func TestCheckpoint(t *testing.T) {
 	if obs, err := first.Observe(ctxFor(t), ref); err != nil || obs.State != sandbox.ObservedPaused {
 		t.Fatalf("after a checkpoint: %+v %v, want paused", obs, err)
 	}
+	if _, err := first.Usage(ctxFor(t), ref); err != nil {
+		t.Errorf("usage of a sandbox stopped at a checkpoint: %v", err)
+	}
 	// The daemon restarts: nothing of runsc's processes is left of the sandbox.
+	closed = true
 	if err := first.Close(); err != nil {
 		t.Fatal(err)
 	}

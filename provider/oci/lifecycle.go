@@ -492,15 +492,17 @@ func (p *Provider) observeLocked(ctx context.Context, b *box) (sandbox.Observati
 	if err != nil {
 		return sandbox.Observation{}, fmt.Errorf("observe %s: %v: %w", b.ref, err, sandbox.ErrProviderUnavailable)
 	}
+	if isSuspended(b.l) {
+		// Stopped at a checkpoint until Resume restores it, whatever runsc says while its sandbox
+		// winds down.
+		b.saw("paused")
+		return p.observation(b, sandbox.ObservedPaused, "", "stopped at a checkpoint"), nil
+	}
 	b.saw(st.Status)
 	switch st.Status {
 	case "paused":
 		return p.observation(b, sandbox.ObservedPaused, "", ""), nil
 	case "stopped":
-		if isSuspended(b.l) {
-			b.saw("paused")
-			return p.observation(b, sandbox.ObservedPaused, "", "stopped at a checkpoint"), nil
-		}
 		return p.observation(b, sandbox.ObservedFailed, reasonExited, "the container's agent has exited"), nil
 	case "running":
 		hctx, cancel := context.WithTimeout(ctx, min(p.cfg.CallTimeout, 2*time.Second))

@@ -56,6 +56,9 @@ func (p *Provider) Usage(ctx context.Context, ref sandbox.Ref) (sandbox.Usage, e
 		u.PidsLimit = readInt(filepath.Join(cgroupRoot, "pids", path, "pids.max"))
 	}
 	if u.CPUSeconds == nil && u.MemoryBytes == nil && u.Pids == nil {
+		if isSuspended(b.l) {
+			return u, nil // stopped at a checkpoint: nothing runs, nothing is used
+		}
 		if _, err := os.Stat(b.l.dir); errors.Is(err, os.ErrNotExist) {
 			return sandbox.Usage{}, fmt.Errorf("sandbox %s: %w", ref, sandbox.ErrNotFound)
 		}
