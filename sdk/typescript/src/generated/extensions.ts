@@ -804,8 +804,10 @@ export interface components {
              * @description The persistent volumes the sandbox mounts (POST /v1/volumes makes them). Each volume must
              *     exist (else 400). A volume that is not shared has one writer at a time: a sandbox that would
              *     be a second fails with failure.code volume_in_use; any number may mount it readOnly. On oci,
-             *     mount paths are at or below /workspace, /mnt, /data, /srv or /opt. The volume's files keep
-             *     their owners as the sandbox sees them, whichever sandbox wrote them.
+             *     mount paths are at or below /workspace, /mnt, /data, /srv or /opt, and the volume's files
+             *     keep their owners as the sandbox sees them, whichever sandbox wrote them. On kubernetes a
+             *     volume is a PersistentVolumeClaim mounted in the Pod, anywhere but /workspace itself and
+             *     /sandboxd (docs/kubernetes.md).
              */
             "sandboxd.volumes"?: {
                 name: string;
