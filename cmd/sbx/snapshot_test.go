@@ -13,6 +13,8 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/empty"
 	"github.com/google/go-containerregistry/pkg/v1/layout"
 
+	"github.com/sandboxd/sandbox"
+	"github.com/sandboxd/sandbox/client"
 	"github.com/sandboxd/sandbox/image/imagetest"
 	"github.com/sandboxd/sandbox/internal/testenv"
 	"github.com/sandboxd/sandbox/internal/testenv/stack"
@@ -31,6 +33,33 @@ func TestSnapshotCommands(t *testing.T) {
 	}
 	st := stack.New(t, p)
 	t.Cleanup(func() { p.Close() })
+	// A sandbox outlives its daemon by design: end every one the test made, or its container stays.
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		c, err := client.New(st.URL)
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		list, err := c.List(ctx)
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		for _, sb := range list {
+			if sb.State == sandbox.StateTerminated {
+				continue
+			}
+			if _, err := c.Terminate(ctx, sb.ID, sb.Generation); err != nil {
+				t.Errorf("terminate %s: %v", sb.ID, err)
+				continue
+			}
+			if _, err := c.WaitState(ctx, sb.ID, sandbox.StateTerminated); err != nil {
+				t.Errorf("terminate %s: %v", sb.ID, err)
+			}
+		}
+	})
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	sbx := func(want int, args ...string) string {
