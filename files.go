@@ -2,7 +2,10 @@ package sandbox
 
 import (
 	"context"
+	"fmt"
 	"io"
+	"strconv"
+	"strings"
 )
 
 // Streamed file transfer and file watch (api/extensions.yaml, docs/files.md): files of any size the
@@ -30,6 +33,23 @@ type FileWritten struct {
 // FileRange is a byte range of a file: Length -1 reads to its end.
 type FileRange struct {
 	Start, Length int64
+}
+
+// ParseFileRange reads "START-END" (inclusive, as in HTTP's Range) or "START-".
+func ParseFileRange(spec string) (*FileRange, error) {
+	a, b, ok := strings.Cut(spec, "-")
+	start, err := strconv.ParseInt(a, 10, 64)
+	if !ok || err != nil || start < 0 {
+		return nil, fmt.Errorf("range %.64q: %w", spec, ErrInvalidRequest)
+	}
+	if b == "" {
+		return &FileRange{Start: start, Length: -1}, nil
+	}
+	end, err := strconv.ParseInt(b, 10, 64)
+	if err != nil || end < start {
+		return nil, fmt.Errorf("range %.64q: %w", spec, ErrInvalidRequest)
+	}
+	return &FileRange{Start: start, Length: end - start + 1}, nil
 }
 
 // FileRead is an open raw read: Length bytes from Start of a file of Size bytes.

@@ -12,7 +12,6 @@ import (
 	"net/http"
 	"os"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -480,19 +479,7 @@ func parseRange(v string) (*sandbox.FileRange, error) {
 	if v == "" {
 		return nil, nil
 	}
-	a, b, ok := strings.Cut(v, "-")
-	start, err := strconv.ParseInt(a, 10, 64)
-	if !ok || err != nil || start < 0 {
-		return nil, fmt.Errorf("range %.64q: %w", v, sandbox.ErrInvalidRequest)
-	}
-	if b == "" {
-		return &sandbox.FileRange{Start: start, Length: -1}, nil
-	}
-	end, err := strconv.ParseInt(b, 10, 64)
-	if err != nil || end < start {
-		return nil, fmt.Errorf("range %.64q: %w", v, sandbox.ErrInvalidRequest)
-	}
-	return &sandbox.FileRange{Start: start, Length: end - start + 1}, nil
+	return sandbox.ParseFileRange(v)
 }
 
 // FormatRange is the protocol.HeaderRange value of rng.

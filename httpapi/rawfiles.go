@@ -132,25 +132,11 @@ func (s *Server) uploadState(w http.ResponseWriter, r *http.Request, _ []byte) e
 // ranges, a suffix range, another unit) is nil: the whole file is answered, as RFC 9110 allows.
 func parseByteRange(v string) (*sandbox.FileRange, error) {
 	spec, ok := strings.CutPrefix(v, "bytes=")
-	if v == "" || !ok || strings.Contains(spec, ",") {
+	spec = strings.TrimSpace(spec)
+	if v == "" || !ok || strings.Contains(spec, ",") || strings.HasPrefix(spec, "-") {
 		return nil, nil
 	}
-	a, b, ok := strings.Cut(strings.TrimSpace(spec), "-")
-	if !ok || a == "" {
-		return nil, nil
-	}
-	start, err := strconv.ParseInt(a, 10, 64)
-	if err != nil || start < 0 {
-		return nil, fmt.Errorf("Range %.64q: %w", v, sandbox.ErrInvalidRequest)
-	}
-	if b == "" {
-		return &sandbox.FileRange{Start: start, Length: -1}, nil
-	}
-	end, err := strconv.ParseInt(b, 10, 64)
-	if err != nil || end < start {
-		return nil, fmt.Errorf("Range %.64q: %w", v, sandbox.ErrInvalidRequest)
-	}
-	return &sandbox.FileRange{Start: start, Length: end - start + 1}, nil
+	return sandbox.ParseFileRange(spec)
 }
 
 // copyBufs are the buffers of streamed answers.
