@@ -41,6 +41,8 @@ const watchMask = unix.IN_CREATE | unix.IN_CLOSE_WRITE | unix.IN_MODIFY | unix.I
 type Watch struct {
 	f         *Files
 	key       any
+	root      *fsroot.Root // the sandbox's, where base is looked up again by removed
+	dev, ino  uint64       // the watched directory's
 	rt        *os.Root
 	in        *os.File // the inotify descriptor
 	base      string   // the watched path as the client gave it
@@ -100,8 +102,13 @@ func startWatch(root *fsroot.Root, dir string, recursive bool) (*Watch, error) {
 		rt.Close()
 		return nil, fmt.Errorf("watch %q: %w", dir, err)
 	}
-	w := &Watch{rt: rt, in: os.NewFile(uintptr(fd), "inotify"), base: dir, recursive: recursive,
+	w := &Watch{root: root, rt: rt, in: os.NewFile(uintptr(fd), "inotify"), base: dir, recursive: recursive,
 		dirs: map[int32]string{}, out: make(chan sandbox.FileChange, watchQueue), done: make(chan struct{})}
+	if fi, err := rt.Stat("."); err == nil {
+		if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+			w.dev, w.ino = uint64(st.Dev), st.Ino
+		}
+	}
 	if err := w.add(""); err != nil {
 		w.in.Close()
 		rt.Close()
@@ -221,14 +228,23 @@ func (w *Watch) run() {
 // removedPoll is how often a quiet watch checks that its directory is still there.
 const removedPoll = time.Second
 
-// removed says whether the watched directory was removed (its link count is 0).
+// removed says whether the watched directory was removed: its link count is 0, or its path names
+// it no more (gVisor keeps the count of a removed directory that is held open).
 func (w *Watch) removed() bool {
 	fi, err := w.rt.Stat(".")
 	if err != nil {
 		return true
 	}
-	st, ok := fi.Sys().(*syscall.Stat_t)
-	return ok && st.Nlink == 0
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok && st.Nlink == 0 {
+		return true
+	}
+	fd, err := w.root.OpenPath(w.base)
+	if err != nil {
+		return errors.Is(err, sandbox.ErrNotFound)
+	}
+	defer unix.Close(fd)
+	var st unix.Stat_t
+	return unix.Fstat(fd, &st) == nil && (st.Dev != w.dev || st.Ino != w.ino)
 }
 
 // events turns one read of inotify events into changes; gone says the watched directory went.

@@ -171,7 +171,7 @@ func extract(rt *os.Root, tr *tar.Reader, hdr *tar.Header) (int64, error) {
 		if fi, err := rt.Lstat(name); err != nil || !fi.IsDir() {
 			return 0, fmt.Errorf("not a directory: %w", sandbox.ErrInvalidRequest)
 		}
-		return 0, rt.Chmod(name, perm|0o700)
+		return 0, chmodDir(rt, name, perm|0o700)
 	case tar.TypeReg, tar.TypeRegA:
 		return writeEntry(rt, name, perm, hdr.ModTime, tr)
 	case tar.TypeSymlink:
@@ -196,6 +196,20 @@ func extract(rt *os.Root, tr *tar.Reader, hdr *tar.Header) (int64, error) {
 		return 0, rt.Link(target, name)
 	}
 	return 0, fmt.Errorf("entry type %q (device nodes, FIFOs and the like are not extracted): %w", hdr.Typeflag, sandbox.ErrInvalidRequest)
+}
+
+// chmodDir sets the mode of the directory name with fchmod on a descriptor of its own, as a file's is
+// set: under gVisor, os.Root.Chmod's chmod by name is refused (EPERM).
+func chmodDir(rt *os.Root, name string, perm os.FileMode) error {
+	d, err := rt.Open(name)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	if fi, err := d.Stat(); err != nil || !fi.IsDir() {
+		return fmt.Errorf("not a directory: %w", sandbox.ErrInvalidRequest)
+	}
+	return d.Chmod(perm)
 }
 
 // clearEntry removes what is at name, unless it is a directory.

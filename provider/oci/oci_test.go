@@ -152,6 +152,7 @@ func TestManifest(t *testing.T) {
 	want.PortForwarding = class == "runc" // TestPorts; gVisor untested here
 	// Snapshots are images of the store, templates names of them (snapshots.go): where images run.
 	want.FilesystemSnapshot, want.TemplateReference = class == "runc", class == "runc"
+	want.MemorySnapshot = class == "gvisor" // TestCheckpoint; runc would need CRIU
 	if m.Name != "oci" || m.RuntimeClass != class || m.Capabilities != want {
 		t.Fatalf("manifest %+v", m)
 	}
