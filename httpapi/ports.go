@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/coder/websocket"
@@ -223,8 +224,8 @@ const (
 // How often the relay pings its client, and how long a ping or a write may wait; variables for the
 // tests.
 var (
-	tcpPingInterval = 15 * time.Second
-	tcpWriteTimeout = 15 * time.Second
+	tcpPingInterval = atomicDuration(15 * time.Second)
+	tcpWriteTimeout = atomicDuration(15 * time.Second)
 )
 
 // relayPort: GET /v1/sandboxes/{sandboxId}/ports/{port}/tcp. A request that is no WebSocket upgrade is
@@ -296,7 +297,7 @@ func relayTCP(ctx context.Context, ws *websocket.Conn, conn net.Conn, done <-cha
 		for {
 			n, err := conn.Read(buf)
 			if n > 0 {
-				wctx, wcancel := context.WithTimeout(ctx, tcpWriteTimeout)
+				wctx, wcancel := context.WithTimeout(ctx, time.Duration(tcpWriteTimeout.Load()))
 				werr := ws.Write(wctx, websocket.MessageBinary, buf[:n])
 				wcancel()
 				if werr != nil {
@@ -316,7 +317,7 @@ func relayTCP(ctx context.Context, ws *websocket.Conn, conn net.Conn, done <-cha
 	}()
 	go func() { // heartbeats, and the server's end
 		defer wg.Done()
-		t := time.NewTicker(tcpPingInterval)
+		t := time.NewTicker(time.Duration(tcpPingInterval.Load()))
 		defer t.Stop()
 		for {
 			select {
@@ -326,7 +327,7 @@ func relayTCP(ctx context.Context, ws *websocket.Conn, conn net.Conn, done <-cha
 				finish(websocket.StatusGoingAway, "the server is closing")
 				return
 			case <-t.C:
-				pctx, pcancel := context.WithTimeout(ctx, tcpWriteTimeout)
+				pctx, pcancel := context.WithTimeout(ctx, time.Duration(tcpWriteTimeout.Load()))
 				err := ws.Ping(pctx)
 				pcancel()
 				if err != nil && ctx.Err() == nil {
@@ -338,4 +339,11 @@ func relayTCP(ctx context.Context, ws *websocket.Conn, conn net.Conn, done <-cha
 	}()
 	wg.Wait()
 	<-ended
+}
+
+// atomicDuration is a bound tests shorten while relays of other tests may still read it.
+func atomicDuration(d time.Duration) *atomic.Int64 {
+	v := new(atomic.Int64)
+	v.Store(int64(d))
+	return v
 }

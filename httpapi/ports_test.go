@@ -40,9 +40,10 @@ func (p portStub) DialPort(ctx context.Context, _ sandbox.Ref, _ int) (net.Conn,
 // port with it; a port that closes ends the socket with 1000 after its last bytes; nothing is left
 // running.
 func TestTCPRelayNeverHangs(t *testing.T) {
-	oldPing, oldWrite := tcpPingInterval, tcpWriteTimeout
-	tcpPingInterval, tcpWriteTimeout = 100*time.Millisecond, 300*time.Millisecond
-	t.Cleanup(func() { tcpPingInterval, tcpWriteTimeout = oldPing, oldWrite })
+	oldPing, oldWrite := tcpPingInterval.Load(), tcpWriteTimeout.Load()
+	tcpPingInterval.Store(int64(100 * time.Millisecond))
+	tcpWriteTimeout.Store(int64(300 * time.Millisecond))
+	t.Cleanup(func() { tcpPingInterval.Store(oldPing); tcpWriteTimeout.Store(oldWrite) })
 	// Registered after the restore, so it runs first: the relays have ended before the bounds change.
 	testenv.NoLeaks(t)
 
