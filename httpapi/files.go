@@ -14,12 +14,8 @@ import (
 
 // readFile: GET /v1/sandboxes/{sandboxId}/files/content?path=&expectedGeneration=.
 func (s *Server) readFile(w http.ResponseWriter, r *http.Request, _ []byte) error {
-	gen, err := expectedGeneration(r)
+	gen, path, err := generationAndPath(r)
 	if err != nil {
-		return err
-	}
-	path := r.URL.Query().Get("path")
-	if err := checkPath(path); err != nil {
 		return err
 	}
 	data, err := s.rt.ReadFile(r.Context(), sandboxID(r), gen, path)
@@ -130,4 +126,18 @@ func (s *Server) listFiles(w http.ResponseWriter, r *http.Request, _ []byte) err
 	}
 	writeJSON(w, http.StatusOK, api.FileList{Entries: entries})
 	return nil
+}
+
+// generationAndPath reads the expectedGeneration and path query parameters of a file call, the path
+// checked as every file call checks it.
+func generationAndPath(r *http.Request) (sandbox.Generation, string, error) {
+	gen, err := expectedGeneration(r)
+	if err != nil {
+		return 0, "", err
+	}
+	path := r.URL.Query().Get("path")
+	if err := checkPath(path); err != nil {
+		return 0, "", err
+	}
+	return gen, path, nil
 }

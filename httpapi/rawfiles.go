@@ -145,12 +145,8 @@ var streamBufs = sync.Pool{New: func() any { b := make([]byte, 1<<20); return &b
 // getRawFile: GET /v1/sandboxes/{sandboxId}/files/raw?path=&expectedGeneration=, with Range. A read of
 // the whole file carries its Repr-Digest; a ranged one does when the client sends Want-Repr-Digest.
 func (s *Server) getRawFile(w http.ResponseWriter, r *http.Request, _ []byte) error {
-	gen, err := expectedGeneration(r)
+	gen, path, err := generationAndPath(r)
 	if err != nil {
-		return err
-	}
-	path := r.URL.Query().Get("path")
-	if err := checkPath(path); err != nil {
 		return err
 	}
 	rng, err := parseByteRange(r.Header.Get("Range"))
@@ -219,12 +215,8 @@ func (s *Server) copyOut(w http.ResponseWriter, src io.Reader) {
 
 // putArchive: PUT /v1/sandboxes/{sandboxId}/files/archive?path=DIR&expectedGeneration=, a tar body.
 func (s *Server) putArchive(w http.ResponseWriter, r *http.Request, _ []byte) error {
-	gen, err := expectedGeneration(r)
+	gen, dir, err := generationAndPath(r)
 	if err != nil {
-		return err
-	}
-	dir := r.URL.Query().Get("path")
-	if err := checkPath(dir); err != nil {
 		return err
 	}
 	body, done := s.streamBody(w, r)
@@ -239,12 +231,8 @@ func (s *Server) putArchive(w http.ResponseWriter, r *http.Request, _ []byte) er
 
 // getArchive: GET /v1/sandboxes/{sandboxId}/files/archive?path=DIR&expectedGeneration=, a tar stream.
 func (s *Server) getArchive(w http.ResponseWriter, r *http.Request, _ []byte) error {
-	gen, err := expectedGeneration(r)
+	gen, dir, err := generationAndPath(r)
 	if err != nil {
-		return err
-	}
-	dir := r.URL.Query().Get("path")
-	if err := checkPath(dir); err != nil {
 		return err
 	}
 	rc, err := s.rt.GetArchive(r.Context(), sandboxID(r), gen, dir)
