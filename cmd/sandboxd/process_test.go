@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -99,15 +100,18 @@ func readThroughRestarts(ctx context.Context, c *client.Client, sb *sandbox.Sand
 	return got, conns, ctx.Err()
 }
 
-// TestOCIProcessOutputSurvivesDaemonSIGKILL: a process printing a line every 10 ms is read by a client
-// that drops and reopens its stream at random points and by an OutputReader, while the daemon is
-// killed with SIGKILL and started again: the process runs on in its sandbox, and both readers get
-// every byte once, in order.
+// TestOCIProcessOutputSurvivesDaemonSIGKILL: a process printing a line every 10 ms for 30 s (3000
+// lines) is read by a client that drops and reopens its stream at random points and by an
+// OutputReader, while the daemon is killed with SIGKILL and started again twice, at random points of
+// the run: the process runs on in its sandbox, and both readers get every byte once, in order.
 func TestOCIProcessOutputSurvivesDaemonSIGKILL(t *testing.T) {
 	start, c, d, sb := ociProcessDaemon(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	argv, want := processTicker(1000)
+	seed := uint64(time.Now().UnixNano())
+	t.Logf("seed %d", seed)
+	rnd := rand.New(rand.NewPCG(11, seed))
+	argv, want := processTicker(3000)
 	p, err := c.StartProcess(ctx, sb.ID, sb.Generation, sandbox.ProcessSpec{Argv: argv})
 	if err != nil {
 		t.Fatal(err)
@@ -119,7 +123,7 @@ func TestOCIProcessOutputSurvivesDaemonSIGKILL(t *testing.T) {
 	}
 	choppy, whole := make(chan result, 1), make(chan result, 1)
 	go func() {
-		got, conns, err := readThroughRestarts(ctx, c, sb, p.PID, rand.New(rand.NewPCG(11, uint64(time.Now().UnixNano()))))
+		got, conns, err := readThroughRestarts(ctx, c, sb, p.PID, rand.New(rand.NewPCG(12, seed)))
 		choppy <- result{got, conns, err}
 	}()
 	go func() {
@@ -128,9 +132,9 @@ func TestOCIProcessOutputSurvivesDaemonSIGKILL(t *testing.T) {
 		got, err := io.ReadAll(r)
 		whole <- result{got: got, err: err}
 	}()
-	// Kill the daemon while both read, twice.
+	// Kill the daemon while both read, twice, each after 2 to 10 s: both kills fall within the 30 s.
 	for range 2 {
-		time.Sleep(1500 * time.Millisecond)
+		time.Sleep(2*time.Second + time.Duration(rnd.Int64N(int64(8*time.Second))))
 		d.kill()
 		d = start()
 	}
@@ -155,84 +159,126 @@ func TestOCIProcessOutputSurvivesDaemonSIGKILL(t *testing.T) {
 	}
 }
 
-// TestOCIProcessOutputFlood: a process writing as fast as it can for 20 s, read by a fast reader and
-// by one that stops reading: the daemon's memory stays within its bound, the process never waits for
-// either (the journal drops its oldest output), the slow reader is dropped by the daemon and resumes
-// past what was no longer kept, and both read to the end.
+// floodRead is what a reader of the flood saw: the bytes it read, the bytes reported dropped, and
+// how its (first) connection ended.
+type floodRead struct {
+	read, dropped int64
+	end           client.OutputEvent // the first connection's end event; Kind "" if it had none
+	cut           error              // the error that ended the first connection without an end event
+	err           error
+}
+
+// readOneConnection reads an output stream from offset after on one connection, checking that every
+// event continues where the last left off, until its end event or an error of the connection; stall,
+// if not nil, runs once after the first output.
+func readOneConnection(s *client.OutputStream, after int64, stall func()) floodRead {
+	var res floodRead
+	at := after
+	for {
+		ev, err := s.Next()
+		if err != nil {
+			res.cut = err
+			return res
+		}
+		switch {
+		case ev.Kind == "output" && ev.Offset == at:
+			res.read += int64(len(ev.Data))
+			at += int64(len(ev.Data))
+			if stall != nil {
+				stall()
+				stall = nil
+			}
+		case ev.Kind == "dropped" && ev.Offset == at && ev.To > at:
+			res.dropped += ev.To - at
+			at = ev.To
+		case ev.Kind == "end" && ev.Offset == at:
+			res.end = ev
+			return res
+		default:
+			res.err = fmt.Errorf("at %d: event %+v", at, ev)
+			return res
+		}
+	}
+}
+
+// TestOCIProcessOutputFlood: a process writing as fast as it can for 60 s, read by a fast reader and
+// by one that stops reading. The daemon's memory stays within its bound; the process never waits for
+// either (the journal drops its oldest output); the fast reader is never dropped by the daemon (one
+// connection carries it from offset 0 to the exit, every byte either read or reported dropped by the
+// journal, in order); the slow reader's connection is cut by the daemon before the end, and a new
+// one resumes at the offset it reached, past what the journal no longer kept, to the exit.
 func TestOCIProcessOutputFlood(t *testing.T) {
 	_, c, d, sb := ociProcessDaemon(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	before := rssKiB(t, d.cmd.Process.Pid)
-	flood := `end=$(($(date +%s)+20)); while [ $(date +%s) -lt $end ]; do head -c 16777216 /dev/zero; done`
+	flood := `end=$(($(date +%s)+60)); while [ $(date +%s) -lt $end ]; do head -c 16777216 /dev/zero; done`
 	p, err := c.StartProcess(ctx, sb.ID, sb.Generation, sandbox.ProcessSpec{Argv: []string{"sh", "-c", flood}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	type result struct {
-		read, dropped int64
-		err           error
-	}
-	fast, slow := make(chan result, 1), make(chan result, 1)
+	fast, slow := make(chan floodRead, 1), make(chan floodRead, 1)
 	go func() {
-		r := c.NewOutputReader(ctx, sb.ID, sb.Generation, p.PID, 0)
-		defer r.Close()
-		n, err := io.Copy(io.Discard, r)
-		fast <- result{n, r.Dropped(), err}
+		s, err := c.OpenOutput(ctx, sb.ID, sb.Generation, p.PID, 0)
+		if err != nil {
+			fast <- floodRead{err: err}
+			return
+		}
+		defer s.Close()
+		fast <- readOneConnection(s, 0, nil)
 	}()
 	go func() {
 		s, err := c.OpenOutput(ctx, sb.ID, sb.Generation, p.PID, 0)
 		if err != nil {
-			slow <- result{err: err}
+			slow <- floodRead{err: err}
 			return
 		}
-		// The flood may have outrun the journal before the stream opens: its first event is then
-		// the drop, and output follows it.
-		ev, err := s.Next()
-		for err == nil && ev.Kind == "dropped" {
-			ev, err = s.Next()
-		}
-		if err != nil || ev.Kind != "output" {
-			slow <- result{err: fmt.Errorf("first event %+v, %v", ev, err)}
-			return
-		}
-		// Stop reading for longer than the daemon waits on a write; then read on from where the
-		// stream was, on a new connection once the daemon has dropped this one.
-		time.Sleep(15 * time.Second)
-		offset := ev.Offset + int64(len(ev.Data))
-		for {
-			ev, err := s.Next()
-			if err != nil {
-				break
-			}
-			if ev.Kind == "output" {
-				offset = ev.Offset + int64(len(ev.Data))
-			}
-		}
+		// Stop reading after the first output (the flood may have outrun the journal before the
+		// stream opened: a drop comes first then) for longer than the daemon waits on a write; then
+		// read on what the connection still holds, to its cut.
+		first := readOneConnection(s, 0, func() { time.Sleep(15 * time.Second) })
 		s.Close()
+		if first.err != nil || first.cut == nil {
+			first.err = cmp.Or(first.err, fmt.Errorf("the stalled connection was not cut: it ended with %+v", first.end))
+			slow <- first
+			return
+		}
+		// Resume on a new connection at the offset reached.
+		offset := first.read + first.dropped
 		r := c.NewOutputReader(ctx, sb.ID, sb.Generation, p.PID, offset)
 		defer r.Close()
 		n, err := io.Copy(io.Discard, r)
-		slow <- result{offset + n, r.Dropped(), err}
+		first.read += n
+		first.dropped += r.Dropped()
+		first.err = err
+		if err == nil && (r.ExitCode() == nil || r.Offset() != offset+n+r.Dropped()) {
+			first.err = fmt.Errorf("resumed at %d: %d read, %d dropped, offset %d, exit %v", offset, n, r.Dropped(), r.Offset(), r.ExitCode())
+		}
+		slow <- first
 	}()
+	var fastRes, slowRes floodRead
 	peak := before
 	for fastDone, slowDone := false, false; !fastDone || !slowDone; {
 		select {
-		case res := <-fast:
+		case fastRes = <-fast:
 			fastDone = true
-			if res.err != nil {
-				t.Fatalf("fast reader: %v", res.err)
+			if fastRes.err != nil {
+				t.Fatalf("fast reader: %v", fastRes.err)
 			}
-			t.Logf("fast reader: %d bytes read, %d dropped", res.read, res.dropped)
-		case res := <-slow:
+			if fastRes.cut != nil || fastRes.end.Reason != client.ProcessEndExited {
+				t.Fatalf("the daemon dropped the fast reader: connection cut by %v after %d bytes read and %d dropped; end %+v",
+					fastRes.cut, fastRes.read, fastRes.dropped, fastRes.end)
+			}
+			t.Logf("fast reader: one connection, %d bytes read, %d dropped by the journal", fastRes.read, fastRes.dropped)
+		case slowRes = <-slow:
 			slowDone = true
-			if res.err != nil {
-				t.Fatalf("slow reader: %v", res.err)
+			if slowRes.err != nil {
+				t.Fatalf("slow reader: %v", slowRes.err)
 			}
-			if res.dropped == 0 {
-				t.Fatalf("the slow reader was never behind what the sandbox keeps: %d bytes read", res.read)
+			if slowRes.dropped == 0 {
+				t.Fatalf("the slow reader was never behind what the sandbox keeps: %d bytes read", slowRes.read)
 			}
-			t.Logf("slow reader: %d bytes read, %d dropped", res.read, res.dropped)
+			t.Logf("slow reader: cut by the daemon (%v), resumed; %d bytes read, %d dropped", slowRes.cut, slowRes.read, slowRes.dropped)
 		case <-time.After(200 * time.Millisecond):
 			peak = max(peak, rssKiB(t, d.cmd.Process.Pid))
 		}
@@ -240,6 +286,12 @@ func TestOCIProcessOutputFlood(t *testing.T) {
 	done, err := c.WaitProcess(ctx, sb.ID, sb.Generation, p.PID, 0)
 	if err != nil || done.Running || done.OutputEnd < 1<<30 {
 		t.Fatalf("flood: %+v, %v", done, err)
+	}
+	// Every offset of the output was accounted for by each reader: read, or reported dropped.
+	for name, res := range map[string]floodRead{"fast": fastRes, "slow": slowRes} {
+		if res.read+res.dropped != done.OutputEnd {
+			t.Fatalf("%s reader: %d read + %d dropped, the output ended at %d", name, res.read, res.dropped, done.OutputEnd)
+		}
 	}
 	t.Logf("%d MiB of output; daemon RSS %d KiB before, peak %d KiB", done.OutputEnd>>20, before, peak)
 	if peak-before > memoryBoundKiB {
