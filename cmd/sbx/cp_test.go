@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -20,29 +21,68 @@ import (
 	"github.com/sandboxd/sandbox/provider/host"
 )
 
-// cutTransport breaks the body of the first raw PUT after cut bytes, as a dropped connection does,
-// and records the queries of every raw PUT.
+// cutTransport breaks the body of the first raw PUT after cut bytes (0: none), and the answer's body of
+// the first raw GET after cutGet bytes (0: none), as a dropped connection does; onCut, if set, runs when
+// that GET is cut. It records the queries of every raw PUT and the Range of every raw GET.
 type cutTransport struct {
-	next http.RoundTripper
-	cut  int64
+	next   http.RoundTripper
+	cut    int64
+	cutGet int64
+	onCut  func()
 
-	mu   sync.Mutex
-	done bool
-	puts []string
+	mu      sync.Mutex
+	done    bool
+	getDone bool
+	puts    []string
+	ranges  []string
 }
 
 func (c *cutTransport) RoundTrip(req *http.Request) (*http.Response, error) {
-	if req.Method == http.MethodPut && strings.HasSuffix(req.URL.Path, "/files/raw") {
+	raw := strings.HasSuffix(req.URL.Path, "/files/raw")
+	if req.Method == http.MethodPut && raw {
 		c.mu.Lock()
 		c.puts = append(c.puts, req.URL.RawQuery)
 		first := !c.done
 		c.done = true
 		c.mu.Unlock()
-		if first {
+		if first && c.cut > 0 {
 			req.Body = io.NopCloser(io.MultiReader(io.LimitReader(req.Body, c.cut), failing{}))
 		}
 	}
-	return c.next.RoundTrip(req)
+	if req.Method != http.MethodGet || !raw {
+		return c.next.RoundTrip(req)
+	}
+	c.mu.Lock()
+	c.ranges = append(c.ranges, req.Header.Get("Range"))
+	first := !c.getDone
+	c.getDone = true
+	onCut := c.onCut
+	c.mu.Unlock()
+	resp, err := c.next.RoundTrip(req)
+	if err == nil && first && c.cutGet > 0 {
+		resp.Body = &cutBody{ReadCloser: resp.Body, left: c.cutGet, onCut: onCut}
+	}
+	return resp, err
+}
+
+// cutBody is an answer's body that fails after left bytes, running onCut then.
+type cutBody struct {
+	io.ReadCloser
+	left  int64
+	onCut func()
+}
+
+func (b *cutBody) Read(p []byte) (int, error) {
+	if b.left <= 0 {
+		if b.onCut != nil {
+			b.onCut()
+			b.onCut = nil
+		}
+		return 0, errors.New("connection dropped")
+	}
+	n, err := b.ReadCloser.Read(p[:min(int64(len(p)), b.left)])
+	b.left -= int64(n)
+	return n, err
 }
 
 type failing struct{}
@@ -124,6 +164,57 @@ func TestCpResumes(t *testing.T) {
 	}
 	if ents, _ := os.ReadDir(dir); len(ents) != 2 {
 		t.Fatalf("a temporary is left: %v", ents)
+	}
+}
+
+// TestCpDownloadResumes: a download whose connection dropped after 10 MiB goes on with a ranged GET
+// from the offset it reached and arrives whole, its digest checked; a file that changed in the sandbox
+// between the drop and the resume is refused (its digest is not the one the download began with), and
+// nothing is left where it was going.
+func TestCpDownloadResumes(t *testing.T) {
+	var cut *cutTransport
+	a, sb := cpApp(t, func(next http.RoundTripper) http.RoundTripper {
+		cut = &cutTransport{next: next, cutGet: 10 << 20}
+		return cut
+	})
+	dir := t.TempDir()
+	data := randomFile(t, filepath.Join(dir, "big.bin"), 40<<20)
+	a.cp(t, filepath.Join(dir, "big.bin"), string(sb.ID)+":big.bin")
+	a.cp(t, string(sb.ID)+":big.bin", filepath.Join(dir, "back.bin"))
+	if want := []string{"", "bytes=10485760-"}; !slices.Equal(cut.ranges, want) {
+		t.Fatalf("GETs with ranges %q, want %q", cut.ranges, want)
+	}
+	if back, err := os.ReadFile(filepath.Join(dir, "back.bin")); err != nil || !bytes.Equal(back, data) {
+		t.Fatalf("back: %d bytes, %v", len(back), err)
+	}
+
+	// The same drop, and the file replaced before the resume.
+	other := slices.Clone(data)
+	other[len(other)-1] ^= 1
+	cut.mu.Lock()
+	cut.getDone, cut.ranges = false, nil
+	cut.onCut = func() {
+		if _, err := a.c.Upload(a.ctx, sb.ID, sb.Generation, "big.bin", bytes.NewReader(other), client.UploadOptions{}); err != nil {
+			t.Errorf("replacing the file: %v", err)
+		}
+	}
+	cut.mu.Unlock()
+	src, err := a.side(string(sb.ID) + ":big.bin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dst, err := a.side(filepath.Join(dir, "changed.bin"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.copy(src, dst); !errors.Is(err, client.ErrDigestMismatch) {
+		t.Fatalf("a file changed between the drop and the resume: %v", err)
+	}
+	if len(cut.ranges) != 2 || cut.ranges[1] != "bytes=10485760-" {
+		t.Fatalf("GETs with ranges %q", cut.ranges)
+	}
+	if ents, _ := os.ReadDir(dir); len(ents) != 2 {
+		t.Fatalf("left behind: %v", ents)
 	}
 }
 
