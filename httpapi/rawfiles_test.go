@@ -9,5 +9,5 @@ import (
 
 // TestHostFiles runs the suite of streamed files over the host provider.
 func TestHostFiles(t *testing.T) {
-	filetest.Run(t, func(t *testing.T) sandbox.Provider { return newHost(t) })
+	filetest.Run(t, func(t *testing.T) sandbox.Provider { return newHost(t) }, nil)
 }

@@ -18,7 +18,7 @@ import (
 
 // TestFiles runs the suite of streamed files over runc containers, through their agents.
 func TestFiles(t *testing.T) {
-	filetest.Run(t, func(t *testing.T) sandbox.Provider { return newProvider(t) })
+	filetest.Run(t, func(t *testing.T) sandbox.Provider { return newProvider(t) }, killAgent)
 }
 
 // pattern is an endless stream of a repeating pseudo-random block, read without holding a file.

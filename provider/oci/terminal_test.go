@@ -7,9 +7,10 @@ import (
 	"github.com/sandboxd/sandbox/internal/testenv/processtest"
 )
 
-// TestTerminals runs the tests of processes on a pty and their WebSocket attach over real containers.
+// TestTerminals runs the tests of processes on a pty and their WebSocket attach over real containers;
+// a sandbox's agent is killed by its host pid.
 func TestTerminals(t *testing.T) {
-	processtest.RunTerminal(t, processtest.Provider{New: func(t *testing.T) sandbox.Provider { return newProvider(t) }})
+	processtest.RunTerminal(t, processtest.Provider{New: func(t *testing.T) sandbox.Provider { return newProvider(t) }, KillAgent: killAgent})
 }
 
 // BenchmarkTerminalEcho: a keystroke's echo through the terminal attach, beside a local pty's.

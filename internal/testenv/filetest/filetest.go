@@ -25,6 +25,7 @@ import (
 
 	"github.com/sandboxd/sandbox"
 	"github.com/sandboxd/sandbox/client"
+	"github.com/sandboxd/sandbox/httpapi"
 	"github.com/sandboxd/sandbox/httpapi/apitest"
 	"github.com/sandboxd/sandbox/internal/testenv"
 	"github.com/sandboxd/sandbox/internal/testenv/stack"
@@ -32,19 +33,24 @@ import (
 
 // Env is one test's daemon, client and ready sandbox.
 type Env struct {
-	T   testing.TB
-	URL string
-	C   *client.Client
-	HC  *http.Client
-	SB  *sandbox.Sandbox
-	St  *stack.Stack
+	T    testing.TB
+	URL  string
+	C    *client.Client
+	HC   *http.Client
+	SB   *sandbox.Sandbox
+	St   *stack.Stack
+	Prov sandbox.Provider
+
+	// KillAgent kills the agent of a sandbox of Prov; nil where the provider has none apart from the
+	// daemon.
+	KillAgent func(t *testing.T, p sandbox.Provider, ref sandbox.Ref)
 }
 
-// New starts a daemon over prov and a ready sandbox of spec in it. A test's answers are checked
-// against the document; a benchmark's are not.
-func New(t testing.TB, prov sandbox.Provider, spec sandbox.Spec) *Env {
+// New starts a daemon over prov, with opts, and a ready sandbox of spec in it. A test's answers are
+// checked against the document; a benchmark's are not.
+func New(t testing.TB, prov sandbox.Provider, spec sandbox.Spec, opts ...stack.Option) *Env {
 	t.Helper()
-	st := stack.New(t, prov)
+	st := stack.New(t, prov, opts...)
 	hc := &http.Client{Transport: http.DefaultTransport}
 	if tt, ok := t.(*testing.T); ok {
 		hc.Transport = apitest.Transport(tt, http.DefaultTransport)
@@ -60,7 +66,7 @@ func New(t testing.TB, prov sandbox.Provider, spec sandbox.Spec) *Env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := &Env{T: t, URL: st.URL, C: c, HC: hc, St: st}
+	e := &Env{T: t, URL: st.URL, C: c, HC: hc, St: st, Prov: prov}
 	e.SB = e.WaitFor(sb.ID, sandbox.StateReady)
 	return e
 }
@@ -136,8 +142,17 @@ func digestHeader(b []byte) string {
 	return "sha-256=:" + base64.StdEncoding.EncodeToString(sum[:]) + ":"
 }
 
-// Run runs the suite: newProv makes a provider for each test, spec the sandbox.
-func Run(t *testing.T, newProv func(t *testing.T) sandbox.Provider) {
+// streamHeartbeat is the heartbeat interval of the suite's API: a watch learns of a pause, a
+// terminate or a dead agent within it and a poll's slack.
+const streamHeartbeat = 300 * time.Millisecond
+
+// endBound is how long a watch may take to end once its sandbox, agent or daemon is gone: the
+// heartbeat, a poll's slack, and room for a loaded machine. A watch that takes longer hangs.
+const endBound = streamHeartbeat + 3*time.Second + 10*time.Second
+
+// Run runs the suite: newProv makes a provider for each test; killAgent, if not nil, kills the agent
+// of one of its sandboxes.
+func Run(t *testing.T, newProv func(t *testing.T) sandbox.Provider, killAgent func(t *testing.T, p sandbox.Provider, ref sandbox.Ref)) {
 	for _, tc := range []struct {
 		name string
 		f    func(*testing.T, *Env)
@@ -154,10 +169,14 @@ func Run(t *testing.T, newProv func(t *testing.T) sandbox.Provider) {
 		{"Watch", testWatch},
 		{"WatchEndsOnTerminate", testWatchTerminate},
 		{"WatchBound", testWatchBound},
+		{"WatchOverflow", testWatchOverflow},
+		{"WatchNeverHangs", testWatchNeverHangs},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			testenv.NoLeaks(t)
-			tc.f(t, New(t, newProv(t), sandbox.Spec{}))
+			e := New(t, newProv(t), sandbox.Spec{}, stack.API(func(c *httpapi.Config) { c.HeartbeatInterval = streamHeartbeat }))
+			e.KillAgent = killAgent
+			tc.f(t, e)
 		})
 	}
 }
@@ -684,5 +703,106 @@ func testWatchBound(t *testing.T, e *Env) {
 			t.Fatalf("after one closed: %v", err)
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// testWatchOverflow: a recursive watch of a tree of more directories than one watch follows says so
+// with an overflow event on the HTTP stream, and goes on with the changes it can see.
+func testWatchOverflow(t *testing.T, e *Env) {
+	e.Sh("mkdir ov && cd ov && seq 8200 | xargs mkdir")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	w, err := e.C.WatchFiles(ctx, e.SB.ID, e.SB.Generation, "ov", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	for {
+		ev, err := w.Next()
+		if err != nil {
+			t.Fatalf("waiting for the overflow: %v", err)
+		}
+		if ev.Kind == "overflow" {
+			if ev.Path != "" || ev.Reason != "" {
+				t.Fatalf("overflow: %+v", ev)
+			}
+			break
+		}
+		if ev.Kind == "end" {
+			t.Fatalf("the watch ended before an overflow: %+v", ev)
+		}
+	}
+	e.Sh("echo x > ov/after.txt")
+	nextChange(t, w, "created", "ov/after.txt")
+}
+
+// watchEnd reads w until its end event, which it returns; a watch that has none within endBound is
+// closed, and fails the test.
+func watchEnd(t *testing.T, what string, w *client.FileWatch) client.FileEvent {
+	t.Helper()
+	timer := time.AfterFunc(endBound, func() { w.Close() })
+	defer timer.Stop()
+	for {
+		ev, err := w.Next()
+		if err != nil {
+			t.Fatalf("%s: no end event within %v: %v", what, endBound, err)
+		}
+		if ev.Kind == "end" {
+			return ev
+		}
+	}
+}
+
+// testWatchNeverHangs: an idle watch carries a heartbeat comment each interval; a watch ends with an
+// end event saying why, within the heartbeat bound, when its sandbox is paused (where the provider
+// pauses), when its agent is killed (where it has one), and when the daemon's API closes.
+func testWatchNeverHangs(t *testing.T, e *Env) {
+	e.Sh("mkdir -p idle")
+	tr := &http.Transport{}
+	defer tr.CloseIdleConnections()
+	testenv.SSEHeartbeat(t, &http.Client{Transport: apitest.Transport(t, tr)}, e.RawURL("watch", "idle", nil), endBound)
+
+	m, err := e.Prov.Manifest(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	// open opens a watch of sb's working directory.
+	open := func(sb *sandbox.Sandbox) *client.FileWatch {
+		w, err := e.C.WatchFiles(context.Background(), sb.ID, sb.Generation, ".", false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { w.Close() })
+		return w
+	}
+	if m.Capabilities.PauseResume {
+		w := open(e.SB)
+		if _, err := e.C.Pause(context.Background(), e.SB.ID, e.SB.Generation); err != nil {
+			t.Fatal(err)
+		}
+		if ev := watchEnd(t, "pause", w); ev.Reason != client.ProcessEndPaused {
+			t.Fatalf("end after the pause: %+v", ev)
+		}
+		if _, err := e.C.Resume(context.Background(), e.SB.ID, e.SB.Generation); err != nil {
+			t.Fatal(err)
+		}
+		e.WaitFor(e.SB.ID, sandbox.StateReady)
+	}
+	if e.KillAgent != nil {
+		w := open(e.SB)
+		e.KillAgent(t, e.Prov, e.SB.Ref())
+		if ev := watchEnd(t, "agent killed", w); ev.Reason != client.ProcessEndAgent && ev.Reason != client.ProcessEndTerminated {
+			t.Fatalf("end after the agent was killed: %+v", ev)
+		}
+	}
+	sb, err := e.C.Create(context.Background(), sandbox.Spec{ClientRequestID: client.NewRequestID()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sb = e.WaitFor(sb.ID, sandbox.StateReady)
+	w := open(sb)
+	e.St.API.Close()
+	if ev := watchEnd(t, "API closed", w); ev.Reason != client.ProcessEndDaemonStopping {
+		t.Fatalf("end after the API closed: %+v", ev)
 	}
 }

@@ -247,15 +247,24 @@ func wantEnds(t *testing.T, what string, evs []client.OutputEvent, reasons ...st
 	}
 }
 
-// streamsNeverHang: open output streams end with an end event saying why, within the
-// heartbeat bound, when the sandbox is paused where the provider pauses (and resume where they were
-// after the resume), when its
-// agent is killed, when it is terminated, and when the daemon's API closes; no goroutine is left.
+// streamsNeverHang: an idle process's output stream carries a heartbeat comment each interval; open
+// output streams end with an end event saying why, within the heartbeat bound, when the sandbox is
+// paused where the provider pauses (and resume where they were after the resume), when its agent is
+// killed, when it is terminated, and when the daemon's API closes; no goroutine is left.
 func streamsNeverHang(t *testing.T, pv Provider) {
 	testenv.NoLeaks(t)
 	p := pv.New(t)
 	s, c, sb := processStack(t, p)
 	ctx := context.Background()
+
+	idle, err := c.StartProcess(ctx, sb.ID, sb.Generation, sandbox.ProcessSpec{Argv: []string{"sleep", "120"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := &http.Transport{}
+	defer tr.CloseIdleConnections()
+	testenv.SSEHeartbeat(t, &http.Client{Transport: apitest.Transport(t, tr)},
+		fmt.Sprintf("%s/v1/sandboxes/%s/processes/%d/output?expectedGeneration=%d", s.URL, sb.ID, idle.PID, sb.Generation), endBound)
 
 	m, err := p.Manifest(ctx)
 	if err != nil {

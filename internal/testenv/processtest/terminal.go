@@ -3,6 +3,7 @@ package processtest
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -362,28 +363,67 @@ func waitFor(t *testing.T, what string, ok func() bool) {
 	}
 }
 
-// terminalNeverHangs: an attach outlives a pause, its heartbeats saying paused, and goes on after the
-// resume; a terminate ends it with an end frame within the heartbeat bound.
+// dialTerminal opens the terminal WebSocket of pid in sb with a plain WebSocket client, its handshake
+// checked against the document; the test's end closes it.
+func dialTerminal(t *testing.T, ctx context.Context, s *stack.Stack, sb *sandbox.Sandbox, pid int, hc *http.Client) *websocket.Conn {
+	t.Helper()
+	u := s.URL + "/v1/sandboxes/" + string(sb.ID) + "/processes/" + strconv.Itoa(pid) + "/terminal?expectedGeneration=" + strconv.FormatInt(int64(sb.Generation), 10)
+	conn, _, err := websocket.Dial(ctx, u, &websocket.DialOptions{HTTPClient: hc})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.CloseNow() })
+	return conn
+}
+
+// lastFrame reads an attach's frames until its end or exit frame, which it returns, and fails the test
+// if none comes within endBound or the connection ends first.
+func lastFrame(t *testing.T, conn *websocket.Conn) map[string]any {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), endBound)
+	defer cancel()
+	for {
+		mt, b, err := conn.Read(ctx)
+		if err != nil {
+			t.Fatalf("no end frame within %v: %v", endBound, err)
+		}
+		var f map[string]any
+		if mt == websocket.MessageText && json.Unmarshal(b, &f) == nil && (f["type"] == "end" || f["type"] == "exit") {
+			return f
+		}
+	}
+}
+
+// terminalNeverHangs: an attach outlives a pause (where the provider pauses), its heartbeats saying
+// paused, and goes on after the resume; a terminate, a killed agent (where the provider has one) and
+// the API's close each end it with an end frame saying so within the heartbeat bound.
 func terminalNeverHangs(t *testing.T, pv Provider) {
 	testenv.NoLeaks(t)
-	_, c, sb := processStack(t, pv.New(t))
+	prov := pv.New(t)
+	s, c, sb := processStack(t, prov)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
+	m, err := prov.Manifest(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
 	p := startShell(t, c, sb)
 	term := attach(t, ctx, c, sb, p.PID, client.TerminalOptions{})
 	scr := newScreen(term)
 	term.Write([]byte("echo before\n"))
 	at := scr.expect(t, 0, "before\r\n")
-	if _, err := c.Pause(ctx, sb.ID, sb.Generation); err != nil {
-		t.Fatal(err)
+	if m.Capabilities.PauseResume {
+		if _, err := c.Pause(ctx, sb.ID, sb.Generation); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, "a heartbeat saying paused", term.Paused)
+		if _, err := c.Resume(ctx, sb.ID, sb.Generation); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, "a heartbeat saying running", func() bool { return !term.Paused() })
+		term.Write([]byte("echo after\n"))
+		scr.expect(t, at, "after\r\n")
 	}
-	waitFor(t, "a heartbeat saying paused", term.Paused)
-	if _, err := c.Resume(ctx, sb.ID, sb.Generation); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, "a heartbeat saying running", func() bool { return !term.Paused() })
-	term.Write([]byte("echo after\n"))
-	scr.expect(t, at, "after\r\n")
 
 	start := time.Now()
 	if _, err := c.Terminate(ctx, sb.ID, sb.Generation); err != nil {
@@ -396,6 +436,27 @@ func terminalNeverHangs(t *testing.T, pv Provider) {
 	// Within the attach's heartbeat (the stack's, 300 ms) and the poll's slack.
 	if d := time.Since(start); d > 10*time.Second {
 		t.Fatalf("end frame %v after the terminate", d)
+	}
+
+	tr := &http.Transport{}
+	defer tr.CloseIdleConnections()
+	hc := &http.Client{Transport: apitest.Transport(t, tr)}
+	if pv.KillAgent != nil {
+		other := readySandbox(t, c)
+		p := startShell(t, c, other)
+		conn := dialTerminal(t, ctx, s, other, p.PID, hc)
+		pv.KillAgent(t, prov, other.Ref())
+		if f := lastFrame(t, conn); f["type"] != "end" || (f["reason"] != client.ProcessEndAgent && f["reason"] != client.ProcessEndTerminated) {
+			t.Fatalf("after the agent was killed: %v", f)
+		}
+	}
+
+	third := readySandbox(t, c)
+	p = startShell(t, c, third)
+	conn := dialTerminal(t, ctx, s, third, p.PID, hc)
+	s.API.Close()
+	if f := lastFrame(t, conn); f["type"] != "end" || f["reason"] != client.ProcessEndDaemonStopping {
+		t.Fatalf("after the API closed: %v", f)
 	}
 }
 
@@ -439,14 +500,7 @@ func terminalHostile(t *testing.T, pv Provider) {
 
 	hc := &http.Client{Transport: apitest.Transport(t, http.DefaultTransport)}
 	u := s.URL + "/v1/sandboxes/" + string(sb.ID) + "/processes/" + strconv.Itoa(p.PID) + "/terminal?expectedGeneration=" + strconv.FormatInt(int64(sb.Generation), 10)
-	dial := func() *websocket.Conn {
-		conn, _, err := websocket.Dial(ctx, u, &websocket.DialOptions{HTTPClient: hc})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { conn.CloseNow() })
-		return conn
-	}
+	dial := func() *websocket.Conn { return dialTerminal(t, ctx, s, sb, p.PID, hc) }
 	// readText reads frames up to the next text frame of type typ.
 	readText := func(conn *websocket.Conn, typ string) string {
 		t.Helper()
