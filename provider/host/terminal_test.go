@@ -26,8 +26,8 @@ func TestTerminals(t *testing.T) {
 	}})
 }
 
-// BenchmarkTerminalEcho: a keystroke's echo through the terminal attach, beside a local pty's.
-func BenchmarkTerminalEcho(b *testing.B) {
+// benchProvider is a host provider whose sandboxes are released when the benchmark ends.
+func benchProvider(b *testing.B) *host.Provider {
 	p, err := host.New(host.Config{Dir: b.TempDir(), Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		b.Fatal(err)
@@ -38,5 +38,16 @@ func BenchmarkTerminalEcho(b *testing.B) {
 			p.Release(context.Background(), ref)
 		}
 	})
-	processtest.BenchmarkEcho(b, p)
+	return p
+}
+
+// BenchmarkTerminalEcho: a keystroke's echo through the terminal attach, beside a local pty's.
+func BenchmarkTerminalEcho(b *testing.B) {
+	processtest.BenchmarkEcho(b, benchProvider(b))
+}
+
+// BenchmarkProcessFirstByte: a started process's first output byte through the API, beside an exec
+// of true.
+func BenchmarkProcessFirstByte(b *testing.B) {
+	processtest.BenchmarkFirstByte(b, benchProvider(b))
 }

@@ -17,3 +17,9 @@ func TestTerminals(t *testing.T) {
 func BenchmarkTerminalEcho(b *testing.B) {
 	processtest.BenchmarkEcho(b, newProvider(b))
 }
+
+// BenchmarkProcessFirstByte: a started process's first output byte through the API, beside an exec
+// of true.
+func BenchmarkProcessFirstByte(b *testing.B) {
+	processtest.BenchmarkFirstByte(b, newProvider(b))
+}

@@ -123,3 +123,83 @@ func echoTimes(b *testing.B, n int, e echoer) []time.Duration {
 func quantile(d []time.Duration, q float64) time.Duration { return d[int(q*float64(len(d)-1))] }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+// BenchmarkFirstByte times the first output byte of a started process through the daemon's API: the
+// start of `echo x` (client.StartProcess) and its output stream read (client.OpenOutput) until its
+// first byte. Beside it, alternated with it in the same run (which goes first alternates too), the
+// buffered exec of `true` (client.Exec) in the same sandbox. It reports the p50 and p99 of both and the
+// ratio of the p50s.
+func BenchmarkFirstByte(b *testing.B, p sandbox.Provider) {
+	s := stack.New(b, p)
+	c, err := client.New(s.URL, client.WithHTTPClient(&http.Client{}))
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	sb, err := c.Create(ctx, sandbox.Spec{})
+	if err == nil {
+		sb, err = c.WaitState(ctx, sb.ID, sandbox.StateReady)
+	}
+	if err != nil {
+		b.Fatal(err)
+	}
+	execTrue := func() time.Duration {
+		start := time.Now()
+		res, err := c.Exec(ctx, sb.ID, sb.Generation, sandbox.Command{Argv: []string{"true"}})
+		d := time.Since(start)
+		if err != nil || res.ExitCode == nil || *res.ExitCode != 0 {
+			b.Fatalf("exec true: %+v, %v", res, err)
+		}
+		return d
+	}
+	firstByte := func() time.Duration {
+		start := time.Now()
+		proc, err := c.StartProcess(ctx, sb.ID, sb.Generation, sandbox.ProcessSpec{Argv: []string{"echo", "x"}})
+		if err != nil {
+			b.Fatal(err)
+		}
+		out, err := c.OpenOutput(ctx, sb.ID, sb.Generation, proc.PID, 0)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer out.Close()
+		for {
+			ev, err := out.Next()
+			if err != nil {
+				b.Fatalf("output of echo: %v", err)
+			}
+			if ev.Kind == "output" && len(ev.Data) > 0 {
+				if ev.Data[0] != 'x' {
+					b.Fatalf("first byte %q", ev.Data[0])
+				}
+				return time.Since(start)
+			}
+			if ev.Kind != "dropped" {
+				b.Fatalf("before the first byte: %+v", ev)
+			}
+		}
+	}
+	execTrue() // the first of each warms the paths
+	firstByte()
+	b.ResetTimer()
+	execs, firsts := make([]time.Duration, 0, b.N), make([]time.Duration, 0, b.N)
+	for i := range b.N {
+		if i%2 == 0 {
+			execs = append(execs, execTrue())
+			firsts = append(firsts, firstByte())
+		} else {
+			firsts = append(firsts, firstByte())
+			execs = append(execs, execTrue())
+		}
+	}
+	b.StopTimer()
+	slices.Sort(execs)
+	slices.Sort(firsts)
+	p50, ep50 := quantile(firsts, 0.5), quantile(execs, 0.5)
+	b.ReportMetric(ms(p50), "p50-ms")
+	b.ReportMetric(ms(quantile(firsts, 0.99)), "p99-ms")
+	b.ReportMetric(ms(ep50), "exec-true-p50-ms")
+	b.ReportMetric(ms(quantile(execs, 0.99)), "exec-true-p99-ms")
+	b.ReportMetric(float64(p50)/float64(max(ep50, 1)), "x-exec-true")
+}
