@@ -28,20 +28,7 @@ var echoArgv = []string{"sh", "-c", "stty raw -echo; echo ready; exec cat"}
 // read there, with no daemon between. It reports the p50 and p99 of both and their ratio.
 func BenchmarkEcho(b *testing.B, p sandbox.Provider) {
 	floor := echoTimes(b, b.N, localEcho(b))
-	s := stack.New(b, p, stack.API(func(c *httpapi.Config) { c.HeartbeatInterval = time.Second }))
-	c, err := client.New(s.URL, client.WithHTTPClient(&http.Client{}))
-	if err != nil {
-		b.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	sb, err := c.Create(ctx, sandbox.Spec{})
-	if err == nil {
-		sb, err = c.WaitState(ctx, sb.ID, sandbox.StateReady)
-	}
-	if err != nil {
-		b.Fatal(err)
-	}
+	ctx, c, sb := benchSandbox(b, p, stack.API(func(c *httpapi.Config) { c.HeartbeatInterval = time.Second }))
 	proc, err := c.StartProcess(ctx, sb.ID, sb.Generation, sandbox.ProcessSpec{Argv: echoArgv, PTY: &sandbox.TerminalSize{Rows: 24, Cols: 80}})
 	if err != nil {
 		b.Fatal(err)
@@ -61,6 +48,26 @@ func BenchmarkEcho(b *testing.B, p sandbox.Provider) {
 	b.ReportMetric(ms(quantile(floor, 0.99)), "floor-p99-ms")
 	b.ReportMetric(float64(p50)/float64(max(fp50, 1)), "x-floor")
 	c.SignalProcess(ctx, sb.ID, sb.Generation, proc.PID, "KILL")
+}
+
+// benchSandbox starts the daemon's stack over p with opts and one ready sandbox in it, for a
+// benchmark: its client (answers not checked against the document) and a context that ends with it.
+func benchSandbox(b *testing.B, p sandbox.Provider, opts ...stack.Option) (context.Context, *client.Client, *sandbox.Sandbox) {
+	s := stack.New(b, p, opts...)
+	c, err := client.New(s.URL, client.WithHTTPClient(&http.Client{}))
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	b.Cleanup(cancel)
+	sb, err := c.Create(ctx, sandbox.Spec{})
+	if err == nil {
+		sb, err = c.WaitState(ctx, sb.ID, sandbox.StateReady)
+	}
+	if err != nil {
+		b.Fatal(err)
+	}
+	return ctx, c, sb
 }
 
 type echoer struct {
@@ -130,20 +137,7 @@ func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 // buffered exec of `true` (client.Exec) in the same sandbox. It reports the p50 and p99 of both and the
 // ratio of the p50s.
 func BenchmarkFirstByte(b *testing.B, p sandbox.Provider) {
-	s := stack.New(b, p)
-	c, err := client.New(s.URL, client.WithHTTPClient(&http.Client{}))
-	if err != nil {
-		b.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-	defer cancel()
-	sb, err := c.Create(ctx, sandbox.Spec{})
-	if err == nil {
-		sb, err = c.WaitState(ctx, sb.ID, sandbox.StateReady)
-	}
-	if err != nil {
-		b.Fatal(err)
-	}
+	ctx, c, sb := benchSandbox(b, p)
 	execTrue := func() time.Duration {
 		start := time.Now()
 		res, err := c.Exec(ctx, sb.ID, sb.Generation, sandbox.Command{Argv: []string{"true"}})
