@@ -376,27 +376,34 @@ func dialTerminal(t *testing.T, ctx context.Context, s *stack.Stack, sb *sandbox
 	return conn
 }
 
-// lastFrame reads an attach's frames until its end or exit frame, which it returns, and fails the test
-// if none comes within endBound or the connection ends first.
-func lastFrame(t *testing.T, conn *websocket.Conn) map[string]any {
+// textFrame reads an attach's frames until a text frame that want accepts, which it returns, and fails
+// the test if none comes within endBound or the connection ends first.
+func textFrame(t *testing.T, conn *websocket.Conn, what string, want func(f map[string]any) bool) map[string]any {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), endBound)
 	defer cancel()
 	for {
 		mt, b, err := conn.Read(ctx)
 		if err != nil {
-			t.Fatalf("no end frame within %v: %v", endBound, err)
+			t.Fatalf("no %s within %v: %v", what, endBound, err)
 		}
 		var f map[string]any
-		if mt == websocket.MessageText && json.Unmarshal(b, &f) == nil && (f["type"] == "end" || f["type"] == "exit") {
+		if mt == websocket.MessageText && json.Unmarshal(b, &f) == nil && want(f) {
 			return f
 		}
 	}
 }
 
+// lastFrame reads an attach's frames until its end or exit frame, which it returns.
+func lastFrame(t *testing.T, conn *websocket.Conn) map[string]any {
+	t.Helper()
+	return textFrame(t, conn, "end frame", func(f map[string]any) bool { return f["type"] == "end" || f["type"] == "exit" })
+}
+
 // terminalNeverHangs: an attach outlives a pause (where the provider pauses), its heartbeats saying
 // paused, and goes on after the resume; a terminate, a killed agent (where the provider has one) and
-// the API's close each end it with an end frame saying so within the heartbeat bound.
+// the API's close (its sandbox running, or paused) each end it with an end frame saying so within the
+// heartbeat bound.
 func terminalNeverHangs(t *testing.T, pv Provider) {
 	testenv.NoLeaks(t)
 	prov := pv.New(t)
@@ -451,12 +458,24 @@ func terminalNeverHangs(t *testing.T, pv Provider) {
 		}
 	}
 
+	// The API's close ends an attach whose sandbox runs, and one whose sandbox is paused (where the
+	// provider pauses).
 	third := readySandbox(t, c)
-	p = startShell(t, c, third)
-	conn := dialTerminal(t, ctx, s, third, p.PID, hc)
+	conns := []*websocket.Conn{dialTerminal(t, ctx, s, third, startShell(t, c, third).PID, hc)}
+	if m.Capabilities.PauseResume {
+		fourth := readySandbox(t, c)
+		conn := dialTerminal(t, ctx, s, fourth, startShell(t, c, fourth).PID, hc)
+		if _, err := c.Pause(ctx, fourth.ID, fourth.Generation); err != nil {
+			t.Fatal(err)
+		}
+		textFrame(t, conn, "heartbeat saying paused", func(f map[string]any) bool { return f["type"] == "heartbeat" && f["state"] == "paused" })
+		conns = append(conns, conn)
+	}
 	s.API.Close()
-	if f := lastFrame(t, conn); f["type"] != "end" || f["reason"] != client.ProcessEndDaemonStopping {
-		t.Fatalf("after the API closed: %v", f)
+	for i, conn := range conns {
+		if f := lastFrame(t, conn); f["type"] != "end" || f["reason"] != client.ProcessEndDaemonStopping {
+			t.Fatalf("attach %d after the API closed: %v", i, f)
+		}
 	}
 }
 
