@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -15,26 +14,9 @@ import (
 	"github.com/sandboxd/sandbox/client"
 	"github.com/sandboxd/sandbox/core"
 	"github.com/sandboxd/sandbox/httpapi"
+	"github.com/sandboxd/sandbox/internal/testenv"
 	"github.com/sandboxd/sandbox/internal/testenv/stack"
 )
-
-// settableClock is the runtime's injected clock.
-type settableClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *settableClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *settableClock) add(d time.Duration) {
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.mu.Unlock()
-}
 
 // TestIdleWithAnOpenOutputStream: a sandbox with an idle bound is not idle while a client holds a
 // process's output stream open through the API, even with no process running and no other call: the
@@ -45,7 +27,7 @@ func (c *settableClock) add(d time.Duration) {
 // connection's buffers take, and the client reads only the stream's first line, so the server's
 // handler waits on its write (well within its write timeout) until the client closes.
 func TestIdleWithAnOpenOutputStream(t *testing.T) {
-	clk := &settableClock{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	clk := testenv.NewClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	const outputOp = "GET /v1/sandboxes/{sandboxId}/processes/{pid}/output"
 	streamDone := make(chan int, 1)
 	st := stack.New(t, newHost(t),
@@ -113,9 +95,9 @@ func TestIdleWithAnOpenOutputStream(t *testing.T) {
 	if first, err := bufio.NewReader(resp.Body).ReadString('\n'); err != nil || resp.StatusCode != 200 || !strings.HasPrefix(first, ":") {
 		t.Fatalf("the stream: %d %q %v", resp.StatusCode, first, err)
 	}
-	clk.add(time.Hour)
+	clk.Add(time.Hour)
 	still(sb.ID)
-	clk.add(time.Hour)
+	clk.Add(time.Hour)
 	still(sb.ID)
 	select {
 	case <-streamDone:
@@ -125,9 +107,9 @@ func TestIdleWithAnOpenOutputStream(t *testing.T) {
 
 	resp.Body.Close()
 	<-streamDone // the handler returned: the sandbox's last use is now
-	clk.add(9 * time.Second)
+	clk.Add(9 * time.Second)
 	still(sb.ID)
-	clk.add(2 * time.Second)
+	clk.Add(2 * time.Second)
 	deadline := time.Now().Add(10 * time.Second)
 	for state(sb.ID) != sandbox.StatePaused {
 		if time.Now().After(deadline) {
