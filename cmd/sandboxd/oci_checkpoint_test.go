@@ -81,8 +81,8 @@ func inOrder(t *testing.T, what string, c []int) {
 // TestOCICheckpointSurvivesDaemonSIGKILL: on gVisor, a process counting in memory is checkpointed
 // through the API, the daemon is killed with SIGKILL and started again on the same data directory, and
 // the sandbox, paused at the checkpoint, resumes from it with its counter going on where it was; a fork
-// from the checkpoint counts on its own from the same count; a recreate of the sandbox from it starts
-// its next generation with the counter there too.
+// from the checkpoint counts on its own from the same count; a recreate of the terminated sandbox from
+// it starts its next generation with the counter there too.
 func TestOCICheckpointSurvivesDaemonSIGKILL(t *testing.T) {
 	needOCI(t)
 	runsc := needRunsc(t)
@@ -156,7 +156,12 @@ func TestOCICheckpointSurvivesDaemonSIGKILL(t *testing.T) {
 		t.Fatalf("the source's counter: %+v %v", p, err)
 	}
 
-	// A recreate from the checkpoint: the next generation starts at it.
+	// A recreate from the checkpoint, once the sandbox is terminated (which leaves its checkpoints):
+	// the next generation starts at it.
+	if _, err := c.Terminate(ctx, sb.ID, sb.Generation); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, d.url, sb.ID, sandbox.StateTerminated)
 	spec := client.ForkSpec(sandbox.Spec{ClientRequestID: "again"}, sb.ID, ckpt)
 	if _, err := c.Recreate(ctx, sb.ID, sb.Generation, spec); err != nil {
 		t.Fatalf("recreate from the checkpoint: %v", err)

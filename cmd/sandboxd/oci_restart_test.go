@@ -227,7 +227,7 @@ func runtimeList(runtime, root string) ([]string, error) {
 	var out string
 	var err error
 	for i := 0; i < 50; i++ {
-		if out, err = runCmd(runtime, "--root", root, "list", "-q"); err == nil {
+		if out, err = runCmd(runtime, "--root", root, "list", "--quiet"); err == nil {
 			return strings.Fields(out), nil
 		}
 		time.Sleep(20 * time.Millisecond)
