@@ -14,19 +14,31 @@ import (
 	"github.com/sandboxd/sandbox"
 	"github.com/sandboxd/sandbox/client"
 	"github.com/sandboxd/sandbox/internal/testenv"
+	"github.com/sandboxd/sandbox/provider/oci"
 )
 
 // needRunsc returns the runsc that gVisor's sandboxes run on: $SANDBOXD_RUNSC (scripts/test builds
-// one), else runsc from PATH. Without one the test skips, except in CI, where it must run.
+// one), else runsc from PATH. Without one that the oci provider takes (Debian 12's is too old) the test
+// skips, except in CI, where it must run.
 func needRunsc(t *testing.T) string {
 	t.Helper()
 	for _, rt := range []string{os.Getenv("SANDBOXD_RUNSC"), "runsc"} {
 		if rt == "" {
 			continue
 		}
-		if path, err := exec.LookPath(rt); err == nil {
+		path, err := exec.LookPath(rt)
+		if err != nil {
+			continue
+		}
+		p, err := oci.New(oci.Config{StateDir: testenv.StateDir(t), AgentPath: testenv.BuildAgent(t), Runtime: path})
+		if err == nil {
+			p.Close()
 			return path // the daemon's manifest says whether it is gVisor's
 		}
+		if os.Getenv("CI") != "" {
+			t.Fatalf("%s: %v", path, err)
+		}
+		t.Skipf("%s cannot run sandboxes: %v", path, err)
 	}
 	if os.Getenv("CI") != "" {
 		t.Fatal("no runsc: install gVisor (scripts/test does) or set SANDBOXD_RUNSC")
