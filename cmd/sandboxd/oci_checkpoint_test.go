@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"os"
-	"os/exec"
 	"strconv"
 	"strings"
 	"testing"
@@ -14,37 +13,14 @@ import (
 	"github.com/sandboxd/sandbox"
 	"github.com/sandboxd/sandbox/client"
 	"github.com/sandboxd/sandbox/internal/testenv"
-	"github.com/sandboxd/sandbox/provider/oci"
+	"github.com/sandboxd/sandbox/internal/testenv/gvisortest"
 )
 
 // needRunsc returns the runsc that gVisor's sandboxes run on: $SANDBOXD_RUNSC (scripts/test builds
-// one), else runsc from PATH. Without one that the oci provider takes (Debian 12's is too old) the test
-// skips, except in CI, where it must run.
+// one), else runsc from PATH. Without one the test skips, except in CI, where it must run.
 func needRunsc(t *testing.T) string {
 	t.Helper()
-	for _, rt := range []string{os.Getenv("SANDBOXD_RUNSC"), "runsc"} {
-		if rt == "" {
-			continue
-		}
-		path, err := exec.LookPath(rt)
-		if err != nil {
-			continue
-		}
-		p, err := oci.New(oci.Config{StateDir: testenv.StateDir(t), AgentPath: testenv.BuildAgent(t), Runtime: path})
-		if err == nil {
-			p.Close()
-			return path // the daemon's manifest says whether it is gVisor's
-		}
-		if os.Getenv("CI") != "" {
-			t.Fatalf("%s: %v", path, err)
-		}
-		t.Skipf("%s cannot run sandboxes: %v", path, err)
-	}
-	if os.Getenv("CI") != "" {
-		t.Fatal("no runsc: install gVisor (scripts/test does) or set SANDBOXD_RUNSC")
-	}
-	t.Skip("no runsc installed")
-	return ""
+	return gvisortest.Runtime(t, os.Getenv("SANDBOXD_RUNSC"), "runsc")
 }
 
 // memCounter counts in memory only and prints each count.
