@@ -6,33 +6,15 @@ import (
 	"errors"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/sandboxd/sandbox"
 	"github.com/sandboxd/sandbox/core"
+	"github.com/sandboxd/sandbox/internal/testenv"
 	"github.com/sandboxd/sandbox/internal/testenv/corestack"
 	"github.com/sandboxd/sandbox/provider/host"
 )
-
-// clock is a settable clock, the runtime's Now.
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *clock) add(d time.Duration) {
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.mu.Unlock()
-}
 
 // lifetimeEnv is a runtime whose store and host provider outlive it, so a test can restart it, on an
 // injected clock, checking lifetimes every few milliseconds of real time.
@@ -40,7 +22,7 @@ type lifetimeEnv struct {
 	t    *testing.T
 	dir  string
 	prov *host.Provider
-	clk  *clock
+	clk  *testenv.Clock
 	cfg  core.LifetimeConfig
 	st   *corestack.Stack
 }
@@ -52,7 +34,7 @@ func newLifetimeEnv(t *testing.T, cfg core.LifetimeConfig) *lifetimeEnv {
 		t.Fatal(err)
 	}
 	cfg.Interval = 5 * time.Millisecond
-	e := &lifetimeEnv{t: t, dir: dir, prov: prov, clk: &clock{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}, cfg: cfg}
+	e := &lifetimeEnv{t: t, dir: dir, prov: prov, clk: testenv.NewClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)), cfg: cfg}
 	e.start()
 	t.Cleanup(func() { e.st.Close() })
 	return e
@@ -167,15 +149,15 @@ func TestTTLFiresOnceAtItsTimeAcrossARestart(t *testing.T) {
 		t.Fatalf("recorded lifetime %+v, want expiry at %s", lt, created.Add(time.Minute))
 	}
 	plain := e.create("")
-	e.clk.add(30 * time.Second)
+	e.clk.Add(30 * time.Second)
 	e.still(sb.ID, sandbox.StateReady)
 	e.restart()
-	e.clk.add(29 * time.Second)
+	e.clk.Add(29 * time.Second)
 	e.still(sb.ID, sandbox.StateReady)
-	e.clk.add(time.Second)
+	e.clk.Add(time.Second)
 	e.wait(sb.ID, sandbox.StateTerminated)
 	e.restart()
-	e.clk.add(time.Hour)
+	e.clk.Add(time.Hour)
 	e.still(sb.ID, sandbox.StateTerminated)
 	if got := e.reasons(sb.ID); count(got, ":"+core.ReasonTTLExpired) != 1 || count(got, "ready>terminating:ttl_expired") != 1 {
 		t.Errorf("state changes %v, want one ready>terminating with reason ttl_expired", got)
@@ -192,13 +174,13 @@ func TestIdlePausesOnceAndResumesOnCall(t *testing.T) {
 	if lt := core.LifetimeOf(sb); lt == nil || lt.OnIdle != "pause" || !lt.ResumeOnCall {
 		t.Fatalf("recorded lifetime %+v, want pause on idle and resume on call", lt)
 	}
-	e.clk.add(5 * time.Second)
+	e.clk.Add(5 * time.Second)
 	e.st.Runtime.Active(sb.ID)() // a call five seconds in
-	e.clk.add(9 * time.Second)
+	e.clk.Add(9 * time.Second)
 	e.still(sb.ID, sandbox.StateReady)
-	e.clk.add(time.Second)
+	e.clk.Add(time.Second)
 	e.wait(sb.ID, sandbox.StatePaused)
-	e.clk.add(time.Hour)
+	e.clk.Add(time.Hour)
 	e.still(sb.ID, sandbox.StatePaused)
 
 	res, err := e.st.Runtime.Exec(context.Background(), sb.ID, sb.Generation, sandbox.Command{Argv: []string{"echo", "back"}, Timeout: time.Minute})
@@ -209,14 +191,14 @@ func TestIdlePausesOnceAndResumesOnCall(t *testing.T) {
 
 	// A stream open for an hour: not idle.
 	done := e.st.Runtime.Active(sb.ID)
-	e.clk.add(time.Hour)
+	e.clk.Add(time.Hour)
 	e.still(sb.ID, sandbox.StateReady)
 	done()
-	e.clk.add(8 * time.Second)
+	e.clk.Add(8 * time.Second)
 	e.restart() // the restart is use: the bound starts again
-	e.clk.add(8 * time.Second)
+	e.clk.Add(8 * time.Second)
 	e.still(sb.ID, sandbox.StateReady)
-	e.clk.add(3 * time.Second)
+	e.clk.Add(3 * time.Second)
 	e.wait(sb.ID, sandbox.StatePaused)
 
 	got := e.reasons(sb.ID)
@@ -229,13 +211,13 @@ func TestIdlePausesOnceAndResumesOnCall(t *testing.T) {
 func TestIdleTerminates(t *testing.T) {
 	e := newLifetimeEnv(t, core.LifetimeConfig{})
 	sb := e.create(`{"idleSeconds": 5, "onIdle": "terminate"}`)
-	e.clk.add(5 * time.Second)
+	e.clk.Add(5 * time.Second)
 	e.wait(sb.ID, sandbox.StateTerminated)
 	if got := e.reasons(sb.ID); count(got, "ready>terminating:idle") != 1 {
 		t.Errorf("state changes %v", got)
 	}
 	kept := e.create(`{"idleSeconds": 5, "resumeOnCall": false}`)
-	e.clk.add(5 * time.Second)
+	e.clk.Add(5 * time.Second)
 	e.wait(kept.ID, sandbox.StatePaused)
 	_, err := e.st.Runtime.Exec(context.Background(), kept.ID, kept.Generation, sandbox.Command{Argv: []string{"true"}, Timeout: time.Minute})
 	if !errors.Is(err, sandbox.ErrInvalidState) {
@@ -268,7 +250,7 @@ func TestLifetimeDefaultsAndMaxima(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.wait(sb.ID, sandbox.StateTerminated)
-	e.clk.add(30 * time.Minute)
+	e.clk.Add(30 * time.Minute)
 	at := e.clk.Now()
 	re, err := e.st.Runtime.Recreate(context.Background(), sb.ID, sb.Generation, sandbox.Spec{ClientRequestID: string(sandbox.NewID()),
 		Extensions: map[string]json.RawMessage{core.LifetimeKey: json.RawMessage(`{"ttlSeconds": 100}`)}})
@@ -291,7 +273,7 @@ func TestIdleWithARunningProcess(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.clk.add(time.Hour)
+	e.clk.Add(time.Hour)
 	e.still(sb.ID, sandbox.StateReady)
 	if err := e.st.Runtime.SignalProcess(ctx, sb.ID, sb.Generation, p.PID, "KILL"); err != nil {
 		t.Fatal(err)
@@ -310,6 +292,6 @@ func TestIdleWithARunningProcess(t *testing.T) {
 		}
 	}
 	e.still(sb.ID, sandbox.StateReady) // seen running a moment ago
-	e.clk.add(10 * time.Second)
+	e.clk.Add(10 * time.Second)
 	e.wait(sb.ID, sandbox.StatePaused)
 }

@@ -11,13 +11,49 @@ import (
 // client got: the status of every answer, 401s included, and how long it took to its last byte (an
 // event stream: until it ended). It tells Config.ObserveRequest (the daemon's metrics) and, for a
 // request that may change something (any method but GET and HEAD), writes one audit line: who (the
-// token's name), what (the operation and its sandbox) and the result.
+// token's name), what (the operation, its sandbox and the other resource its path names: a volume,
+// snapshot, template, image, process or port) and the result.
+
+// auditNames are the audit line's names of the path parameters that name a resource besides the
+// sandbox. A port's proxied {path} names none.
+var auditNames = map[string]string{
+	"volumeName":  "volume",
+	"snapshotId":  "snapshot",
+	"templateRef": "template",
+	"digest":      "image",
+	"pid":         "pid",
+	"port":        "port",
+}
+
+// auditParam is a path parameter the audit line names.
+type auditParam struct{ param, key string }
+
+// auditParams are the path parameters of operation, in order, that the audit line names.
+func auditParams(operation string) []auditParam {
+	var out []auditParam
+	for rest := operation; ; {
+		i := strings.Index(rest, "{")
+		if i < 0 {
+			return out
+		}
+		j := strings.Index(rest[i:], "}")
+		if j < 0 {
+			return out
+		}
+		name := strings.TrimSuffix(rest[i+1:i+j], "...")
+		if key, ok := auditNames[name]; ok {
+			out = append(out, auditParam{param: name, key: key})
+		}
+		rest = rest[i+j:]
+	}
+}
 
 // observe wraps one operation, named "METHOD /path/{param}" as in its document.
 func (s *Server) observe(operation string, next http.Handler) http.Handler {
 	if s.observeRequest == nil && s.audit == nil {
 		return next
 	}
+	params := auditParams(operation)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		sw := &statusWriter{ResponseWriter: w}
@@ -35,10 +71,14 @@ func (s *Server) observe(operation string, next http.Handler) http.Handler {
 				if who == "" {
 					who = "-" // authentication is off, or the request had no valid token
 				}
-				s.audit.LogAttrs(r.Context(), slog.LevelInfo, "audit",
-					slog.String("who", who), slog.String("operation", operation),
-					slog.String("sandbox", r.PathValue("sandboxId")), slog.Int("status", status),
-					slog.Duration("duration", d), slog.String("remote", r.RemoteAddr))
+				attrs := make([]slog.Attr, 0, 6+len(params))
+				attrs = append(attrs, slog.String("who", who), slog.String("operation", operation),
+					slog.String("sandbox", r.PathValue("sandboxId")))
+				for _, p := range params {
+					attrs = append(attrs, slog.String(p.key, r.PathValue(p.param)))
+				}
+				attrs = append(attrs, slog.Int("status", status), slog.Duration("duration", d), slog.String("remote", r.RemoteAddr))
+				s.audit.LogAttrs(r.Context(), slog.LevelInfo, "audit", attrs...)
 			}
 		}()
 		next.ServeHTTP(sw, r)

@@ -82,7 +82,8 @@ type Config struct {
 	// its document; "" for no route), the status, and how long the answer took (observe.go).
 	ObserveRequest func(operation string, status int, d time.Duration)
 	// Audit, when set, gets one line for every request that may change something: who (the token's
-	// name), the operation, its sandbox and the status (observe.go).
+	// name), the operation, its sandbox and any other resource its path names, and the status
+	// (observe.go).
 	Audit *slog.Logger
 	// Metrics, when set, is served at GET /metrics, behind the same authentication as the API.
 	Metrics http.Handler

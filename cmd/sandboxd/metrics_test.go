@@ -41,7 +41,7 @@ func (l *lockedBuffer) String() string {
 // TestMetrics scrapes a running daemon's /metrics around the calls it makes: the requests counted by
 // operation and status, the provider's operations timed, the sandboxes by state, the event log's head,
 // the store's commits; /metrics needs a token like the API; every mutation leaves an audit line naming
-// the token's owner.
+// the token's owner, and the resource its path names besides a sandbox.
 func TestMetrics(t *testing.T) {
 	tokens := filepath.Join(t.TempDir(), "tokens")
 	if err := os.WriteFile(tokens, []byte("ci-runner metrics-token-1\n"), 0o600); err != nil {
@@ -157,6 +157,22 @@ func TestMetrics(t *testing.T) {
 			t.Fatalf("audit lines missing:\n%s", logs.String())
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+	// An operation whose path names another resource than a sandbox names it too, whatever its answer
+	// (the host provider keeps no volumes or snapshots: 422).
+	call("DELETE", "/v1/volumes/cache", "")
+	call("DELETE", "/v1/snapshots/snap_0123456789abcdef", "")
+	call("POST", "/v1/sandboxes/"+string(sb.ID)+"/processes/4242/signal", `{"expectedGeneration":1,"signal":"TERM"}`)
+	for _, line := range []string{
+		`msg=audit who=ci-runner operation="DELETE /v1/volumes/{volumeName}" sandbox="" volume=cache status=422`,
+		`msg=audit who=ci-runner operation="DELETE /v1/snapshots/{snapshotId}" sandbox="" snapshot=snap_0123456789abcdef status=422`,
+		`msg=audit who=ci-runner operation="POST /v1/sandboxes/{sandboxId}/processes/{pid}/signal" sandbox=` + string(sb.ID) + ` pid=4242 status=404`,
+	} {
+		for deadline := time.Now().Add(5 * time.Second); !strings.Contains(logs.String(), line); time.Sleep(10 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("no audit line %s in:\n%s", line, logs.String())
+			}
+		}
 	}
 	if strings.Contains(logs.String(), "metrics-token-1") {
 		t.Error("a token is in the log")

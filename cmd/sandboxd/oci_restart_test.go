@@ -176,7 +176,11 @@ func waitForWithin(t *testing.T, url string, id sandbox.ID, want sandbox.State, 
 // removeContainersAtEnd kills and deletes, when the test ends and after its daemons are gone, every
 // container left under dataDir's oci state: a daemon killed by the test leaves its sandboxes running,
 // and the temporary directory that names them is removed next.
-func removeContainersAtEnd(t *testing.T, dataDir string) {
+func removeContainersAtEnd(t *testing.T, dataDir string) { removeContainersAtEndOf(t, dataDir, "runc") }
+
+// removeContainersAtEndOf is removeContainersAtEnd for the containers of another OCI runtime (a runsc),
+// which also unmounts what runsc pins in its root.
+func removeContainersAtEndOf(t *testing.T, dataDir, runtime string) {
 	t.Cleanup(func() {
 		root := filepath.Join(dataDir, "oci", "runc")
 		if _, err := os.Stat(root); err != nil {
@@ -185,19 +189,22 @@ func removeContainersAtEnd(t *testing.T, dataDir string) {
 		// A daemon killed while it started a container (a warm pool entry, say) leaves its runc run
 		// going: the container would appear after the listing below.
 		oci.WaitRuntimes(context.Background(), root, 10*time.Second)
-		names, err := runcList(root)
+		names, err := runtimeList(runtime, root)
 		if err != nil {
 			t.Error(err)
 		}
 		for _, c := range names {
-			runCmd("runc", "--root", root, "kill", c, "KILL")
+			runCmd(runtime, "--root", root, "kill", c, "KILL")
 			for i := 0; i < 100; i++ {
-				if _, err := runCmd("runc", "--root", root, "delete", c); err == nil {
+				if _, err := runCmd(runtime, "--root", root, "delete", c); err == nil {
 					break
 				}
 				time.Sleep(20 * time.Millisecond)
 			}
-			runCmd("runc", "--root", root, "delete", "--force", c)
+			runCmd(runtime, "--root", root, "delete", "--force", c)
+		}
+		// runsc's empty network namespace, bound in its root for the next sandbox.
+		for unix.Unmount(filepath.Join(root, "null-netns"), unix.MNT_DETACH) == nil {
 		}
 		// The disk of a sandbox whose container a killed daemon was starting, still mounted on the host;
 		// its loop device frees itself with the unmount.
@@ -210,18 +217,22 @@ func removeContainersAtEnd(t *testing.T, dataDir string) {
 	})
 }
 
-// runcList lists the containers under root. runc fails a listing when a container's state directory
-// goes while it reads them (a daemon deleting one meanwhile): it is asked again.
-func runcList(root string) ([]string, error) {
+// runcList lists runc's containers under root.
+func runcList(root string) ([]string, error) { return runtimeList("runc", root) }
+
+// runtimeList lists the containers under root of an OCI runtime. runc fails a listing when a
+// container's state directory goes while it reads them (a daemon deleting one meanwhile): it is asked
+// again.
+func runtimeList(runtime, root string) ([]string, error) {
 	var out string
 	var err error
 	for i := 0; i < 50; i++ {
-		if out, err = runCmd("runc", "--root", root, "list", "-q"); err == nil {
+		if out, err = runCmd(runtime, "--root", root, "list", "--quiet"); err == nil {
 			return strings.Fields(out), nil
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	return nil, fmt.Errorf("runc list: %v\n%s", err, out)
+	return nil, fmt.Errorf("%s list: %v\n%s", filepath.Base(runtime), err, out)
 }
 
 func runCmd(name string, args ...string) (string, error) {

@@ -21,9 +21,10 @@ import (
 	"github.com/sandboxd/sandbox/provider/oci"
 )
 
-// TestSnapshotCommands drives `sbx snapshot`, `sbx fork`, `sbx template` and `sbx create --template`
-// against a daemon on the oci provider.
-func TestSnapshotCommands(t *testing.T) {
+// newOCIStack is a daemon on the oci provider (root only: it skips elsewhere) whose sandboxes, which
+// outlive their daemon by design, are terminated when the test ends.
+func newOCIStack(t *testing.T) *stack.Stack {
+	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("the oci provider needs root")
 	}
@@ -33,7 +34,6 @@ func TestSnapshotCommands(t *testing.T) {
 	}
 	st := stack.New(t, p)
 	t.Cleanup(func() { p.Close() })
-	// A sandbox outlives its daemon by design: end every one the test made, or its container stays.
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
@@ -60,16 +60,28 @@ func TestSnapshotCommands(t *testing.T) {
 			}
 		}
 	})
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	sbx := func(want int, args ...string) string {
+	return st
+}
+
+// sbxOf runs sbx against url and fails the test unless it exits with want; it returns its stdout.
+func sbxOf(t *testing.T, ctx context.Context, url string) func(want int, args ...string) string {
+	return func(want int, args ...string) string {
 		t.Helper()
 		var out, errb bytes.Buffer
-		if code := run(ctx, append([]string{"--url", st.URL}, args...), strings.NewReader(""), &out, &errb); code != want {
+		if code := run(ctx, append([]string{"--url", url}, args...), strings.NewReader(""), &out, &errb); code != want {
 			t.Fatalf("sbx %s: exit %d, want %d: %s%s", strings.Join(args, " "), code, want, out.String(), errb.String())
 		}
 		return out.String()
 	}
+}
+
+// TestSnapshotCommands drives `sbx snapshot`, `sbx fork`, `sbx template` and `sbx create --template`
+// against a daemon on the oci provider.
+func TestSnapshotCommands(t *testing.T) {
+	st := newOCIStack(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	sbx := sbxOf(t, ctx, st.URL)
 	dir := t.TempDir()
 	lp, err := layout.Write(dir, empty.Index)
 	if err != nil {

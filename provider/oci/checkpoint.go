@@ -15,8 +15,11 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/sandboxd/sandbox"
 )
@@ -298,21 +301,26 @@ func sockets(l layout) ([]string, error) {
 }
 
 // makeSockets makes, in a fork's socket directory, the socket files its checkpoint's sandbox had:
-// bound and closed at once, nothing listens on them.
+// bound and closed at once, nothing listens on them. They are bound through /proc/self/fd of the
+// directory, whose path may be too long for sockaddr_un (a deep data directory), as inRunDir dials.
 func makeSockets(l layout, names []string) error {
+	dir, err := unix.Open(l.sockDir(), unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(dir)
 	for _, name := range names {
 		if !strings.HasPrefix(name, "agent") || strings.ContainsAny(name, "/\x00") || len(name) > 64 {
 			return fmt.Errorf("socket name %q: %w", name, sandbox.ErrInvalidRequest)
 		}
-		path := filepath.Join(l.sockDir(), name)
-		ln, err := net.Listen("unix", path)
+		ln, err := net.Listen("unix", "/proc/self/fd/"+strconv.Itoa(dir)+"/"+name)
 		if err != nil {
 			return err
 		}
 		ln.(*net.UnixListener).SetUnlinkOnClose(false)
 		ln.Close()
-		if err := os.Chmod(path, 0o600); err != nil {
-			return err
+		if err := unix.Fchmodat(dir, name, 0o600, 0); err != nil {
+			return fmt.Errorf("chmod socket %s: %w", name, err)
 		}
 	}
 	return nil

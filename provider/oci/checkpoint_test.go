@@ -203,6 +203,32 @@ func TestCheckpoint(t *testing.T) {
 	})
 }
 
+// TestForkInADeepStateDir: on gVisor, a fork works under a state directory deep enough that its
+// sandboxes' socket paths are longer than sockaddr_un holds (the provider binds and dials them
+// through /proc/self/fd of their directory).
+func TestForkInADeepStateDir(t *testing.T) {
+	runsc := gvisorRuntime(t)
+	cfg := testConfig(t, filepath.Join(testenv.StateDir(t), strings.Repeat("d", 64)))
+	cfg.Runtime = runsc
+	p := newProviderWith(t, cfg)
+	ref := ready(t, p, nil)
+	if n := len(filepath.Join(cfg.StateDir, "sandboxes", ref.Name(), "sock", "agent.sock")); n < 108 {
+		t.Fatalf("a socket path of %d bytes fits sockaddr_un: the test shows nothing", n)
+	}
+	sh(t, p, ref, "echo before > /workspace/f")
+	ckpt, err := p.Checkpoint(ctxFor(t), ref, true)
+	if err != nil {
+		t.Fatalf("checkpoint: %v", err)
+	}
+	forked := sandbox.Ref{ID: sandbox.NewID(), Generation: 1}
+	if obs, err := p.Allocate(ctxFor(t), forked, fork(ref.ID, ckpt.ID)); err != nil || obs.State != sandbox.ObservedReady {
+		t.Fatalf("fork: %+v %v", obs, err)
+	}
+	if res := sh(t, p, forked, "cat /workspace/f"); res.Stdout != "before\n" {
+		t.Fatalf("the fork: %+v", res)
+	}
+}
+
 func withDisk(spec sandbox.Spec, mib int64) sandbox.Spec {
 	spec.Resources = &sandbox.Resources{DiskMiB: mib}
 	return spec

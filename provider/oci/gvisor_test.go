@@ -3,7 +3,6 @@ package oci_test
 import (
 	"errors"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -13,6 +12,7 @@ import (
 
 	"github.com/sandboxd/sandbox"
 	"github.com/sandboxd/sandbox/internal/testenv"
+	"github.com/sandboxd/sandbox/internal/testenv/gvisortest"
 	"github.com/sandboxd/sandbox/provider/oci"
 	"github.com/sandboxd/sandbox/provider/providertest"
 )
@@ -23,32 +23,7 @@ import (
 // error TestGVisorRefusesOldKernel checks.
 func gvisorRuntime(t *testing.T) string {
 	t.Helper()
-	for _, rt := range []string{testRuntime, os.Getenv("SANDBOXD_RUNSC"), "runsc"} {
-		if rt == "" {
-			continue
-		}
-		path, err := exec.LookPath(rt)
-		if err != nil {
-			continue
-		}
-		if class, err := oci.DetectClass(path); err != nil || class != "gvisor" {
-			continue
-		}
-		p, err := oci.New(oci.Config{StateDir: testenv.StateDir(t), AgentPath: testenv.BuildAgent(t), Runtime: path})
-		if err == nil {
-			p.Close()
-			return path
-		}
-		if os.Getenv("CI") != "" {
-			t.Fatalf("%s: %v", path, err)
-		}
-		t.Skipf("%s cannot run sandboxes: %v", path, err)
-	}
-	if os.Getenv("CI") != "" {
-		t.Fatal("no runsc: install gVisor (scripts/test does) or set SANDBOXD_RUNSC")
-	}
-	t.Skip("no runsc installed")
-	return ""
+	return gvisortest.Runtime(t, testRuntime, os.Getenv("SANDBOXD_RUNSC"), "runsc")
 }
 
 // TestGVisor runs sandboxes on gVisor whenever runsc is installed, whatever the tests' runtime:

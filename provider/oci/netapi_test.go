@@ -25,9 +25,6 @@ import (
 func TestNetworkAPI(t *testing.T) {
 	in := newInternet(t)
 	p := netProvider(t, in, testenv.StateDir(t))
-	if p == nil {
-		return
-	}
 	st := teststack.New(t, p, teststack.API(func(c *httpapi.Config) { c.HeartbeatInterval = 200 * time.Millisecond }))
 	c, err := client.New(st.URL, client.WithHTTPClient(&http.Client{Transport: apitest.Transport(t, http.DefaultTransport)}))
 	if err != nil {

@@ -22,7 +22,7 @@ import (
 
 // netProvider is a provider whose sandboxes' network uses in as the world outside. On gVisor, whose
 // sandboxes run on loopback only, it checks that a policy letting anything out is refused (422, never a
-// silent deny) and returns nil: the caller's test has nothing more to show there.
+// silent deny) and skips the caller's test, which has nothing more to show there.
 func netProvider(t testing.TB, in *internet, dir string, mutate ...func(*oci.Config)) *oci.Provider {
 	t.Helper()
 	cfg := testConfig(t, dir)
@@ -41,7 +41,7 @@ func netProvider(t testing.TB, in *internet, dir string, mutate ...func(*oci.Con
 		if m, _ := p.Manifest(context.Background()); m.Capabilities.NetworkPolicy {
 			t.Error("gVisor's manifest says networkPolicy")
 		}
-		return nil
+		t.Skip("gVisor's sandboxes have loopback only: its refusal of a network policy is all there is to check")
 	}
 	return p
 }
@@ -115,9 +115,6 @@ next:
 func TestNetworkPolicy(t *testing.T) {
 	in := newInternet(t)
 	p := netProvider(t, in, testenv.StateDir(t))
-	if p == nil {
-		return
-	}
 	// A listener of the host's on every address and one on its loopback only, as the daemon's would be.
 	hostPort := hostServer(t, "host", ":0")
 	loopPort := hostServer(t, "loopback", "127.0.0.1:0")
@@ -269,9 +266,6 @@ func TestNetworkPolicy(t *testing.T) {
 func TestNetworkWarmPool(t *testing.T) {
 	in := newInternet(t)
 	p := netProvider(t, in, testenv.StateDir(t), func(c *oci.Config) { c.WarmPool = 1 })
-	if p == nil {
-		return
-	}
 	waitFor(t, func() bool { return oci.IdleEntries(p) == 1 })
 	ref := withPolicy(t, p, fmt.Sprintf(`{"allow":["%s/32"]}`, in.server))
 	if oci.Container(p, ref) == ref.Name() {
@@ -288,9 +282,6 @@ func TestNetworkLeaks(t *testing.T) {
 	in := newInternet(t)
 	dir := testenv.StateDir(t)
 	p := netProvider(t, in, dir)
-	if p == nil {
-		return
-	}
 	cycles := 100
 	if testing.Short() {
 		cycles = 20
@@ -331,9 +322,6 @@ func TestNetworkLeaks(t *testing.T) {
 	}
 
 	next := netProvider(t, in, dir)
-	if next == nil {
-		return
-	}
 	iface, _ := oci.NetIface(next, survivor)
 	if got := links(t, oci.NetPrefix(dir)); len(got) != 1 || got[0] != iface {
 		t.Errorf("after the restart the provider's interfaces are %q, want the survivor's %q", got, iface)
@@ -433,9 +421,6 @@ func links(t *testing.T, prefix string) []string {
 func TestNetworkUsage(t *testing.T) {
 	in := newInternet(t)
 	p := netProvider(t, in, testenv.StateDir(t))
-	if p == nil {
-		return
-	}
 	ref := withPolicy(t, p, `{"egress":"allow"}`)
 	before, err := p.Usage(ctxFor(t), ref)
 	if err != nil {

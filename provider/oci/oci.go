@@ -447,7 +447,11 @@ func (p *Provider) Manifest(context.Context) (sandbox.Manifest, error) {
 			PersistentVolume: p.runc.class == classRunc,
 			NetworkPolicy:    p.net != nil,
 			ImageReference:   p.images != nil,
-			// gVisor's kernel saves and restores itself (checkpoint.go); runc would need CRIU.
+			// gVisor's kernel saves and restores itself (checkpoint.go). runc would need CRIU, and
+			// the only CRIU the machine's package sources offer (Debian 12's 3.17.1; bookworm,
+			// bookworm-updates and bookworm-security, no backports) fails its own `criu check` on this
+			// kernel (6.18): "vdso: Unexpected rt vDSO area bounds", "Could not initialize kernel
+			// features detection". So runc says false (docs/checkpoints.md, "Why not runc").
 			MemorySnapshot: p.runc.class == classGVisor,
 			// Through the agent (ports.go); tested on runc.
 			PortForwarding: p.runc.class == classRunc,

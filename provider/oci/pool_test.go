@@ -235,3 +235,69 @@ func (h retryHandler) Handle(_ context.Context, r slog.Record) error {
 	})
 	return nil
 }
+
+// TestWarmPoolStats: the pool's counters count what creates found: a create that takes an entry is a
+// hit; one that finds the pool empty (its refill failing meanwhile) is a miss and starts its own
+// container; one the pool cannot serve (a disk of its own size) is neither.
+func TestWarmPoolStats(t *testing.T) {
+	dir := testenv.StateDir(t)
+	runc, err := exec.LookPath(testRuntime)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A runtime that refuses to run a pool entry while the file stop exists.
+	stop := filepath.Join(dir, "stop-pool")
+	wrapper := filepath.Join(dir, "runc-pool-stop")
+	script := "#!/bin/sh\nrun=; last=\nfor a; do [ \"$a\" = run ] && run=1; last=$a; done\n" +
+		"if [ -n \"$run\" ] && [ -e '" + stop + "' ]; then case \"$last\" in pool-*) echo no pool entry now >&2; exit 1;; esac; fi\n" +
+		"exec '" + runc + "' \"$@\"\n"
+	if err := os.WriteFile(wrapper, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cfg := testConfig(t, filepath.Join(dir, "state"))
+	cfg.Runtime, cfg.WarmPool = wrapper, 1
+	p := newProviderWith(t, cfg)
+	waitIdle(t, p, 1)
+	if s := p.PoolStats(); s != (sandbox.PoolStats{Idle: 1, Target: 1}) {
+		t.Fatalf("stats of a full pool before any create: %+v", s)
+	}
+	if err := os.WriteFile(stop, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ctx := ctxFor(t)
+	alloc := func(spec sandbox.Spec) sandbox.Ref {
+		t.Helper()
+		ref := sandbox.Ref{ID: sandbox.NewID(), Generation: 1}
+		if obs, err := p.Allocate(ctx, ref, spec); err != nil || obs.State != sandbox.ObservedReady {
+			t.Fatalf("allocate: %+v %v", obs, err)
+		}
+		return ref
+	}
+	hit := alloc(sandbox.Spec{ClientRequestID: "hit"})
+	if !strings.HasPrefix(oci.Container(p, hit), "pool-") {
+		t.Fatalf("the first create did not take the entry: container %s", oci.Container(p, hit))
+	}
+	if s := p.PoolStats(); s.Hits != 1 || s.Misses != 0 || s.Idle != 0 {
+		t.Fatalf("after a hit: %+v", s)
+	}
+	miss := alloc(sandbox.Spec{ClientRequestID: "miss"})
+	if strings.HasPrefix(oci.Container(p, miss), "pool-") {
+		t.Fatalf("a create took an entry of a pool that cannot refill: container %s", oci.Container(p, miss))
+	}
+	if s := p.PoolStats(); s.Hits != 1 || s.Misses != 1 || s.Idle != 0 || s.Target != 1 {
+		t.Fatalf("after a miss: %+v", s)
+	}
+	alloc(sandbox.Spec{ClientRequestID: "disk", Resources: &sandbox.Resources{DiskMiB: 16}})
+	if s := p.PoolStats(); s.Hits != 1 || s.Misses != 1 {
+		t.Fatalf("after a create the pool cannot serve: %+v", s)
+	}
+	// The pool refills once it can, and the next create is a hit again.
+	if err := os.Remove(stop); err != nil {
+		t.Fatal(err)
+	}
+	waitIdle(t, p, 1)
+	alloc(sandbox.Spec{ClientRequestID: "again"})
+	if s := p.PoolStats(); s.Hits != 2 || s.Misses != 1 {
+		t.Fatalf("after the refill and a hit: %+v", s)
+	}
+}

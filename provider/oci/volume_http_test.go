@@ -19,15 +19,16 @@ import (
 // live sandbox is not deleted; a create naming no volume that exists is a 400 and records nothing.
 func TestVolumesHTTP(t *testing.T) {
 	p := newProvider(t)
-	if onGVisor(t, p) {
-		return // persistentVolume is false there: the core's 422 is the contract suite's to check
-	}
 	st := teststack.New(t, p)
 	c, err := client.New(st.URL, client.WithHTTPClient(&http.Client{Transport: apitest.Transport(t, http.DefaultTransport)}))
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx := ctxFor(t)
+	if onGVisor(t, p) {
+		volumesRefused(t, c)
+		return
+	}
 	if _, err := c.CreateVolume(ctx, "data", 16, false); err != nil {
 		t.Fatal(err)
 	}
@@ -84,6 +85,32 @@ func TestVolumesHTTP(t *testing.T) {
 	}
 	if list, err := c.Volumes(ctx); err != nil || len(list) != 0 {
 		t.Fatalf("list: %+v %v", list, err)
+	}
+}
+
+// volumesRefused: where the manifest says persistentVolume false (gVisor), every volume call and a
+// create that mounts one is a 422 unsupported_capability, and nothing is made.
+func volumesRefused(t *testing.T, c *client.Client) {
+	t.Helper()
+	ctx := ctxFor(t)
+	if info, err := c.Runtime(ctx); err != nil || info.Provider.Capabilities.PersistentVolume {
+		t.Fatalf("runtime %+v %v, want persistentVolume false", info, err)
+	}
+	if _, err := c.CreateVolume(ctx, "data", 16, false); !errors.Is(err, sandbox.ErrUnsupportedCapability) {
+		t.Errorf("create volume: %v, want unsupported capability", err)
+	}
+	if _, err := c.Volumes(ctx); !errors.Is(err, sandbox.ErrUnsupportedCapability) {
+		t.Errorf("list volumes: %v, want unsupported capability", err)
+	}
+	if err := c.DeleteVolume(ctx, "data"); !errors.Is(err, sandbox.ErrUnsupportedCapability) {
+		t.Errorf("delete volume: %v, want unsupported capability", err)
+	}
+	spec, _ := client.VolumeMounts(sandbox.Spec{ClientRequestID: "v"}, sandbox.VolumeMount{Name: "data", MountPath: "/data"})
+	if _, err := c.Create(ctx, spec); !errors.Is(err, sandbox.ErrUnsupportedCapability) {
+		t.Errorf("a create mounting a volume: %v, want unsupported capability", err)
+	}
+	if list, err := c.List(ctx); err != nil || len(list) != 0 {
+		t.Errorf("sandboxes after the refusals: %+v %v", list, err)
 	}
 }
 

@@ -43,11 +43,15 @@ func TestVolumes(t *testing.T) {
 	dir := testenv.StateDir(t)
 	before := measure(t, dir)
 	p := newProviderAt(t, dir)
-	if m, _ := p.Manifest(ctxFor(t)); !m.Capabilities.PersistentVolume && !onGVisor(t, p) {
-		t.Fatal("the manifest says persistentVolume false on runc")
-	}
+	m, _ := p.Manifest(ctxFor(t))
 	if onGVisor(t, p) {
-		return // the manifest says false there, and the core refuses such a sandbox before allocation
+		if m.Capabilities.PersistentVolume {
+			t.Error("the manifest says persistentVolume on gVisor")
+		}
+		t.Skip("volumes are runc's: gVisor's file server has no idmapped mount; TestVolumesHTTP checks the refusal there")
+	}
+	if !m.Capabilities.PersistentVolume {
+		t.Fatal("the manifest says persistentVolume false on runc")
 	}
 	if _, err := p.CreateVolume(ctxFor(t), "cache", 16, false); err != nil {
 		t.Fatal(err)
@@ -132,7 +136,7 @@ func TestVolumeCycles(t *testing.T) {
 	before := measure(t, dir)
 	p := newProviderAt(t, dir)
 	if onGVisor(t, p) {
-		return
+		t.Skip("volumes are runc's: gVisor's file server has no idmapped mount; TestVolumesHTTP checks the refusal there")
 	}
 	if _, err := p.CreateVolume(ctxFor(t), "shared", 8, true); err != nil {
 		t.Fatal(err)
