@@ -168,17 +168,20 @@ func TestImageWarmPool(t *testing.T) {
 }
 
 // TestImageWarmPoolTemplate: a pool of a template keeps entries of its newest version, and moves to a
-// new version once there is one; a template that does not exist yet is warmed once it does.
+// new version once there is one; a template that does not exist yet is warmed once it does. A sandbox
+// taken from an image's pool can be snapshotted, as any other.
 func TestImageWarmPoolTemplate(t *testing.T) {
 	reg := imagetest.StartRegistry(t)
-	tagged, _ := reg.Push(t, "tpl/busybox:1", imagetest.BusyboxImage(t, "base"))
-	p := newProviderWith(t, imagePoolConfig(t, testenv.StateDir(t), reg, oci.ImagePool{Ref: "tools", Template: true, Size: 1}))
+	tagged, pinned := reg.Push(t, "tpl/busybox:1", imagetest.BusyboxImage(t, "base"))
+	p := newProviderWith(t, imagePoolConfig(t, testenv.StateDir(t), reg, oci.ImagePool{Ref: "tools", Template: true, Size: 1},
+		oci.ImagePool{Ref: tagged, Size: 1}))
 	ctx := ctxFor(t)
 	version := func(content string) string {
 		t.Helper()
+		templateEntries(t, p, digestOf(pinned))
 		src, obs := fromImage(t, p, tagged)
-		if obs.State != sandbox.ObservedReady {
-			t.Fatalf("%+v", obs)
+		if obs.State != sandbox.ObservedReady || !strings.HasPrefix(oci.Container(p, src), "pool-") {
+			t.Fatalf("a sandbox of the image's pool: %+v, container %s", obs, oci.Container(p, src))
 		}
 		if res := sh(t, p, src, "echo "+content+" > /srv/version"); code(res) != 0 {
 			t.Fatalf("%+v", res)
@@ -202,7 +205,7 @@ func TestImageWarmPoolTemplate(t *testing.T) {
 		return ref
 	}
 	v1 := version("one")
-	idle := waitImageEntries(t, p, 1, v1)
+	idle := templateEntries(t, p, v1)
 	first := fromTemplate()
 	if idle[oci.Container(p, first)] != v1 {
 		t.Fatalf("container %s, not one of %v", oci.Container(p, first), idle)
@@ -210,7 +213,7 @@ func TestImageWarmPoolTemplate(t *testing.T) {
 	if res := sh(t, p, first, "cat /srv/version /etc/greeting"); res.Stdout != "one\nbase\n" {
 		t.Fatalf("%+v", res)
 	}
-	old := waitImageEntries(t, p, 1, v1)
+	old := templateEntries(t, p, v1)
 	v2 := version("two")
 	ref := fromTemplate()
 	if old[oci.Container(p, ref)] != "" {
@@ -219,13 +222,29 @@ func TestImageWarmPoolTemplate(t *testing.T) {
 	if res := sh(t, p, ref, "cat /srv/version"); res.Stdout != "two\n" {
 		t.Fatalf("%+v", res)
 	}
-	waitImageEntries(t, p, 1, v2)
+	templateEntries(t, p, v2)
 	// Once its sandbox is gone, the old version is held by nothing: the pool let it go.
 	if err := p.Release(ctx, first); err != nil {
 		t.Fatal(err)
 	}
 	if err := p.RemoveTemplate(ctx, "tools@1"); err != nil {
 		t.Fatalf("remove the old version: %v", err)
+	}
+}
+
+// templateEntries waits until an idle entry is of digest, and returns the idle entries.
+func templateEntries(t *testing.T, p *oci.Provider, digest string) map[string]string {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		got := oci.ImagePoolEntries(p)
+		if slices.Contains(slices.Collect(maps.Values(got)), digest) {
+			return got
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the image pools hold %v, none of %s", got, digest)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
 
