@@ -56,9 +56,9 @@ type imagePool struct {
 	moved  bool
 }
 
-// newImagePools checks cfgs and returns their pools, none on a runtime that runs no images.
-// Errors: a reference that does not parse, a size that is not positive, a reference configured
-// twice, any pool on gVisor.
+// newImagePools checks cfgs and returns their pools. Errors: a reference that does not parse, a size
+// that is not positive, a reference configured twice, any pool on a runtime that runs no images
+// (gVisor).
 func newImagePools(cfgs []ImagePool, class runtimeClass) ([]*imagePool, error) {
 	if len(cfgs) > 0 && class != classRunc {
 		return nil, fmt.Errorf("oci: warm pools of images: the %s runtime runs no images", class)
