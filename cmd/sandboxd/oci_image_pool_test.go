@@ -61,7 +61,9 @@ func TestOCIImageWarmPool(t *testing.T) {
 	}
 	waitFor(t, d.url, sb.ID, sandbox.StateTerminated)
 	idle()
-	var refused struct{ Error struct{ Code, Message string } }
+	var refused struct {
+		Error struct{ Code, Message string }
+	}
 	if st := call(ctx, "POST", d.url+"/v1/images/remove", map[string]any{"reference": tagged}, &refused); st != 409 ||
 		!strings.Contains(refused.Error.Message, "warm pool") {
 		t.Fatalf("remove the pooled image: %d %+v", st, refused)
