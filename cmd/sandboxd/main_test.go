@@ -86,12 +86,20 @@ func TestFlagsAndEnvironment(t *testing.T) {
 		t.Fatalf("--insecure-registry: %v, %v", m.InsecureRegistries, err)
 	}
 	m = NewMain(io.Discard)
+	if err := m.ParseFlags([]string{"--oci-warm-pool-image", "reg.test/py:3.12=2, reg.test/node@sha256:" + strings.Repeat("a", 64) + "=1",
+		"--oci-warm-pool-template", "tools@2=3", "--oci-warm-pool-image", "tools=1"}); err != nil ||
+		fmt.Sprint(m.OCIImagePools) != "[{reg.test/py:3.12 false 2} {reg.test/node@sha256:"+strings.Repeat("a", 64)+" false 1} {tools@2 true 3} {tools false 1}]" {
+		t.Fatalf("--oci-warm-pool-image, --oci-warm-pool-template: %v, %v", m.OCIImagePools, err)
+	}
+	m = NewMain(io.Discard)
 	if err := m.ParseFlags([]string{"--preview-listen", "127.0.0.1:0", "--preview-domain", "preview.example", "--port-response-timeout", "5s"}); err != nil ||
 		m.Ports.PreviewListen != "127.0.0.1:0" || m.Ports.PreviewDomain != "preview.example" || m.Ports.ResponseTimeout != 5*time.Second {
 		t.Fatalf("preview flags: %+v, %v", m.Ports, err)
 	}
 	bads := [][]string{{"--preview-domain", "preview.example"}, {"--preview-listen", "nowhere"}, {"--port-response-timeout", "0s"},
-		{"--preview-listen", "127.0.0.1:0", "--preview-domain", "Upper.Example"}, {"--insecure-registry", "host/path"}, {"--event-retention", "0"}, {"--nope"}, {"extra"}, {"--oci-warm-pool", "-1"}, {"--oci-spares", "-1"}, {"--plain", "jsn"}}
+		{"--preview-listen", "127.0.0.1:0", "--preview-domain", "Upper.Example"}, {"--insecure-registry", "host/path"}, {"--event-retention", "0"}, {"--nope"}, {"extra"}, {"--oci-warm-pool", "-1"}, {"--oci-spares", "-1"}, {"--oci-warm-pool-image", "reg.test/py"}, {"--oci-warm-pool-image", "reg.test/py=0"},
+		{"--oci-warm-pool-image", "reg.test/py=1001"}, {"--oci-warm-pool-image", "Not A Reference=1"}, {"--oci-warm-pool-template", "Not/A/Name=1"},
+		{"--oci-warm-pool-image", "a=1,a=2"}, {"--plain", "jsn"}}
 	// The library path of validation is only in a build with -tags plainschema.
 	if m := NewMain(io.Discard); plainSchemas == nil {
 		bads = append(bads, []string{"--plain", "schema"}, []string{"--plain", "all"})

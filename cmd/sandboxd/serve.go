@@ -45,6 +45,7 @@ type Main struct {
 	OCIRuntime         string
 	OCIWarmPool        int                 // started containers the oci provider keeps ready for new sandboxes
 	OCISpares          int                 // sandbox directories (uid range, user namespace, disk) the oci provider lays out ahead
+	OCIImagePools      []oci.ImagePool     // warm pools of images and templates (--oci-warm-pool-image, --oci-warm-pool-template)
 	OCILimits          OCILimits           // what an oci sandbox gets when its spec says nothing, and the most it may ask
 	OCINetwork         OCINetwork          // the oci sandboxes' networks and default egress policy
 	K8s                K8sFlags            // the kubernetes provider's settings
@@ -154,6 +155,8 @@ func (m *Main) ParseFlags(args []string) error {
 	fs.Var(&registriesFlag{&m.InsecureRegistries}, "insecure-registry", "a registry (`host` or host:port) images are pulled from over plain HTTP; repeatable, comma separated")
 	fs.StringVar(&m.OCIRuntime, "oci-runtime", m.OCIRuntime, "the OCI runtime binary of the oci provider (default: runc from PATH)")
 	fs.IntVar(&m.OCIWarmPool, "oci-warm-pool", m.OCIWarmPool, "oci provider: how many started containers to keep ready, so that a sandbox with the default disk size is ready without starting one (0: none)")
+	fs.Var(&imagePoolsFlag{pools: &m.OCIImagePools}, "oci-warm-pool-image", "oci provider: `REF=N` keeps N started containers of the image REF ready (pulled when the store lacks it), for sandboxes whose spec.image names the same digest; repeatable, comma separated")
+	fs.Var(&imagePoolsFlag{pools: &m.OCIImagePools, template: true}, "oci-warm-pool-template", "oci provider: `NAME=N` keeps N started containers of the template NAME's newest version ready, for sandboxes whose spec.template names the same digest; repeatable, comma separated")
 	fs.IntVar(&m.OCISpares, "oci-spares", m.OCISpares, "oci provider: how many sandbox directories (uid range, user namespace, default disk) to keep laid out ahead, so that a sandbox that starts a container of its own need not make them (0: none)")
 	fs.Int64Var(&m.OCILimits.MemoryMiB, "oci-memory-mib", 0, "oci provider: memory limit of a sandbox whose spec sets none (default 1024)")
 	fs.Int64Var(&m.OCILimits.MaxMemoryMiB, "oci-max-memory-mib", 0, "oci provider: the most memory a spec may ask for (default: the machine's)")
@@ -448,12 +451,13 @@ var providers = map[string]func(m *Main) (sandbox.Provider, error){
 			return nil, fmt.Errorf("finding the agent binary: %w", err)
 		}
 		return oci.New(oci.Config{
-			StateDir:  filepath.Join(m.DataDir, "oci"),
-			Runtime:   m.OCIRuntime,
-			AgentPath: self,
-			Logger:    m.log,
-			WarmPool:  m.OCIWarmPool,
-			Spares:    m.OCISpares,
+			StateDir:   filepath.Join(m.DataDir, "oci"),
+			Runtime:    m.OCIRuntime,
+			AgentPath:  self,
+			Logger:     m.log,
+			WarmPool:   m.OCIWarmPool,
+			Spares:     m.OCISpares,
+			ImagePools: m.OCIImagePools,
 
 			DefaultMemoryMiB: m.OCILimits.MemoryMiB,
 			MaxMemoryMiB:     m.OCILimits.MaxMemoryMiB,

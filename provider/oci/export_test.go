@@ -21,6 +21,20 @@ var GVisorHostPids = gvisorHostPids
 // IdleEntries is how many warm pool entries wait, for the tests.
 func IdleEntries(p *Provider) int { return p.idleEntries() }
 
+// ImagePoolEntries are the idle entries of the image pools: each one's container name, and the digest
+// it runs.
+func ImagePoolEntries(p *Provider) map[string]string {
+	out := map[string]string{}
+	for _, q := range p.imagePools {
+		q.mu.Lock()
+		for _, e := range q.idle {
+			out[e.name] = e.img.Digest
+		}
+		q.mu.Unlock()
+	}
+	return out
+}
+
 // Abandon stops the fillers of the warm pool and the spares and forgets their idle entries and spares
 // without removing them: what a provider that dies leaves behind (a dead daemon's holders end with it).
 func Abandon(p *Provider) {
@@ -29,12 +43,13 @@ func Abandon(p *Provider) {
 	}
 	p.pool.stop()
 	<-p.pool.done
-	p.pool.mu.Lock()
-	for _, e := range p.pool.idle {
+	idle := p.pool.drain()
+	for _, q := range p.imagePools {
+		idle = append(idle, q.drain()...)
+	}
+	for _, e := range idle {
 		e.client.Close()
 	}
-	p.pool.idle = nil
-	p.pool.mu.Unlock()
 	p.spares.mu.Lock()
 	for _, s := range p.spares.idle {
 		if s.ns != nil {

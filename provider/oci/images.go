@@ -32,6 +32,7 @@ func (p *Provider) PullImage(ctx context.Context, ref string) (sandbox.ImageInfo
 	if err != nil {
 		return sandbox.ImageInfo{}, err
 	}
+	p.imagePoolsMoved() // ref may name another digest now
 	return p.Image(ctx, img.Digest)
 }
 
@@ -57,6 +58,7 @@ func (p *Provider) ImportImage(ctx context.Context, path, name string) (sandbox.
 	if err != nil {
 		return sandbox.ImageInfo{}, err
 	}
+	p.imagePoolsMoved() // name may name another digest now
 	return p.Image(ctx, img.Digest)
 }
 
@@ -108,17 +110,18 @@ func (p *Provider) Image(ctx context.Context, ref string) (sandbox.ImageInfo, er
 	return info, nil
 }
 
-// RemoveImage forgets ref; refused while a sandbox runs on the image.
+// RemoveImage forgets ref; refused while a sandbox runs on the image, or idle warm pool entries of it
+// wait (imagepool.go).
 func (p *Provider) RemoveImage(ctx context.Context, ref string) error {
 	s, err := p.store()
 	if err != nil {
 		return err
 	}
-	err = s.Remove(ref)
-	if errors.Is(err, image.ErrInUse) {
-		return fmt.Errorf("%v: %w", err, sandbox.ErrInvalidState)
+	if err := s.Remove(ref); err != nil {
+		return p.removeRefused(err, s, ref)
 	}
-	return err
+	p.imagePoolsMoved() // a pool's reference may name nothing now
+	return nil
 }
 
 // PruneImages removes the images and layers nothing holds.

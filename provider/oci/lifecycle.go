@@ -107,8 +107,8 @@ func (p *Provider) Allocate(ctx context.Context, ref sandbox.Ref, spec sandbox.S
 			}
 			return sandbox.Observation{}, fmt.Errorf("allocate %s: %v: %w", ref, err, sandbox.ErrProviderUnavailable)
 		}
-	} else if len(vols) == 0 && img == nil && res.DiskMiB == p.cfg.DefaultDiskMiB && p.claim(ctx, b, res) {
-		defer p.refill()
+	} else if len(vols) == 0 && res.DiskMiB == p.cfg.DefaultDiskMiB && p.claim(ctx, b, res, img) {
+		defer p.refill(img)
 	} else if err := p.create(ctx, b, res, vols, img); err != nil {
 		unlockVolumes() // the clean-up gives the volumes back
 		if cerr := p.releaseLocked(context.WithoutCancel(ctx), b); cerr != nil {

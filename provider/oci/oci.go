@@ -76,6 +76,11 @@ type Config struct {
 	// (see pool.go). Zero: none; every allocation starts its own.
 	WarmPool int
 
+	// ImagePools are warm pools of images and templates: started containers on an image's root, kept
+	// ready for sandboxes whose spec.image or spec.template names the same digest (see imagepool.go).
+	// On runc only.
+	ImagePools []ImagePool
+
 	// Spares is how many sandbox directories the provider keeps laid out ahead, each with a uid range,
 	// the holder of its user namespace and a disk of the default size, so that a sandbox with that disk
 	// which starts a container of its own (the warm pool empty, or off) need not make them (see
@@ -109,9 +114,10 @@ type Provider struct {
 	// one `runc list` tells a restarted provider what a `runc state` per sandbox would.
 	found map[string]containerState
 
-	pool   pool
-	spares spares
-	net    *network // nil: every sandbox on loopback only (network.go)
+	pool       pool
+	imagePools []*imagePool // the warm pools of images (imagepool.go)
+	spares     spares
+	net        *network // nil: every sandbox on loopback only (network.go)
 
 	volMu  sync.Mutex  // the volumes, and which sandboxes mount them (volume.go)
 	images *imageState // nil where the runtime runs no images (image.go)
@@ -276,15 +282,20 @@ func New(cfg Config) (*Provider, error) {
 	if cfg.WarmPool < 0 || cfg.Spares < 0 {
 		return nil, fmt.Errorf("oci: WarmPool %d or Spares %d is negative", cfg.WarmPool, cfg.Spares)
 	}
+	imagePools, err := newImagePools(cfg.ImagePools, class)
+	if err != nil {
+		return nil, err
+	}
 	p := &Provider{
-		cfg:    cfg,
-		log:    cfg.Logger.With("provider", "oci"),
-		runc:   runc{path: cfg.Runtime, root: filepath.Join(cfg.StateDir, "runc"), class: class},
-		boxDir: filepath.Join(cfg.StateDir, "sandboxes"),
-		boxes:  make(map[string]*box),
-		pool:   pool{dir: filepath.Join(cfg.StateDir, "pool")},
-		ids:    newIDRanges(cfg.IDBase, cfg.IDRanges),
-		disks:  &diskTemplates{dir: filepath.Join(cfg.StateDir, "disks"), mib: cfg.DefaultDiskMiB},
+		cfg:        cfg,
+		log:        cfg.Logger.With("provider", "oci"),
+		runc:       runc{path: cfg.Runtime, root: filepath.Join(cfg.StateDir, "runc"), class: class},
+		boxDir:     filepath.Join(cfg.StateDir, "sandboxes"),
+		boxes:      make(map[string]*box),
+		pool:       pool{dir: filepath.Join(cfg.StateDir, "pool")},
+		imagePools: imagePools,
+		ids:        newIDRanges(cfg.IDBase, cfg.IDRanges),
+		disks:      &diskTemplates{dir: filepath.Join(cfg.StateDir, "disks"), mib: cfg.DefaultDiskMiB},
 	}
 	slack := execSlack
 	if class == classGVisor {

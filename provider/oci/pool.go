@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -24,7 +25,8 @@ import (
 // directory is renamed into <state>/sandboxes. (A disk of another size would be another ext4 image
 // under /workspace's directory, which the entry's mounts fixed when it started.) The running
 // container does not notice: its mounts hold the directories, not their paths, and the agent's socket
-// stays bound to the same file. A taken entry is replaced in the background.
+// stays bound to the same file. A taken entry is replaced in the background. Entries of an image, kept
+// for sandboxes of that image, are made and taken the same way, on the image's root (imagepool.go).
 //
 // Invariant: an entry is in exactly one place. In p.pool.idle and under <state>/pool while it waits;
 // under <state>/sandboxes, with metadata naming its generation, once taken. A crash between the two
@@ -41,13 +43,17 @@ const (
 )
 
 type pool struct {
-	dir string
+	entries
+	dir  string
+	stop context.CancelFunc
+	done chan struct{} // closed when the fillers have returned
+}
 
+// entries are the idle entries of a pool: the shared root's, or an image's (imagepool.go).
+type entries struct {
 	mu   sync.Mutex
 	idle []poolEntry
 	kick chan struct{} // wakes the filler
-	stop context.CancelFunc
-	done chan struct{} // closed when the filler has returned
 
 	hits, misses atomic.Uint64 // claims that took an entry, and that found none idle
 }
@@ -56,6 +62,60 @@ type poolEntry struct {
 	name   string // runc's name
 	l      layout
 	client *agentclient.Client
+	img    *imageInfo // the image it runs on (what its metadata records), nil on the shared root
+}
+
+// take removes and returns the first idle entry ok accepts.
+func (q *entries) take(ok func(poolEntry) bool) (poolEntry, bool) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for i, e := range q.idle {
+		if ok(e) {
+			q.idle = slices.Delete(q.idle, i, i+1)
+			return e, true
+		}
+	}
+	return poolEntry{}, false
+}
+
+// putBack returns e, taken by a claim that gave up, to the front of the idle entries.
+func (q *entries) putBack(e poolEntry) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.idle = slices.Insert(q.idle, 0, e)
+}
+
+// add makes e idle.
+func (q *entries) add(e poolEntry) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.idle = append(q.idle, e)
+}
+
+// drain removes and returns every idle entry.
+func (q *entries) drain() []poolEntry {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	idle := q.idle
+	q.idle = nil
+	return idle
+}
+
+// count is how many entries are idle.
+func (q *entries) count() int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return len(q.idle)
+}
+
+// refill wakes the filler to replace a taken entry. Allocate calls it once its sandbox is ready, so
+// that starting the replacement (a runc run, tens of milliseconds of CPU) does not compete with the
+// allocation it replaces an entry for.
+func (q *entries) refill() {
+	select {
+	case q.kick <- struct{}{}:
+	default:
+	}
 }
 
 // startPool discards what an earlier provider left in the pool directory and starts the fillers of the
@@ -66,17 +126,23 @@ func (p *Provider) startPool() {
 	p.pool.stop = cancel
 	p.pool.done = make(chan struct{})
 	p.spares.kick = make(chan struct{}, 1)
+	for _, q := range p.imagePools {
+		q.kick = make(chan struct{}, 1)
+	}
 	go func() {
 		defer close(p.pool.done)
 		p.discardLeftovers(ctx)
-		var spares sync.WaitGroup
+		var fillers sync.WaitGroup
 		if p.cfg.Spares > 0 {
-			spares.Go(func() { p.fillSpares(ctx) })
+			fillers.Go(func() { p.fillSpares(ctx) })
+		}
+		for _, q := range p.imagePools {
+			fillers.Go(func() { p.fillImagePool(ctx, q) })
 		}
 		if p.cfg.WarmPool > 0 {
 			p.fill(ctx)
 		}
-		spares.Wait()
+		fillers.Wait()
 	}()
 }
 
@@ -89,21 +155,29 @@ func (p *Provider) Close() error {
 		unmountNullNetNS(p.runc.root)
 	}
 	unmountRoot(p.cfg.StateDir) // the sandboxes' mounts of it live on
-	p.pool.mu.Lock()
-	idle := p.pool.idle
-	p.pool.idle = nil
-	p.pool.mu.Unlock()
-	errs := []error{p.closeSpares(), p.closeNetwork()}
-	if p.images != nil {
-		errs = append(errs, p.images.store.Close())
+	idle := p.pool.drain()
+	for _, q := range p.imagePools {
+		idle = append(idle, q.drain()...)
 	}
+	errs := []error{p.closeSpares(), p.closeNetwork()}
 	for _, e := range idle {
-		e.client.Close()
-		if err := p.remove(context.Background(), e.l, e.name); err != nil {
+		if err := p.discardEntry(context.Background(), e); err != nil {
 			errs = append(errs, fmt.Errorf("oci: removing pool entry %s: %w", e.name, err))
 		}
 	}
+	if p.images != nil {
+		errs = append(errs, p.images.store.Close()) // after the entries' holds are given up
+	}
 	return errors.Join(errs...)
+}
+
+// discardEntry removes the idle entry e, and its hold on its image.
+func (p *Provider) discardEntry(ctx context.Context, e poolEntry) error {
+	e.client.Close()
+	if err := p.remove(ctx, e.l, e.name); err != nil {
+		return err
+	}
+	return p.releaseEntryImage(e)
 }
 
 // discardLeftovers removes every directory in the pool directory: entries and spares of an earlier
@@ -138,16 +212,12 @@ func (p *Provider) discardLeftovers(ctx context.Context) {
 // fill keeps WarmPool entries idle until ctx ends.
 func (p *Provider) fill(ctx context.Context) {
 	p.keepFilled(ctx, "starting a warm pool entry", p.pool.kick, func() bool {
-		p.pool.mu.Lock()
-		defer p.pool.mu.Unlock()
-		return len(p.pool.idle) < p.cfg.WarmPool
+		return p.pool.count() < p.cfg.WarmPool
 	}, func() error {
-		e, err := p.warm(ctx)
+		e, err := p.warm(ctx, nil)
 		p.refillSpares() // the entry may have taken one
 		if err == nil {
-			p.pool.mu.Lock()
-			p.pool.idle = append(p.pool.idle, e)
-			p.pool.mu.Unlock()
+			p.pool.add(e)
 		}
 		return err
 	})
@@ -185,14 +255,23 @@ func (p *Provider) keepFilled(ctx context.Context, doing string, kick <-chan str
 	}
 }
 
-// warm starts one entry and waits for its agent's answer. On failure it leaves nothing behind.
-func (p *Provider) warm(ctx context.Context) (poolEntry, error) {
+// warm starts one entry, on img when it is not nil (holding it in the store under the entry's name),
+// and waits for its agent's answer. On failure it leaves nothing behind.
+func (p *Provider) warm(ctx context.Context, img *imageInfo) (poolEntry, error) {
 	var rnd [8]byte
 	rand.Read(rnd[:])
 	name := "pool-" + hex.EncodeToString(rnd[:])
-	e := poolEntry{name: name, l: layout{dir: filepath.Join(p.pool.dir, name)}}
-	res := sandbox.Resources{DiskMiB: p.cfg.DefaultDiskMiB}
-	m, ns, err := p.lay(ctx, e.l, meta{Container: name, CgroupPath: p.cgroupPath(name), Resources: res, Disk: true})
+	e := poolEntry{name: name, l: layout{dir: filepath.Join(p.pool.dir, name)}, img: img}
+	var err error
+	if img != nil {
+		_, err = p.images.store.Acquire(img.Digest, name)
+	}
+	var m meta
+	var ns *pendingNS
+	if err == nil {
+		res := sandbox.Resources{DiskMiB: p.cfg.DefaultDiskMiB}
+		m, ns, err = p.lay(ctx, e.l, meta{Container: name, CgroupPath: p.cgroupPath(name), Resources: res, Disk: true, Image: img})
+	}
 	var settled <-chan struct{}
 	if err == nil {
 		settled, err = p.start(ctx, e.l, m, name, ns)
@@ -208,7 +287,11 @@ func (p *Provider) warm(ctx context.Context) (poolEntry, error) {
 		}
 	}
 	if err != nil {
-		if rerr := p.remove(context.WithoutCancel(ctx), e.l, name); rerr != nil {
+		rerr := p.remove(context.WithoutCancel(ctx), e.l, name)
+		if rerr == nil {
+			rerr = p.releaseEntryImage(e) // when no metadata recorded the hold
+		}
+		if rerr != nil {
 			p.log.Error("removing a pool entry that failed to start", "entry", name, "err", rerr)
 		}
 		return poolEntry{}, err
@@ -217,31 +300,23 @@ func (p *Provider) warm(ctx context.Context) (poolEntry, error) {
 }
 
 // claim makes an idle entry the container of b, whose directory does not exist yet, with the memory and
-// CPU limits of res (whose disk is of the default size). It returns false, and b untouched, when no
-// entry is idle or the one taken does not answer or take the limits; the caller then starts a container
-// of its own. After a true, the caller calls refill once it is done.
-func (p *Provider) claim(ctx context.Context, b *box, res sandbox.Resources) bool {
+// CPU limits of res (whose disk is of the default size): an entry of the shared root when img is nil,
+// else one of an image pool whose entries run img's digest (imagepool.go), b holding img already. It
+// returns false, and b untouched, when no such entry is idle or the one taken does not answer or take
+// the limits; the caller then starts a container of its own. After a true, the caller calls
+// refill(img) once it is done.
+func (p *Provider) claim(ctx context.Context, b *box, res sandbox.Resources, img *imageInfo) bool {
 	for {
-		p.pool.mu.Lock()
-		if len(p.pool.idle) == 0 {
-			p.pool.mu.Unlock()
-			if p.cfg.WarmPool > 0 {
-				p.pool.misses.Add(1)
-			}
+		e, q, ok := p.takeEntry(img)
+		if !ok {
 			return false
 		}
-		e := p.pool.idle[0]
-		p.pool.idle = p.pool.idle[1:]
-		p.pool.mu.Unlock()
-
 		hctx, cancel := context.WithTimeout(ctx, min(p.cfg.CallTimeout, time.Second))
 		_, err := e.client.Health(hctx)
 		cancel()
 		if err != nil && ctx.Err() != nil {
 			// The caller gave up, not the entry: it goes back for the next one.
-			p.pool.mu.Lock()
-			p.pool.idle = append([]poolEntry{e}, p.pool.idle...)
-			p.pool.mu.Unlock()
+			q.putBack(e)
 			return false
 		}
 		e.client.Close()
@@ -250,53 +325,91 @@ func (p *Provider) claim(ctx context.Context, b *box, res sandbox.Resources) boo
 		}
 		var m meta
 		if err == nil {
-			m, err = readMetaFile(e.l) // the entry's uid range and disk stay the sandbox's
+			m, err = readMetaFile(e.l) // the entry's uid range, disk and image stay the sandbox's
 		}
 		if err == nil {
 			m.Ref, m.Resources = b.ref, res
+			if img != nil {
+				m.Image = img // the sandbox's own reference, of the entry's digest
+			}
 			if err = writeJSONFile(e.l.meta(), m); err == nil {
 				err = os.Rename(e.l.dir, b.l.dir)
 			}
 		}
 		if err == nil {
-			p.pool.hits.Add(1)
+			// The sandbox holds the image under its own name (Allocate): the entry's hold goes. A crash
+			// before leaves a hold by a name no directory has, which the next start gives up (openImages).
+			if rerr := p.releaseEntryImage(e); rerr != nil {
+				p.log.Warn("giving up a taken pool entry's hold on its image", "entry", e.name, "err", rerr)
+			}
+			q.hits.Add(1)
 			b.cid.Store(&e.name)
 			p.log.Debug("sandbox takes a warm pool entry", "sandbox", b.ref, "entry", e.name)
 			return true
 		}
 		p.log.Warn("a warm pool entry is unusable; discarding it", "entry", e.name, "err", err)
-		if rerr := p.remove(context.WithoutCancel(ctx), e.l, e.name); rerr != nil {
+		if rerr := p.discardEntry(context.WithoutCancel(ctx), e); rerr != nil {
 			p.log.Error("discarding a pool entry", "entry", e.name, "err", rerr)
 		}
-		p.refill()
+		q.refill()
 		if ctx.Err() != nil {
 			return false
 		}
 	}
 }
 
-// refill wakes the filler to replace a taken entry. Allocate calls it once its sandbox is ready, so that
-// starting the replacement (a runc run, tens of milliseconds of CPU) does not compete with the
-// allocation it replaces an entry for.
-func (p *Provider) refill() {
-	select {
-	case p.pool.kick <- struct{}{}:
-	default:
+// takeEntry takes an idle entry for a sandbox of img (nil: the shared root), and returns the entries it
+// came from. Without one, it counts a miss where a pool is there to serve img.
+func (p *Provider) takeEntry(img *imageInfo) (poolEntry, *entries, bool) {
+	if img == nil {
+		e, ok := p.pool.take(func(poolEntry) bool { return true })
+		if !ok && p.cfg.WarmPool > 0 {
+			p.pool.misses.Add(1)
+		}
+		return e, &p.pool.entries, ok
+	}
+	var serves *imagePool
+	for _, q := range p.imagePools {
+		if e, ok := q.take(func(e poolEntry) bool { return e.img.Digest == img.Digest }); ok {
+			return e, &q.entries, true
+		}
+		if serves == nil && q.serves(img.Digest) {
+			serves = q
+		}
+	}
+	if serves != nil {
+		serves.misses.Add(1)
+	}
+	return poolEntry{}, nil, false
+}
+
+// refill wakes the filler of the pool a sandbox of img (nil: the shared root) took an entry of
+// (entries.refill); of an image, every image pool's, as the filler of a full one only looks and waits.
+func (p *Provider) refill(img *imageInfo) {
+	if img == nil {
+		p.pool.refill()
+		return
+	}
+	for _, q := range p.imagePools {
+		q.refill()
 	}
 }
 
-// idleEntries is how many entries wait in the pool.
-func (p *Provider) idleEntries() int {
-	p.pool.mu.Lock()
-	defer p.pool.mu.Unlock()
-	return len(p.pool.idle)
-}
+// idleEntries is how many entries wait in the shared root's pool.
+func (p *Provider) idleEntries() int { return p.pool.count() }
 
-// PoolStats says how full the warm pool is and how often a create found an entry
-// (sandbox.PoolReporter).
+// PoolStats says how full the warm pools are, the shared root's and the images' together, and how
+// often a create found an entry (sandbox.PoolReporter).
 func (p *Provider) PoolStats() sandbox.PoolStats {
-	return sandbox.PoolStats{
+	s := sandbox.PoolStats{
 		Idle: p.idleEntries(), Target: p.cfg.WarmPool,
 		Hits: p.pool.hits.Load(), Misses: p.pool.misses.Load(),
 	}
+	for _, q := range p.imagePools {
+		s.Idle += q.count()
+		s.Target += q.cfg.Size
+		s.Hits += q.hits.Load()
+		s.Misses += q.misses.Load()
+	}
+	return s
 }

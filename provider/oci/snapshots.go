@@ -94,6 +94,9 @@ func (p *Provider) Snapshot(ctx context.Context, ref sandbox.Ref, opts sandbox.S
 	if err != nil {
 		return sandbox.SnapshotInfo{}, err
 	}
+	if opts.Name != "" {
+		p.imagePoolsMoved() // a new version of a template
+	}
 	return snapshotInfo(sn), nil
 }
 
@@ -149,7 +152,17 @@ func (p *Provider) RemoveSnapshot(ctx context.Context, id string) error {
 	if _, err := p.GetSnapshot(ctx, id); err != nil {
 		return err
 	}
-	return inUse(s.RemoveSnapshot(id))
+	return p.removed(s.RemoveSnapshot(id))
+}
+
+// removed is the answer to a removal from the store that ended with err: a refusal because something
+// holds what it would remove is ErrInvalidState; a removal done may have moved an image pool's
+// reference.
+func (p *Provider) removed(err error) error {
+	if err == nil {
+		p.imagePoolsMoved()
+	}
+	return inUse(err)
 }
 
 func inUse(err error) error {
@@ -203,7 +216,7 @@ func (p *Provider) RemoveTemplate(_ context.Context, ref string) error {
 	if err != nil {
 		return err
 	}
-	return inUse(s.RemoveTemplate(ref))
+	return p.removed(s.RemoveTemplate(ref))
 }
 
 // pin is what a sandbox's first run of a template name resolved it to, in template-pins/<id>.json: a
