@@ -14,6 +14,7 @@ import (
 
 	"github.com/google/nftables"
 	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
 
 	"github.com/sandboxd/sandbox"
 	"github.com/sandboxd/sandbox/internal/testenv"
@@ -475,3 +476,162 @@ func TestNetworkUsage(t *testing.T) {
 		t.Errorf("network figures for a sandbox on loopback only: %+v", u)
 	}
 }
+
+// trackedFlows are the host's connection tracking entries one of whose addresses match reports.
+func trackedFlows(t testing.TB, match func(netip.Addr) bool) []string {
+	t.Helper()
+	var flows []*netlink.ConntrackFlow
+	var err error
+	for range 3 {
+		if flows, err = netlink.ConntrackTableList(netlink.ConntrackTable, unix.AF_INET); !errors.Is(err, netlink.ErrDumpInterrupted) {
+			break
+		}
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, f := range flows {
+		for _, ip := range []net.IP{f.Forward.SrcIP, f.Forward.DstIP, f.Reverse.SrcIP, f.Reverse.DstIP} {
+			if a, ok := netip.AddrFromSlice(ip); ok && match(a.Unmap()) {
+				out = append(out, f.String())
+				break
+			}
+		}
+	}
+	return out
+}
+
+// TestNetworkStaleFlows: a sandbox's flows end with it. A sandbox keeps a UDP flow and a TCP
+// connection to a server going; once it is released, or its provider died and the next one started,
+// the host tracks no flow of its address, and a sandbox given the same address afterwards neither
+// receives the server's packets nor sends on the old flow, which its own policy does not allow.
+func TestNetworkStaleFlows(t *testing.T) {
+	in := newInternet(t)
+	tk := in.newTicker(t)
+	dir := testenv.StateDir(t)
+	p := netProvider(t, in, dir)
+	if p == nil {
+		return
+	}
+	flowsOf := func(t *testing.T, addr string) []string {
+		a := netip.MustParseAddr(addr)
+		return trackedFlows(t, func(b netip.Addr) bool { return a == b })
+	}
+	// keepFlows makes a sandbox that keeps a UDP flow (from its port) and a TCP connection to the
+	// ticker going, and returns it with its address once the host tracks both.
+	keepFlows := func(t *testing.T, p *oci.Provider, port int) (sandbox.Ref, string) {
+		t.Helper()
+		ref := withPolicy(t, p, `{"egress":"allow"}`)
+		addr, _ := oci.NetAddr(p, ref)
+		_, peers, conns := tk.counts()
+		script := fmt.Sprintf(`import socket
+u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+u.bind(("0.0.0.0", %[4]d))
+u.sendto(b"hello", ("%[1]s", %[2]d))
+c = socket.create_connection(("%[1]s", %[3]d))
+while True:
+    u.recv(64); c.recv(64)
+`, in.server, tk.udp.Port(), tk.tcp.Port(), port)
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			p.Exec(ctx, ref, sandbox.Command{Argv: []string{"python3", "-c", script}, Timeout: 10 * time.Minute})
+		}()
+		t.Cleanup(func() { cancel(); <-done })
+		waitFor(t, func() bool {
+			_, p2, c2 := tk.counts()
+			return p2 > peers && c2 > conns
+		})
+		waitFor(t, func() bool { return len(flowsOf(t, addr)) >= 2 })
+		return ref, addr
+	}
+	// reuse gives addr to a new sandbox of p, whose policy allows another server only, and shows that
+	// nothing of the old flows reaches it or goes out from it.
+	reuse := func(t *testing.T, p *oci.Provider, addr string, port int) {
+		t.Helper()
+		if got := flowsOf(t, addr); len(got) > 0 {
+			t.Errorf("flows of the released sandbox's %s are tracked: %q", addr, got)
+		}
+		oci.SetNextAddr(p, addr)
+		ref := withPolicy(t, p, fmt.Sprintf(`{"allow":["%s/32"]}`, in.other))
+		defer p.Release(ctxFor(t), ref)
+		if got, _ := oci.NetAddr(p, ref); got != addr {
+			t.Fatalf("the new sandbox has %s, want %s", got, addr)
+		}
+		pid, err := oci.InitPid(p, ref)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sent, _, _ := tk.counts()
+		var received []string
+		inNetns(t, pid, func() {
+			// Every IPv4 packet that comes in on the sandbox's eth0 ...
+			fd, err := unix.Socket(unix.AF_PACKET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, int(htons(unix.ETH_P_IP)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer unix.Close(fd)
+			eth0, err := net.InterfaceByName("eth0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := unix.Bind(fd, &unix.SockaddrLinklayer{Protocol: htons(unix.ETH_P_IP), Ifindex: eth0.Index}); err != nil {
+				t.Fatal(err)
+			}
+			if err := unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &unix.Timeval{Usec: 200_000}); err != nil {
+				t.Fatal(err)
+			}
+			// ... while the old UDP flow's datagrams are sent again, from its address and port.
+			u, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.ParseIP(addr), Port: port})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer u.Close()
+			buf := make([]byte, 2048)
+			for end := time.Now().Add(3 * time.Second); time.Now().Before(end); {
+				u.WriteToUDPAddrPort([]byte("stale"), tk.udp)
+				n, _, err := unix.Recvfrom(fd, buf, 0)
+				if err != nil || n < 20 {
+					continue
+				}
+				proto, src := buf[9], netip.AddrFrom4([4]byte(buf[12:16]))
+				if src == in.server && (proto == unix.IPPROTO_UDP || proto == unix.IPPROTO_TCP) {
+					received = append(received, fmt.Sprintf("proto %d, %d bytes", proto, n))
+				}
+			}
+		})
+		if len(received) > 0 {
+			t.Errorf("the sandbox given %s again received %d packets of the server: %q", addr, len(received), received)
+		}
+		if now, _, _ := tk.counts(); now != sent {
+			t.Errorf("the server received %d datagrams the sandbox given %s again sent on the old flow", now-sent, addr)
+		}
+	}
+
+	t.Run("released", func(t *testing.T) {
+		ref, addr := keepFlows(t, p, 40000)
+		if err := p.Release(ctxFor(t), ref); err != nil {
+			t.Fatal(err)
+		}
+		reuse(t, p, addr, 40000)
+	})
+	t.Run("across a provider that died", func(t *testing.T) {
+		cfg := testConfig(t, dir)
+		cfg.Network = in.config()
+		dead, err := oci.New(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ref, addr := keepFlows(t, dead, 40001)
+		oci.Abandon(dead)
+		if out, err := exec.Command("runc", "--root", dir+"/runc", "delete", "-f", oci.Container(dead, ref)).CombinedOutput(); err != nil {
+			t.Fatalf("runc delete: %v: %s", err, out)
+		}
+		next := netProvider(t, in, dir)
+		reuse(t, next, addr, 40001)
+	})
+}
+
+func htons(v uint16) uint16 { return v<<8 | v>>8 }
