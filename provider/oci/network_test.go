@@ -282,9 +282,10 @@ func TestNetworkWarmPool(t *testing.T) {
 	mustNotReach(t, p, ref, "http://"+in.other.String()+"/")
 }
 
-// TestNetworkLeaks: many networked sandboxes made and released, and a provider that dies with some
-// running, leave nothing behind once the next provider has started and released what was left: no
-// host interface, no address of the pool, no route to it, no rule, no namespace.
+// TestNetworkLeaks: networked sandboxes made and released, and a provider that dies with some running,
+// leave nothing behind once the next provider has started and released what was left: no host
+// interface, no address of the pool, no route to it, no rule, no tracked flow. (100 cycles and a
+// daemon killed with SIGKILL: cmd/sandboxd's TestOCINetworkAcrossDaemonSIGKILL.)
 func TestNetworkLeaks(t *testing.T) {
 	in := newInternet(t)
 	dir := testenv.StateDir(t)
@@ -292,13 +293,9 @@ func TestNetworkLeaks(t *testing.T) {
 	if p == nil {
 		return
 	}
-	cycles := 100
-	if testing.Short() {
-		cycles = 20
-	}
-	for i := range cycles {
+	for i := range 25 {
 		ref := withPolicy(t, p, `{"egress":"allow"}`)
-		if i%10 == 0 {
+		if i%5 == 0 {
 			mustReach(t, p, ref, "http://"+in.server.String()+"/", "server")
 		}
 		if err := p.Release(ctxFor(t), ref); err != nil {
@@ -316,7 +313,9 @@ func TestNetworkLeaks(t *testing.T) {
 	}
 	var refs []sandbox.Ref
 	for range 3 {
-		refs = append(refs, withPolicy(t, dead, `{"egress":"allow"}`))
+		ref := withPolicy(t, dead, `{"egress":"allow"}`)
+		mustReach(t, dead, ref, "http://"+in.server.String()+"/", "server")
+		refs = append(refs, ref)
 	}
 	survivor := refs[0]
 	oci.Abandon(dead)
@@ -336,6 +335,10 @@ func TestNetworkLeaks(t *testing.T) {
 		return
 	}
 	iface, _ := oci.NetIface(next, survivor)
+	kept, _ := oci.NetAddr(next, survivor)
+	if got := trackedFlows(t, func(a netip.Addr) bool { return sandboxAddr(in.pool(), a) && a.String() != kept }); len(got) > 0 {
+		t.Errorf("after the restart the dead sandboxes' flows are tracked: %q", got)
+	}
 	if got := links(t, oci.NetPrefix(dir)); len(got) != 1 || got[0] != iface {
 		t.Errorf("after the restart the provider's interfaces are %q, want the survivor's %q", got, iface)
 	}
@@ -371,6 +374,9 @@ func checkNoNetwork(t *testing.T, dir string, pool netip.Prefix, table bool) {
 		if pool.Contains(a) {
 			t.Errorf("address left: %s", a)
 		}
+	}
+	if got := trackedFlows(t, func(a netip.Addr) bool { return sandboxAddr(pool, a) }); len(got) > 0 {
+		t.Errorf("tracked flows left: %q", got)
 	}
 	conn, err := nftables.New()
 	if err != nil {
@@ -475,6 +481,11 @@ func TestNetworkUsage(t *testing.T) {
 	if u.NetworkRxBytes != nil || u.NetworkTxBytes != nil {
 		t.Errorf("network figures for a sandbox on loopback only: %+v", u)
 	}
+}
+
+// sandboxAddr reports whether a is an address of pool a sandbox may have (not its gateway).
+func sandboxAddr(pool netip.Prefix, a netip.Addr) bool {
+	return pool.Contains(a) && a != pool.Addr().Next()
 }
 
 // trackedFlows are the host's connection tracking entries one of whose addresses match reports.
