@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -358,4 +359,72 @@ func pollState(url string, id sandbox.ID, want sandbox.State) (sandbox.Sandbox, 
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// TestOCINetworkEgressAllowDefault: with --oci-network-egress allow, a sandbox whose spec has no policy
+// gets a network and the policy {"egress":"allow"}, visible in GET .../network; one whose policy says
+// deny keeps loopback only.
+func TestOCINetworkEgressAllowDefault(t *testing.T) {
+	needOCI(t)
+	ctx := context.Background()
+	dataDir := testenv.StateDir(t)
+	removeContainersAtEnd(t, dataDir)
+	var rnd [2]byte
+	rand.Read(rnd[:])
+	pool := fmt.Sprintf("10.233.%d.0/24", rnd[0])
+	// The uplink is an interface of the test's, going nowhere: nothing the sandboxes could send leaves.
+	uplink := "sxtu" + hex.EncodeToString(rnd[:])
+	if out, err := exec.Command("ip", "link", "add", uplink, "type", "veth", "peer", "name", "sxtv"+hex.EncodeToString(rnd[:])).CombinedOutput(); err != nil {
+		t.Fatalf("ip link add: %v: %s", err, out)
+	}
+	t.Cleanup(func() { exec.Command("ip", "link", "del", uplink).Run() })
+	d := startDaemon(t, dataDir, "--provider", "oci", "--oci-warm-pool", "0", "--oci-network-pool", pool,
+		"--oci-network-uplinks", uplink, "--oci-network-egress", "allow")
+	for _, tc := range []struct {
+		name, policy string // policy: the spec's, none when empty
+		want         map[string]any
+		ifaces       string
+	}{
+		{"no policy", "", map[string]any{"egress": "allow"}, "eth0 lo"},
+		{"deny", `{"egress":"deny"}`, map[string]any{"egress": "deny"}, "lo"},
+	} {
+		body := map[string]any{"clientRequestId": tc.name}
+		if tc.policy != "" {
+			body["extensions"] = map[string]any{"sandboxd.network": json.RawMessage(tc.policy)}
+		}
+		var sb sandbox.Sandbox
+		if st := call(ctx, "POST", d.url+"/v1/sandboxes", body, &sb); st != 201 {
+			t.Fatalf("%s: create: %d %+v", tc.name, st, sb)
+		}
+		sb = waitFor(t, d.url, sb.ID, sandbox.StateReady)
+		var status struct{ Policy map[string]any }
+		if st := call(ctx, "GET", fmt.Sprintf("%s/v1/sandboxes/%s/network", d.url, sb.ID), nil, &status); st != 200 {
+			t.Fatalf("%s: GET network: %d", tc.name, st)
+		}
+		if got, _ := json.Marshal(status.Policy); !jsonEqual(t, got, tc.want) {
+			t.Errorf("%s: policy %s, want %v", tc.name, got, tc.want)
+		}
+		var res sandbox.CommandResult
+		if st := call(ctx, "POST", fmt.Sprintf("%s/v1/sandboxes/%s/commands", d.url, sb.ID),
+			map[string]any{"expectedGeneration": sb.Generation, "argv": []string{"ls", "/sys/class/net"}}, &res); st != 200 {
+			t.Fatalf("%s: ls: %d", tc.name, st)
+		}
+		if got := strings.Join(strings.Fields(string(res.Stdout)), " "); got != tc.ifaces {
+			t.Errorf("%s: interfaces %q, want %q", tc.name, got, tc.ifaces)
+		}
+		if st := call(ctx, "POST", fmt.Sprintf("%s/v1/sandboxes/%s/actions/terminate", d.url, sb.ID), map[string]any{"expectedGeneration": sb.Generation}, nil); st != 200 {
+			t.Fatalf("%s: terminate: %d", tc.name, st)
+		}
+		waitFor(t, d.url, sb.ID, sandbox.StateTerminated)
+	}
+}
+
+func jsonEqual(t *testing.T, raw []byte, want any) bool {
+	t.Helper()
+	w, err := json.Marshal(want)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var a, b any
+	return json.Unmarshal(raw, &a) == nil && json.Unmarshal(w, &b) == nil && reflect.DeepEqual(a, b)
 }
