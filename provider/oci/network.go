@@ -47,8 +47,8 @@ type NetworkConfig struct {
 	// DefaultEgress is the policy of a sandbox whose spec says none ("deny" or "allow"); default "deny".
 	DefaultEgress string
 	// Uplinks are the interfaces replies come back through, on which the provider turns IPv4
-	// forwarding on when the first sandbox gets a network; default the interfaces of the host's IPv4
-	// default routes.
+	// forwarding on when the first sandbox gets a network (and off again, where it was off, when it
+	// closes with no sandbox on a network); default the interfaces of the host's IPv4 default routes.
 	Uplinks []string
 	// Resolvers are the upstream DNS servers ("host:port") the sandboxes' resolver forwards to;
 	// default the nameservers of the host's /etc/resolv.conf.
@@ -109,6 +109,9 @@ type network struct {
 	next     netip.Addr // where take looks first, kept in nextFile
 	nextFile string
 	uplinkOn bool
+	// uplinksFile lists the uplinks whose forwarding a provider on this state directory turned on:
+	// the provider that closes with no sandbox on a network turns it off again.
+	uplinksFile string
 }
 
 // startNetwork makes the provider's table afresh, sets again the rules of the sandboxes an earlier
@@ -131,7 +134,7 @@ func (p *Provider) startNetwork() error {
 	}
 	cfg.Pool = cfg.Pool.Masked()
 	n := &network{cfg: cfg, ifPrefix: "sx" + p.cgTag[:4], used: map[netip.Addr]bool{},
-		nextFile: filepath.Join(p.cfg.StateDir, "net-next")}
+		nextFile: filepath.Join(p.cfg.StateDir, "net-next"), uplinksFile: filepath.Join(p.cfg.StateDir, "net-uplinks")}
 	n.gateway = cfg.Pool.Addr().Next()
 	n.next = n.firstNext()
 	fw, err := netpolicy.NewFirewall("sandboxd_"+p.cgTag, cfg.Pool, n.ifPrefix)
@@ -210,12 +213,11 @@ func (p *Provider) closeNetwork() error {
 		p.net.dns.Close()
 	}
 	p.net.mu.Lock()
-	inUse := len(p.net.used) > 0
-	p.net.mu.Unlock()
-	if inUse {
+	defer p.net.mu.Unlock()
+	if len(p.net.used) > 0 {
 		return nil
 	}
-	return p.net.fw.Close()
+	return errors.Join(p.net.fw.Close(), p.net.restoreUplinks())
 }
 
 // networkRules are the checked policy of spec, with the daemon's default for what it leaves out.
@@ -460,6 +462,7 @@ func (n *network) give(a netip.Addr) {
 }
 
 // enableUplinks turns IPv4 forwarding on on the uplinks, once: replies to the sandboxes come in there.
+// Those where it was off are recorded first (uplinksFile), for restoreUplinks.
 func (n *network) enableUplinks() error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -478,13 +481,51 @@ func (n *network) enableUplinks() error {
 			}
 		}
 	}
+	changed := n.changedUplinks()
 	for _, up := range ups {
-		if err := writeSysctl(fmt.Sprintf("ipv4/conf/%s/forwarding", up), "1"); err != nil {
+		key := fmt.Sprintf("ipv4/conf/%s/forwarding", up)
+		if v, err := readSysctl(key); err == nil && v == "1" {
+			continue
+		}
+		if !slices.Contains(changed, up) {
+			changed = append(changed, up)
+			if err := writeJSONFile(n.uplinksFile, changed); err != nil {
+				return fmt.Errorf("uplink %s: %w", up, err)
+			}
+		}
+		if err := writeSysctl(key, "1"); err != nil {
 			return fmt.Errorf("uplink %s: %w", up, err)
 		}
 	}
 	n.uplinkOn = true
 	return nil
+}
+
+// changedUplinks are the uplinks uplinksFile records.
+func (n *network) changedUplinks() []string {
+	var ups []string
+	if raw, err := os.ReadFile(n.uplinksFile); err == nil {
+		json.Unmarshal(raw, &ups)
+	}
+	return ups
+}
+
+// restoreUplinks turns forwarding off again on the uplinks where a provider on this state directory
+// turned it on (an uplink gone since is no error). Called with n.mu held, once no sandbox has a network.
+func (n *network) restoreUplinks() error {
+	var errs []error
+	for _, up := range n.changedUplinks() {
+		if err := writeSysctl(fmt.Sprintf("ipv4/conf/%s/forwarding", up), "0"); err != nil && !errors.Is(err, os.ErrNotExist) {
+			errs = append(errs, fmt.Errorf("uplink %s: %w", up, err))
+		}
+	}
+	if len(errs) == 0 {
+		n.uplinkOn = false
+		if err := os.Remove(n.uplinksFile); err != nil && !os.IsNotExist(err) {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // startResolver starts the sandboxes' resolver, forwarding to upstreams, or to the host's resolvers.
@@ -510,6 +551,14 @@ func lastAddr(pr netip.Prefix) netip.Addr {
 
 func hostNet(a netip.Addr) *net.IPNet {
 	return &net.IPNet{IP: net.IP(a.AsSlice()), Mask: net.CIDRMask(32, 32)}
+}
+
+func readSysctl(key string) (string, error) {
+	if strings.Contains(key, "..") {
+		return "", fmt.Errorf("sysctl %q", key)
+	}
+	raw, err := os.ReadFile("/proc/sys/net/" + key)
+	return strings.TrimSpace(string(raw)), err
 }
 
 func writeSysctl(key, val string) error {

@@ -2,11 +2,14 @@ package oci_test
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
 	"net/netip"
+	"os"
 	"os/exec"
 	"strings"
 	"testing"
@@ -646,3 +649,73 @@ while True:
 }
 
 func htons(v uint16) uint16 { return v<<8 | v>>8 }
+
+// TestNetworkUplinkForwarding: a provider turns IPv4 forwarding on on its uplinks at the first sandbox
+// with a network and, when it closes with none, off again where it was off: also when the provider
+// that turned it on died with its sandbox running and the next one released it. An uplink where it
+// was on already stays on.
+func TestNetworkUplinkForwarding(t *testing.T) {
+	in := newInternet(t)
+	var rnd [3]byte
+	rand.Read(rnd[:])
+	on := "to" + hex.EncodeToString(rnd[:]) // a second uplink of the test's, going nowhere
+	ipCmd(t, "link", "add", on, "type", "veth", "peer", "name", on+"p")
+	t.Cleanup(func() { exec.Command("ip", "link", "del", on).Run() })
+	forwarding := func(iface string) string {
+		t.Helper()
+		raw, err := os.ReadFile("/proc/sys/net/ipv4/conf/" + iface + "/forwarding")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return strings.TrimSpace(string(raw))
+	}
+	for iface, v := range map[string]string{in.uplink: "0", on: "1"} {
+		if err := os.WriteFile("/proc/sys/net/ipv4/conf/"+iface+"/forwarding", []byte(v), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	check := func(when, uplink string) {
+		t.Helper()
+		if got := forwarding(in.uplink); got != uplink {
+			t.Errorf("%s: forwarding on the uplink %s, want %s", when, got, uplink)
+		}
+		if got := forwarding(on); got != "1" {
+			t.Errorf("%s: forwarding on the uplink where it was on is %s", when, got)
+		}
+	}
+	server := "http://" + in.server.String() + "/"
+	dir := testenv.StateDir(t)
+	uplinks := func(c *oci.Config) { c.Network.Uplinks = []string{in.uplink, on} }
+	p := netProvider(t, in, dir, uplinks)
+	if p == nil {
+		return
+	}
+	check("before a sandbox has a network", "0")
+	ref := withPolicy(t, p, `{"egress":"allow"}`)
+	mustReach(t, p, ref, server, "server")
+	check("with a sandbox on a network", "1")
+	releaseAll(t, p)
+	check("the provider still open", "1")
+	if err := oci.CloseNetwork(p); err != nil {
+		t.Fatal(err)
+	}
+	check("the provider closed", "0")
+
+	cfg := testConfig(t, dir)
+	cfg.Network = in.config()
+	uplinks(&cfg)
+	dead, err := oci.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref = withPolicy(t, dead, `{"egress":"allow"}`)
+	check("with a sandbox of the provider that dies", "1")
+	oci.Abandon(dead)
+	next := netProvider(t, in, dir, uplinks)
+	mustReach(t, next, ref, server, "server")
+	releaseAll(t, next)
+	if err := oci.CloseNetwork(next); err != nil {
+		t.Fatal(err)
+	}
+	check("the next provider closed", "0")
+}
