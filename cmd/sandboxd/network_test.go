@@ -41,18 +41,8 @@ func TestOCINetworkAcrossDaemonSIGKILL(t *testing.T) {
 	ctx := context.Background()
 	dataDir := testenv.StateDir(t)
 	removeContainersAtEnd(t, dataDir)
-	var rnd [2]byte
-	rand.Read(rnd[:])
-	pool := netip.MustParsePrefix(fmt.Sprintf("10.232.%d.0/24", rnd[0]))
+	pool, args := networkFlags(t, 232)
 	gateway := pool.Addr().Next()
-	// The uplink is an interface of the test's (a veth pair going nowhere): the host's own keep their
-	// settings.
-	uplink := "sxtu" + hex.EncodeToString(rnd[:])
-	if out, err := exec.Command("ip", "link", "add", uplink, "type", "veth", "peer", "name", "sxtv"+hex.EncodeToString(rnd[:])).CombinedOutput(); err != nil {
-		t.Fatalf("ip link add: %v: %s", err, out)
-	}
-	t.Cleanup(func() { exec.Command("ip", "link", "del", uplink).Run() })
-	args := []string{"--provider", "oci", "--oci-warm-pool", "0", "--oci-network-pool", pool.String(), "--oci-network-uplinks", uplink}
 	stateDir, err := filepath.Abs(filepath.Join(dataDir, "oci"))
 	if err != nil {
 		t.Fatal(err)
@@ -369,17 +359,8 @@ func TestOCINetworkEgressAllowDefault(t *testing.T) {
 	ctx := context.Background()
 	dataDir := testenv.StateDir(t)
 	removeContainersAtEnd(t, dataDir)
-	var rnd [2]byte
-	rand.Read(rnd[:])
-	pool := fmt.Sprintf("10.233.%d.0/24", rnd[0])
-	// The uplink is an interface of the test's, going nowhere: nothing the sandboxes could send leaves.
-	uplink := "sxtu" + hex.EncodeToString(rnd[:])
-	if out, err := exec.Command("ip", "link", "add", uplink, "type", "veth", "peer", "name", "sxtv"+hex.EncodeToString(rnd[:])).CombinedOutput(); err != nil {
-		t.Fatalf("ip link add: %v: %s", err, out)
-	}
-	t.Cleanup(func() { exec.Command("ip", "link", "del", uplink).Run() })
-	d := startDaemon(t, dataDir, "--provider", "oci", "--oci-warm-pool", "0", "--oci-network-pool", pool,
-		"--oci-network-uplinks", uplink, "--oci-network-egress", "allow")
+	_, args := networkFlags(t, 233)
+	d := startDaemon(t, dataDir, append(args, "--oci-network-egress", "allow")...)
 	for _, tc := range []struct {
 		name, policy string // policy: the spec's, none when empty
 		want         map[string]any
@@ -427,4 +408,20 @@ func jsonEqual(t *testing.T, raw []byte, want any) bool {
 	}
 	var a, b any
 	return json.Unmarshal(raw, &a) == nil && json.Unmarshal(w, &b) == nil && reflect.DeepEqual(a, b)
+}
+
+// networkFlags are the daemon's flags of an oci provider whose pool is a random /24 of 10.second.0.0/16
+// and whose uplink is an interface of the test's (a veth pair going nowhere, removed when the test
+// ends): the host's own interfaces keep their settings, and nothing the sandboxes send leaves.
+func networkFlags(t *testing.T, second byte) (netip.Prefix, []string) {
+	t.Helper()
+	var rnd [2]byte
+	rand.Read(rnd[:])
+	pool := netip.PrefixFrom(netip.AddrFrom4([4]byte{10, second, rnd[0], 0}), 24)
+	uplink := "sxtu" + hex.EncodeToString(rnd[:])
+	if out, err := exec.Command("ip", "link", "add", uplink, "type", "veth", "peer", "name", "sxtv"+hex.EncodeToString(rnd[:])).CombinedOutput(); err != nil {
+		t.Fatalf("ip link add: %v: %s", err, out)
+	}
+	t.Cleanup(func() { exec.Command("ip", "link", "del", uplink).Run() })
+	return pool, []string{"--provider", "oci", "--oci-warm-pool", "0", "--oci-network-pool", pool.String(), "--oci-network-uplinks", uplink}
 }

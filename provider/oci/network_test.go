@@ -232,15 +232,8 @@ func TestNetworkPolicy(t *testing.T) {
 		}
 		own, _ := oci.NetAddr(p, ref)
 		inNetns(t, pid, func() {
-			h, err := netlink.NewHandle()
-			if err != nil {
-				t.Fatal(err)
-			}
+			h, eth0 := eth0Handle(t)
 			defer h.Close()
-			eth0, err := h.LinkByName("eth0")
-			if err != nil {
-				t.Fatal(err)
-			}
 			forged := &netlink.Addr{IPNet: &net.IPNet{IP: net.ParseIP(naddr), Mask: net.CIDRMask(32, 32)}}
 			if err := h.AddrAdd(eth0, forged); err != nil {
 				t.Fatal(err)
@@ -811,15 +804,8 @@ func TestNetworkIPv6(t *testing.T) {
 // node of the link on port.
 func sendAllNodes(t testing.TB, addr string, port int) {
 	t.Helper()
-	h, err := netlink.NewHandle()
-	if err != nil {
-		t.Fatal(err)
-	}
+	h, eth0 := eth0Handle(t)
 	defer h.Close()
-	eth0, err := h.LinkByName("eth0")
-	if err != nil {
-		t.Fatal(err)
-	}
 	ip := net.ParseIP(addr)
 	if err := h.AddrAdd(eth0, &netlink.Addr{IPNet: &net.IPNet{IP: ip, Mask: net.CIDRMask(64, 128)}, Flags: unix.IFA_F_NODAD}); err != nil {
 		t.Fatal(err)
@@ -836,4 +822,19 @@ func sendAllNodes(t testing.TB, addr string, port int) {
 			t.Fatal(err)
 		}
 	}
+}
+
+// eth0Handle is a netlink handle of the network namespace the calling thread is in, and its eth0.
+func eth0Handle(t testing.TB) (*netlink.Handle, netlink.Link) {
+	t.Helper()
+	h, err := netlink.NewHandle()
+	if err != nil {
+		t.Fatal(err)
+	}
+	eth0, err := h.LinkByName("eth0")
+	if err != nil {
+		h.Close()
+		t.Fatal(err)
+	}
+	return h, eth0
 }
