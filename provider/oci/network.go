@@ -184,6 +184,9 @@ func (p *Provider) startNetwork() error {
 	// earlier sandbox's: a sandbox given the address again would receive its replies and send on its
 	// flows as established.
 	if err := forgetFlows(func(a netip.Addr) bool { return cfg.Pool.Contains(a) && a != n.gateway && !n.used[a] }); err != nil {
+		if n.dns != nil {
+			n.dns.Close()
+		}
 		return err
 	}
 	links, err := netlink.LinkList()
