@@ -148,6 +148,10 @@ for _ in range(20000):
 				}
 			})
 			defer c.Close()
+			select { // a query told before
+			case <-in.slowAsked:
+			default:
+			}
 			answer := make(chan result, 1)
 			go func() {
 				co := &dns.Conn{Conn: c}

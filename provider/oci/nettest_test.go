@@ -40,8 +40,8 @@ type internet struct {
 	other    netip.Addr // 198.19.K.2
 	metadata netip.Addr
 	k        byte
-	// A query for slow.test is told on slowAsked (when a test waits there), then answered once a test
-	// sends on slowGo, or after 1.5 s: an upstream that is slow when a test wants it to be.
+	// A query for slow.test is told on slowAsked (which holds one), then answered once a test sends
+	// on slowGo, or after 1.5 s: an upstream that is slow when a test wants it to be.
 	slowAsked, slowGo chan struct{}
 }
 
@@ -66,7 +66,7 @@ func newInternet(t testing.TB) *internet {
 	in := &internet{ns: "sbxtest-" + tag, uplink: "ti" + tag, k: k,
 		hostAddr: netip.AddrFrom4([4]byte{198, 18, k, 1}), server: netip.AddrFrom4([4]byte{198, 18, k, 2}),
 		other: netip.AddrFrom4([4]byte{198, 19, k, 2}), metadata: netip.MustParseAddr("169.254.169.254"),
-		slowAsked: make(chan struct{}), slowGo: make(chan struct{})}
+		slowAsked: make(chan struct{}, 1), slowGo: make(chan struct{})}
 	ipCmd(t, "netns", "add", in.ns)
 	t.Cleanup(func() { exec.Command("ip", "netns", "del", in.ns).Run() })
 	ipCmd(t, "link", "add", in.uplink, "type", "veth", "peer", "name", "eth0", "netns", in.ns)
