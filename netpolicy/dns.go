@@ -47,6 +47,7 @@ type Forwarder struct {
 type forwardee struct {
 	ifn   string
 	rules Rules
+	epoch uint64 // the rules' in the firewall
 	seen  *seen
 }
 
@@ -140,14 +141,17 @@ func (f *Forwarder) Close() error {
 	return errors.Join(f.udp.Shutdown(), f.tcp.Shutdown())
 }
 
-// Set makes rules those of the sandbox at addr, on host interface ifn.
-func (f *Forwarder) Set(addr netip.Addr, ifn string, rules Rules) {
+// Set makes rules, whose epoch in the firewall is epoch (Firewall.Set's), those of the sandbox at
+// addr, on host interface ifn. A query let through under the rules before learns nothing once they
+// are replaced in the firewall: its answer is SERVFAIL, and the sandbox's next query meets the new
+// rules.
+func (f *Forwarder) Set(addr netip.Addr, ifn string, rules Rules, epoch uint64) {
 	f.mu.Lock()
 	c, ok := f.clients[addr]
 	if !ok || c.ifn != ifn {
 		c = forwardee{ifn: ifn, seen: &seen{names: map[netip.Addr]string{}}}
 	}
-	c.rules = rules
+	c.rules, c.epoch = rules, epoch
 	f.clients[addr] = c
 	f.mu.Unlock()
 }
@@ -212,8 +216,10 @@ func (f *Forwarder) ServeDNS(w dns.ResponseWriter, req *dns.Msg) {
 	if named {
 		if len(addrs) > 0 {
 			// Before the answer: the sandbox connects once it has it.
-			if err := f.fw.Learn(c.ifn, addrs, max(ttl, minTTL)); err != nil {
-				f.log.Warn("allowing the addresses of an answer", "name", name, "err", err)
+			if err := f.fw.Learn(c.ifn, c.epoch, addrs, max(ttl, minTTL)); err != nil {
+				if !errors.Is(err, ErrStalePolicy) {
+					f.log.Warn("allowing the addresses of an answer", "name", name, "err", err)
+				}
 				m := new(dns.Msg)
 				m.SetRcode(req, dns.RcodeServerFailure)
 				w.WriteMsg(m)

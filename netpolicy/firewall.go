@@ -20,7 +20,9 @@ import (
 // the host's own rules say:
 //
 //	forward (filter, priority 0): per sandbox, iifname X jump fwd-X; then traffic into any sandbox
-//	  interface only when established; anything else from one dropped.
+//	  interface only when established; anything else from one dropped; anything for an address of
+//	  the pool through an interface not a sandbox's dropped (the replies to a sandbox whose link is
+//	  gone never take the host's default route).
 //	input (filter, priority 0): per sandbox, iifname X jump in-X; anything else from one dropped.
 //	postrouting (nat, priority 100): the pool's addresses masqueraded behind the outgoing interface.
 //
@@ -43,7 +45,15 @@ type Firewall struct {
 	// refused holds, per interface, the time of each denial as Status last told it: computed from the
 	// element's remaining timeout, it moves by the clock's jitter from one read to the next.
 	refused map[string]map[netip.Addr]time.Time
+	// epoch holds, per interface, the epoch of the policy its chains hold: each Set takes the next of
+	// epochs, and Learn adds nothing under another.
+	epoch  map[string]uint64
+	epochs uint64
 }
+
+// ErrStalePolicy is Learn's error when the policy an answer was asked under is no longer the
+// sandbox's.
+var ErrStalePolicy = errors.New("the policy changed since the query was let through")
 
 // NewFirewall returns the firewall of table name, deleting the table when an earlier daemon left one
 // (with every sandbox's rules in it: the caller sets again those of the sandboxes it keeps). The table
@@ -81,13 +91,14 @@ func (f *Firewall) ensure() error {
 		ctState(expr.CtStateBitESTABLISHED|expr.CtStateBitRELATED), verdict(expr.VerdictAccept))})
 	conn.AddRule(&nftables.Rule{Table: t, Chain: fwd, Exprs: join(ifname(expr.MetaKeyOIFNAME, sbx, true), verdict(expr.VerdictDrop))})
 	conn.AddRule(&nftables.Rule{Table: t, Chain: fwd, Exprs: join(ifname(expr.MetaKeyIIFNAME, sbx, true), verdict(expr.VerdictDrop))})
+	conn.AddRule(&nftables.Rule{Table: t, Chain: fwd, Exprs: join(ipv4(), addr(16, f.pool, false), verdict(expr.VerdictDrop))})
 	conn.AddRule(&nftables.Rule{Table: t, Chain: in, Exprs: join(ifname(expr.MetaKeyIIFNAME, sbx, true), verdict(expr.VerdictDrop))})
 	conn.AddRule(&nftables.Rule{Table: t, Chain: post, Exprs: join(ipv4(), addr(12, f.pool, false), addr(16, f.pool, true),
 		ifname(expr.MetaKeyOIFNAME, sbx, false), []expr.Any{&expr.Masq{}})})
 	if err := conn.Flush(); err != nil {
 		return fmt.Errorf("nftables: table %s: %w", f.table.Name, err)
 	}
-	f.fwd, f.in, f.set = fwd, in, map[string]bool{}
+	f.fwd, f.in, f.set, f.epoch = fwd, in, map[string]bool{}, map[string]uint64{}
 	f.learned, f.refused = map[string]map[netip.Addr]time.Time{}, map[string]map[netip.Addr]time.Time{}
 	return nil
 }
@@ -117,12 +128,13 @@ func (f *Firewall) deleteTable() error {
 }
 
 // Set makes rules the policy of the sandbox on host interface ifname, whose address is sandboxAddr:
-// its chains are made, or replaced in one transaction when they exist.
-func (f *Firewall) Set(ifn string, sandboxAddr netip.Addr, rules Rules) error {
+// its chains are made, or replaced in one transaction when they exist. It returns the policy's epoch,
+// which Learn takes: an answer asked under an earlier policy opens nothing.
+func (f *Firewall) Set(ifn string, sandboxAddr netip.Addr, rules Rules) (uint64, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if err := f.ensure(); err != nil {
-		return err
+		return 0, err
 	}
 	fwd := &nftables.Chain{Name: "fwd-" + ifn, Table: f.table}
 	in := &nftables.Chain{Name: "in-" + ifn, Table: f.table}
@@ -142,10 +154,10 @@ func (f *Firewall) Set(ifn string, sandboxAddr netip.Addr, rules Rules) error {
 		f.conn.AddChain(in)
 		f.conn.AddChain(rej)
 		if err := f.conn.AddSet(allowed, nil); err != nil {
-			return fmt.Errorf("nftables: %w", err)
+			return 0, fmt.Errorf("nftables: %w", err)
 		}
 		if err := f.conn.AddSet(denials, nil); err != nil {
-			return fmt.Errorf("nftables: %w", err)
+			return 0, fmt.Errorf("nftables: %w", err)
 		}
 		me := []byte(ifn + "\x00")
 		f.conn.InsertRule(&nftables.Rule{Table: f.table, Chain: f.fwd, UserData: []byte(ifn),
@@ -215,11 +227,15 @@ func (f *Firewall) Set(ifn string, sandboxAddr netip.Addr, rules Rules) error {
 	} else {
 		add(fwd, reject())
 	}
+	// A failed transaction may have flushed nothing: the epoch moves on anyway, so that no answer asked
+	// under the policy being replaced is learned.
+	f.epochs++
+	f.epoch[ifn] = f.epochs
 	if err := f.conn.Flush(); err != nil {
-		return fmt.Errorf("nftables: rules of %s: %w", ifn, err)
+		return 0, fmt.Errorf("nftables: rules of %s: %w", ifn, err)
 	}
 	f.set[ifn] = true
-	return nil
+	return f.epochs, nil
 }
 
 // Remove deletes the rules of the sandbox on ifname; none is no error.
@@ -252,6 +268,7 @@ func (f *Firewall) Remove(ifn string) error {
 	delete(f.set, ifn)
 	delete(f.learned, ifn)
 	delete(f.refused, ifn)
+	delete(f.epoch, ifn)
 	return nil
 }
 
@@ -334,15 +351,19 @@ func (f *Firewall) Status(ifn string) (Status, error) {
 	return st, nil
 }
 
-// Learn allows the sandbox on ifn the addresses addrs for ttl: the answer for a name an allow rule
-// names. An address known already is kept for the longer of the two. The learned addresses come
-// after the rules that keep the host, link-local addresses, the other sandboxes and the deny rules'
-// destinations out: an answer opens none of them.
-func (f *Firewall) Learn(ifn string, addrs []netip.Addr, ttl time.Duration) error {
+// Learn allows the sandbox on ifn the addresses addrs for ttl: the answer for a name an allow rule of
+// the policy of epoch (Set's) names. An address known already is kept for the longer of the two. The
+// learned addresses come after the rules that keep the host, link-local addresses, the other
+// sandboxes and the deny rules' destinations out: an answer opens none of them. When the sandbox's
+// policy is no longer epoch's, nothing is learned: ErrStalePolicy.
+func (f *Firewall) Learn(ifn string, epoch uint64, addrs []netip.Addr, ttl time.Duration) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if !f.set[ifn] {
 		return fmt.Errorf("nftables: no rules for %s", ifn)
+	}
+	if f.epoch[ifn] != epoch {
+		return fmt.Errorf("nftables: %s: %w", ifn, ErrStalePolicy)
 	}
 	name := "a-" + ifn
 	set := &nftables.Set{Table: f.table, Name: name, KeyType: nftables.TypeIPAddr, HasTimeout: true}

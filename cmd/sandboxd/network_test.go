@@ -5,41 +5,44 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
+	"errors"
 	"fmt"
+	"net"
+	"net/netip"
+	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
+	"slices"
+	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/google/nftables"
 	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
 
 	"github.com/sandboxd/sandbox"
 	"github.com/sandboxd/sandbox/internal/testenv"
 )
 
-// TestOCINetworkAcrossDaemonSIGKILL: networked sandboxes made and terminated, then a daemon killed with
-// three running, one of whose containers dies with it; the next daemon keeps the network of the two that
-// run, removes the rest, and once everything is terminated and it stops, nothing of the network is
-// left: no interface, route or address of the pool, no rule, no table.
+// TestOCINetworkAcrossDaemonSIGKILL: 100 networked sandboxes made and terminated (four at a time), each
+// of which sent a datagram to its gateway, then a daemon killed with SIGKILL with three running, one
+// of whose containers dies with it. The next daemon keeps the network of the two that run and removes
+// the rest, and once everything is terminated and it stops, nothing of the network is left: no
+// interface, route or address of the pool, no rule, no table, no tracked flow of a pool address, no
+// sandbox's network namespace.
 func TestOCINetworkAcrossDaemonSIGKILL(t *testing.T) {
 	needOCI(t)
 	ctx := context.Background()
 	dataDir := testenv.StateDir(t)
 	removeContainersAtEnd(t, dataDir)
-	var rnd [2]byte
-	rand.Read(rnd[:])
-	pool := fmt.Sprintf("10.232.%d.0/24", rnd[0])
-	// The uplink is an interface of the test's (a veth pair going nowhere): the host's own keep their
-	// settings.
-	uplink := "sxtu" + hex.EncodeToString(rnd[:])
-	if out, err := exec.Command("ip", "link", "add", uplink, "type", "veth", "peer", "name", "sxtv"+hex.EncodeToString(rnd[:])).CombinedOutput(); err != nil {
-		t.Fatalf("ip link add: %v: %s", err, out)
-	}
-	t.Cleanup(func() { exec.Command("ip", "link", "del", uplink).Run() })
-	args := []string{"--provider", "oci", "--oci-warm-pool", "0", "--oci-network-pool", pool, "--oci-network-uplinks", uplink}
+	pool, args := networkFlags(t, 232)
+	gateway := pool.Addr().Next()
 	stateDir, err := filepath.Abs(filepath.Join(dataDir, "oci"))
 	if err != nil {
 		t.Fatal(err)
@@ -80,36 +83,179 @@ func TestOCINetworkAcrossDaemonSIGKILL(t *testing.T) {
 		}
 		return n, tableThere
 	}
-	create := func(d *daemon, name string) sandbox.Sandbox {
+	// flows are the tracked flows of a sandbox's address (the pool's but the gateway), but those of keep.
+	flows := func(keep ...netip.Addr) []string {
 		t.Helper()
-		var sb sandbox.Sandbox
-		body := map[string]any{"clientRequestId": name, "extensions": map[string]any{"sandboxd.network": map[string]any{"egress": "allow"}}}
-		if st := call(ctx, "POST", d.url+"/v1/sandboxes", body, &sb); st != 201 {
-			t.Fatalf("create: %d %+v", st, sb)
+		var all []*netlink.ConntrackFlow
+		var err error
+		for range 3 {
+			if all, err = netlink.ConntrackTableList(netlink.ConntrackTable, unix.AF_INET); !errors.Is(err, netlink.ErrDumpInterrupted) {
+				break
+			}
 		}
-		return waitFor(t, d.url, sb.ID, sandbox.StateReady)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, f := range all {
+			sandboxes, kept := 0, 0
+			for _, ip := range []net.IP{f.Forward.SrcIP, f.Forward.DstIP, f.Reverse.SrcIP, f.Reverse.DstIP} {
+				if a, ok := netip.AddrFromSlice(ip); ok && pool.Contains(a.Unmap()) && a.Unmap() != gateway {
+					sandboxes++
+					if slices.Contains(keep, a.Unmap()) {
+						kept++
+					}
+				}
+			}
+			if sandboxes > kept {
+				out = append(out, f.String())
+			}
+		}
+		return out
 	}
-	terminate := func(d *daemon, sb sandbox.Sandbox) {
+	// The network namespaces of the sandboxes made, by the one they were seen in, and the daemons.
+	var nsMu sync.Mutex
+	namespaces := map[string]string{}
+	var daemons []string
+	cgroups := "sandboxd-" + hex.EncodeToString(sum[:4]) + "-"
+	// netnsLeft are those of namespaces a process of the test's (a daemon, or one in a sandbox's
+	// cgroup), an open file of one, or a mount under the data directory still holds. (A namespace's
+	// number is used again once it is gone: one of another's processes may hold the same number.)
+	netnsLeft := func(but ...string) []string {
 		t.Helper()
-		if st := call(ctx, "POST", fmt.Sprintf("%s/v1/sandboxes/%s/actions/terminate", d.url, sb.ID), map[string]any{"expectedGeneration": sb.Generation}, nil); st != 200 {
-			t.Fatalf("terminate: %d", st)
+		nsMu.Lock()
+		defer nsMu.Unlock()
+		var out []string
+		seen := map[string]bool{}
+		held := func(what, ns string) {
+			if sb, ok := namespaces[ns]; ok && !slices.Contains(but, sb) && !seen[ns] {
+				seen[ns] = true
+				out = append(out, fmt.Sprintf("%s of %s (%s)", ns, sb, what))
+			}
 		}
-		waitFor(t, d.url, sb.ID, sandbox.StateTerminated)
+		procs, _ := filepath.Glob("/proc/[0-9]*")
+		for _, proc := range procs {
+			cg, err := os.ReadFile(proc + "/cgroup")
+			if err != nil || !strings.Contains(string(cg), cgroups) && !slices.Contains(daemons, filepath.Base(proc)) {
+				continue
+			}
+			if ns, err := os.Readlink(proc + "/ns/net"); err == nil {
+				held(proc, ns)
+			}
+			fds, _ := filepath.Glob(proc + "/fd/*")
+			for _, fd := range fds {
+				if ns, err := os.Readlink(fd); err == nil {
+					held(fd, ns)
+				}
+			}
+		}
+		mounts, err := os.ReadFile("/proc/self/mountinfo")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, line := range strings.Split(string(mounts), "\n") {
+			if f := strings.Fields(line); len(f) > 4 && strings.HasPrefix(f[4], dataDir) {
+				held("mounted at "+f[4], f[3])
+			}
+		}
+		return out
+	}
+	create := func(d *daemon, name string) (sandbox.Sandbox, error) {
+		var sb sandbox.Sandbox
+		// A network (a CIDR rule), on which nothing the test sends leaves the host.
+		body := map[string]any{"clientRequestId": name, "extensions": map[string]any{"sandboxd.network": map[string]any{"allow": []string{"192.0.2.0/24"}}}}
+		if st := call(ctx, "POST", d.url+"/v1/sandboxes", body, &sb); st != 201 {
+			return sb, fmt.Errorf("create: %d %+v", st, sb)
+		}
+		if sb, err := pollState(d.url, sb.ID, sandbox.StateReady); err != nil {
+			return sb, err
+		}
+		// A flow of its address, to the gateway.
+		var res sandbox.CommandResult
+		script := fmt.Sprintf(`import socket; socket.socket(socket.AF_INET, socket.SOCK_DGRAM).sendto(b"x", ("%s", 53))`, gateway)
+		if st := call(ctx, "POST", fmt.Sprintf("%s/v1/sandboxes/%s/commands", d.url, sb.ID),
+			map[string]any{"expectedGeneration": sb.Generation, "argv": []string{"python3", "-c", script}}, &res); st != 200 || res.ExitCode == nil || *res.ExitCode != 0 {
+			return sb, fmt.Errorf("send from %s: %d %+v", sb.ID, st, res)
+		}
+		raw, err := os.ReadFile(filepath.Join(stateDir, "sandboxes", sb.Ref().Name(), "init.pid"))
+		if err != nil {
+			return sb, err
+		}
+		ns, err := os.Readlink("/proc/" + strings.TrimSpace(string(raw)) + "/ns/net")
+		if err != nil {
+			return sb, err
+		}
+		nsMu.Lock()
+		namespaces[ns] = string(sb.ID)
+		nsMu.Unlock()
+		return sb, nil
+	}
+	terminate := func(d *daemon, sb sandbox.Sandbox) error {
+		if st := call(ctx, "POST", fmt.Sprintf("%s/v1/sandboxes/%s/actions/terminate", d.url, sb.ID), map[string]any{"expectedGeneration": sb.Generation}, nil); st != 200 {
+			return fmt.Errorf("terminate %s: %d", sb.ID, st)
+		}
+		_, err := pollState(d.url, sb.ID, sandbox.StateTerminated)
+		return err
+	}
+	addrOf := func(sb sandbox.Sandbox) netip.Addr {
+		t.Helper()
+		var st struct{ Addr netip.Addr }
+		raw, err := os.ReadFile(filepath.Join(stateDir, "sandboxes", sb.Ref().Name(), "net.json"))
+		if err == nil {
+			err = json.Unmarshal(raw, &st)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st.Addr
 	}
 
 	d := startDaemon(t, dataDir, args...)
-	for i := range 20 {
-		terminate(d, create(d, fmt.Sprint("cycle-", i)))
+	daemons = append(daemons, strconv.Itoa(d.cmd.Process.Pid))
+	const cycles, workers = 100, 4
+	start := time.Now()
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() {
+			for i := range cycles / workers {
+				sb, err := create(d, fmt.Sprintf("cycle-%d-%d", w, i))
+				if err == nil {
+					err = terminate(d, sb)
+				}
+				if err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		})
 	}
+	wg.Wait()
+	if t.Failed() {
+		t.FailNow()
+	}
+	t.Logf("%d networked create/terminate cycles, %d at a time: %v", cycles, workers, time.Since(start).Round(time.Millisecond))
 	if got := links(); len(got) != 0 {
-		t.Fatalf("interfaces after the cycles: %q", got)
+		t.Errorf("interfaces after the cycles: %q", got)
+	}
+	if got := flows(); len(got) > 0 {
+		t.Errorf("tracked flows of the pool after the cycles: %q", got)
+	}
+	if got := netnsLeft(); len(got) > 0 {
+		t.Errorf("network namespaces held after the cycles: %q", got)
 	}
 	var sbs []sandbox.Sandbox
 	for i := range 3 {
-		sbs = append(sbs, create(d, fmt.Sprint("kept-", i)))
+		sb, err := create(d, fmt.Sprint("kept-", i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		sbs = append(sbs, sb)
 	}
 	if got := links(); len(got) != 3 {
 		t.Fatalf("interfaces of three networked sandboxes: %q", got)
+	}
+	if got := flows(addrOf(sbs[0]), addrOf(sbs[1])); len(got) == 0 {
+		t.Fatal("the third sandbox's datagram left no tracked flow: the checks below would show nothing")
 	}
 	d.kill()
 	// One container dies with the daemon.
@@ -119,11 +265,18 @@ func TestOCINetworkAcrossDaemonSIGKILL(t *testing.T) {
 	}
 
 	d = startDaemon(t, dataDir, args...)
+	daemons = append(daemons, strconv.Itoa(d.cmd.Process.Pid))
 	if got := links(); len(got) != 2 {
 		t.Errorf("after the restart the interfaces are %q, want the two running sandboxes'", got)
 	}
 	if n, _ := chains(); n != 2 {
 		t.Errorf("after the restart %d sandboxes have rules, want 2", n)
+	}
+	if got := flows(addrOf(sbs[0]), addrOf(sbs[1])); len(got) > 0 {
+		t.Errorf("after the restart the dead sandbox's flows are tracked: %q", got)
+	}
+	if got := netnsLeft(string(sbs[0].ID), string(sbs[1].ID)); len(got) > 0 {
+		t.Errorf("after the restart network namespaces are held: %q", got)
 	}
 	for _, sb := range sbs[:2] {
 		var res sandbox.CommandResult
@@ -131,7 +284,9 @@ func TestOCINetworkAcrossDaemonSIGKILL(t *testing.T) {
 			map[string]any{"expectedGeneration": sb.Generation, "argv": []string{"cat", "/sys/class/net/eth0/operstate"}}, &res); st != 200 || !strings.Contains(string(res.Stdout), "up") {
 			t.Errorf("a kept sandbox's eth0: %d %q", st, res.Stdout)
 		}
-		terminate(d, sb)
+		if err := terminate(d, sb); err != nil {
+			t.Fatal(err)
+		}
 	}
 	if st := call(ctx, "POST", fmt.Sprintf("%s/v1/sandboxes/%s/actions/terminate", d.url, sbs[2].ID), map[string]any{"expectedGeneration": sbs[2].Generation}, nil); st != 200 {
 		t.Fatalf("terminate the dead one: %d", st)
@@ -141,6 +296,9 @@ func TestOCINetworkAcrossDaemonSIGKILL(t *testing.T) {
 	}
 	if n, there := chains(); n != 0 || !there {
 		t.Errorf("once all are terminated: %d sandboxes with rules, table there %v", n, there)
+	}
+	if got := flows(); len(got) > 0 {
+		t.Errorf("tracked flows of the pool once all are terminated: %q", got)
 	}
 	_ = d.cmd.Process.Signal(syscall.SIGTERM)
 	select {
@@ -156,8 +314,114 @@ func TestOCINetworkAcrossDaemonSIGKILL(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, r := range routes {
-		if r.Dst != nil && strings.HasPrefix(r.Dst.String(), strings.TrimSuffix(pool, "0/24")) {
+		if r.Dst != nil && pool.Contains(netip.MustParseAddr(r.Dst.IP.String())) {
 			t.Errorf("a route of the pool is left: %s", r)
 		}
 	}
+	addrs, err := netlink.AddrList(nil, netlink.FAMILY_V4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range addrs {
+		if pool.Contains(netip.MustParseAddr(a.IP.String())) {
+			t.Errorf("an address of the pool is left: %s", a)
+		}
+	}
+	if got := flows(); len(got) > 0 {
+		t.Errorf("tracked flows of the pool once the daemon stopped: %q", got)
+	}
+	if got := netnsLeft(); len(got) > 0 {
+		t.Errorf("network namespaces held once all are terminated: %q", got)
+	}
+}
+
+// pollState polls a sandbox until it reaches want, for at most a minute.
+func pollState(url string, id sandbox.ID, want sandbox.State) (sandbox.Sandbox, error) {
+	deadline := time.Now().Add(time.Minute)
+	for {
+		var sb sandbox.Sandbox
+		call(context.Background(), "GET", url+"/v1/sandboxes/"+string(id), nil, &sb)
+		if sb.State == want {
+			return sb, nil
+		}
+		if time.Now().After(deadline) {
+			return sb, fmt.Errorf("sandbox %s is %s, want %s (failure %+v)", id, sb.State, want, sb.Failure)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestOCINetworkEgressAllowDefault: with --oci-network-egress allow, a sandbox whose spec has no policy
+// gets a network and the policy {"egress":"allow"}, visible in GET .../network; one whose policy says
+// deny keeps loopback only.
+func TestOCINetworkEgressAllowDefault(t *testing.T) {
+	needOCI(t)
+	ctx := context.Background()
+	dataDir := testenv.StateDir(t)
+	removeContainersAtEnd(t, dataDir)
+	_, args := networkFlags(t, 233)
+	d := startDaemon(t, dataDir, append(args, "--oci-network-egress", "allow")...)
+	for _, tc := range []struct {
+		name, policy string // policy: the spec's, none when empty
+		want         map[string]any
+		ifaces       string
+	}{
+		{"no policy", "", map[string]any{"egress": "allow"}, "eth0 lo"},
+		{"deny", `{"egress":"deny"}`, map[string]any{"egress": "deny"}, "lo"},
+	} {
+		body := map[string]any{"clientRequestId": tc.name}
+		if tc.policy != "" {
+			body["extensions"] = map[string]any{"sandboxd.network": json.RawMessage(tc.policy)}
+		}
+		var sb sandbox.Sandbox
+		if st := call(ctx, "POST", d.url+"/v1/sandboxes", body, &sb); st != 201 {
+			t.Fatalf("%s: create: %d %+v", tc.name, st, sb)
+		}
+		sb = waitFor(t, d.url, sb.ID, sandbox.StateReady)
+		var status struct{ Policy map[string]any }
+		if st := call(ctx, "GET", fmt.Sprintf("%s/v1/sandboxes/%s/network", d.url, sb.ID), nil, &status); st != 200 {
+			t.Fatalf("%s: GET network: %d", tc.name, st)
+		}
+		if got, _ := json.Marshal(status.Policy); !jsonEqual(t, got, tc.want) {
+			t.Errorf("%s: policy %s, want %v", tc.name, got, tc.want)
+		}
+		var res sandbox.CommandResult
+		if st := call(ctx, "POST", fmt.Sprintf("%s/v1/sandboxes/%s/commands", d.url, sb.ID),
+			map[string]any{"expectedGeneration": sb.Generation, "argv": []string{"ls", "/sys/class/net"}}, &res); st != 200 {
+			t.Fatalf("%s: ls: %d", tc.name, st)
+		}
+		if got := strings.Join(strings.Fields(string(res.Stdout)), " "); got != tc.ifaces {
+			t.Errorf("%s: interfaces %q, want %q", tc.name, got, tc.ifaces)
+		}
+		if st := call(ctx, "POST", fmt.Sprintf("%s/v1/sandboxes/%s/actions/terminate", d.url, sb.ID), map[string]any{"expectedGeneration": sb.Generation}, nil); st != 200 {
+			t.Fatalf("%s: terminate: %d", tc.name, st)
+		}
+		waitFor(t, d.url, sb.ID, sandbox.StateTerminated)
+	}
+}
+
+func jsonEqual(t *testing.T, raw []byte, want any) bool {
+	t.Helper()
+	w, err := json.Marshal(want)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var a, b any
+	return json.Unmarshal(raw, &a) == nil && json.Unmarshal(w, &b) == nil && reflect.DeepEqual(a, b)
+}
+
+// networkFlags are the daemon's flags of an oci provider whose pool is a random /24 of 10.second.0.0/16
+// and whose uplink is an interface of the test's (a veth pair going nowhere, removed when the test
+// ends): the host's own interfaces keep their settings, and nothing the sandboxes send leaves.
+func networkFlags(t *testing.T, second byte) (netip.Prefix, []string) {
+	t.Helper()
+	var rnd [2]byte
+	rand.Read(rnd[:])
+	pool := netip.PrefixFrom(netip.AddrFrom4([4]byte{10, second, rnd[0], 0}), 24)
+	uplink := "sxtu" + hex.EncodeToString(rnd[:])
+	if out, err := exec.Command("ip", "link", "add", uplink, "type", "veth", "peer", "name", "sxtv"+hex.EncodeToString(rnd[:])).CombinedOutput(); err != nil {
+		t.Fatalf("ip link add: %v: %s", err, out)
+	}
+	t.Cleanup(func() { exec.Command("ip", "link", "del", uplink).Run() })
+	return pool, []string{"--provider", "oci", "--oci-warm-pool", "0", "--oci-network-pool", pool.String(), "--oci-network-uplinks", uplink}
 }

@@ -2,6 +2,7 @@ package oci
 
 import (
 	"context"
+	"net/netip"
 
 	"github.com/sandboxd/sandbox"
 )
@@ -119,3 +120,10 @@ func NetTable(stateDir string) string  { return "sandboxd_" + cgroupTag(stateDir
 
 // CloseNetwork removes the provider's nftables table.
 func CloseNetwork(p *Provider) error { return p.closeNetwork() }
+
+// SetNextAddr makes addr the first address p's next network looks at.
+func SetNextAddr(p *Provider, addr string) {
+	p.net.mu.Lock()
+	p.net.next = netip.MustParseAddr(addr)
+	p.net.mu.Unlock()
+}

@@ -1,6 +1,7 @@
 package oci_test
 
 import (
+	"encoding/json"
 	"fmt"
 	"net"
 	"net/netip"
@@ -10,7 +11,9 @@ import (
 
 	"github.com/miekg/dns"
 
+	"github.com/sandboxd/sandbox"
 	"github.com/sandboxd/sandbox/internal/testenv"
+	"github.com/sandboxd/sandbox/provider/oci"
 )
 
 // TestNetworkNames: rules by name, through the daemon's resolver, against the test's DNS server.
@@ -120,5 +123,93 @@ for _ in range(20000):
 		if _, err := net.DialTimeout("tcp", gw, time.Second); err != nil {
 			t.Errorf("the resolver's TCP listener is gone: %v", err)
 		}
+	})
+	t.Run("an answer in flight when the policy changes opens nothing the new one denies", func(t *testing.T) {
+		ref := withPolicy(t, p, `{"allow":["slow.test","allowed.test"]}`)
+		pid, err := oci.InitPid(p, ref)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// ask sends a query for slow.test from the sandbox's address to its resolver and returns the
+		// answer; during sets the policy once the upstream has the query, before it answers.
+		ask := func(during string) (*dns.Msg, bool) {
+			t.Helper()
+			type result struct {
+				m   *dns.Msg
+				err error
+			}
+			var c net.Conn
+			inNetns(t, pid, func() {
+				if c, err = net.Dial("udp4", netip.AddrPortFrom(in.pool().Addr().Next(), 53).String()); err != nil {
+					t.Fatal(err)
+				}
+			})
+			defer c.Close()
+			select { // a query told before
+			case <-in.slowAsked:
+			default:
+			}
+			answer := make(chan result, 1)
+			go func() {
+				co := &dns.Conn{Conn: c}
+				co.SetDeadline(time.Now().Add(10 * time.Second))
+				m := new(dns.Msg)
+				m.SetQuestion("slow.test.", dns.TypeA)
+				if err := co.WriteMsg(m); err != nil {
+					answer <- result{nil, err}
+					return
+				}
+				r, err := co.ReadMsg()
+				answer <- result{r, err}
+			}()
+			select {
+			case <-in.slowAsked:
+			case <-time.After(5 * time.Second):
+				t.Fatal("the query did not reach the upstream")
+			}
+			if during != "" {
+				if _, err := p.SetNetworkPolicy(ctxFor(t), ref, sandbox.Spec{}, json.RawMessage(during)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			released := false
+			select {
+			case in.slowGo <- struct{}{}:
+				released = true
+			case <-time.After(2 * time.Second):
+			}
+			r := <-answer
+			if r.err != nil {
+				t.Fatalf("the query: %v", r.err)
+			}
+			return r.m, released
+		}
+		// Without a change the answer opens its address.
+		if r, _ := ask(""); r.Rcode != dns.RcodeSuccess || len(r.Answer) != 1 {
+			t.Fatalf("slow.test: %v", r)
+		}
+		mustReach(t, p, ref, url(in.other.String()), "other")
+		// The policy replaced while the upstream is still to answer: the answer learned under the old
+		// policy opens nothing under the new one. (An upstream that answered before the change proves
+		// nothing: the query is asked again.)
+		for i := 0; ; i++ {
+			r, released := ask(`{"allow":["allowed.test"]}`)
+			if !released && i < 3 {
+				if _, err := p.SetNetworkPolicy(ctxFor(t), ref, sandbox.Spec{}, json.RawMessage(`{"allow":["slow.test","allowed.test"]}`)); err != nil {
+					t.Fatal(err)
+				}
+				continue
+			}
+			if !released {
+				t.Fatal("the upstream never answered after the policy change")
+			}
+			if r.Rcode == dns.RcodeSuccess && len(r.Answer) > 0 {
+				t.Errorf("an answer asked under the old policy was given under the new one: %v", r)
+			}
+			break
+		}
+		mustNotReach(t, p, ref, url(in.other.String()))
+		mustNotReach(t, p, ref, url("slow.test"))
+		mustReach(t, p, ref, url("allowed.test"), "server")
 	})
 }

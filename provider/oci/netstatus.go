@@ -89,9 +89,12 @@ func (p *Provider) SetNetworkPolicy(ctx context.Context, ref sandbox.Ref, spec s
 	st, err := readNetState(b.l)
 	switch {
 	case err == nil && st.Iface != "":
-		if err = p.net.fw.Set(st.Iface, st.Addr, rules); err == nil {
+		// The firewall first: its new epoch voids what a query let through under the old rules
+		// would learn, before and after the resolver has the new ones.
+		var epoch uint64
+		if epoch, err = p.net.fw.Set(st.Iface, st.Addr, rules); err == nil {
 			if p.net.dns != nil {
-				p.net.dns.Set(st.Addr, st.Iface, rules)
+				p.net.dns.Set(st.Addr, st.Iface, rules, epoch)
 			}
 			st.Rules = rules
 			err = writeJSONFile(b.l.netFile(), st)

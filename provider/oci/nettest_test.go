@@ -3,15 +3,18 @@ package oci_test
 import (
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/netip"
+	"os"
 	"os/exec"
 	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -37,6 +40,9 @@ type internet struct {
 	other    netip.Addr // 198.19.K.2
 	metadata netip.Addr
 	k        byte
+	// A query for slow.test is told on slowAsked (which holds one), then answered once a test sends
+	// on slowGo, or after 1.5 s: an upstream that is slow when a test wants it to be.
+	slowAsked, slowGo chan struct{}
 }
 
 func ipCmd(t testing.TB, args ...string) {
@@ -59,7 +65,8 @@ func newInternet(t testing.TB) *internet {
 	k := rnd[0]
 	in := &internet{ns: "sbxtest-" + tag, uplink: "ti" + tag, k: k,
 		hostAddr: netip.AddrFrom4([4]byte{198, 18, k, 1}), server: netip.AddrFrom4([4]byte{198, 18, k, 2}),
-		other: netip.AddrFrom4([4]byte{198, 19, k, 2}), metadata: netip.MustParseAddr("169.254.169.254")}
+		other: netip.AddrFrom4([4]byte{198, 19, k, 2}), metadata: netip.MustParseAddr("169.254.169.254"),
+		slowAsked: make(chan struct{}, 1), slowGo: make(chan struct{})}
 	ipCmd(t, "netns", "add", in.ns)
 	t.Cleanup(func() { exec.Command("ip", "netns", "del", in.ns).Run() })
 	ipCmd(t, "link", "add", in.uplink, "type", "veth", "peer", "name", "eth0", "netns", in.ns)
@@ -101,6 +108,7 @@ func (in *internet) names() map[string]netip.Addr {
 		"denied.wild.test.":   in.server,
 		"rebind.test.":        in.metadata, // an allowed name answering a link-local address
 		"host.test.":          in.hostAddr, // ... or the host's own
+		"slow.test.":          in.other,    // answered when the test says
 	}
 }
 
@@ -114,6 +122,16 @@ func (in *internet) serveDNS(t testing.TB) {
 		m.SetReply(req)
 		if len(req.Question) == 1 {
 			q := req.Question[0]
+			if strings.ToLower(q.Name) == "slow.test." {
+				select {
+				case in.slowAsked <- struct{}{}:
+				default:
+				}
+				select {
+				case <-in.slowGo:
+				case <-time.After(1500 * time.Millisecond):
+				}
+			}
 			if a, ok := names[strings.ToLower(q.Name)]; ok && q.Qtype == dns.TypeA {
 				m.Answer = append(m.Answer, &dns.A{Hdr: dns.RR_Header{Name: q.Name, Rrtype: dns.TypeA, Class: dns.ClassINET, Ttl: 1}, A: a.AsSlice()})
 			} else if !ok {
@@ -251,4 +269,97 @@ func inNamespace(t testing.TB, target netns.NsHandle, fn func()) {
 func (in *internet) config() oci.NetworkConfig {
 	return oci.NetworkConfig{Pool: in.pool(), Uplinks: []string{in.uplink},
 		Resolvers: []string{netip.AddrPortFrom(in.server, 53).String()}}
+}
+
+// ticker is a server of the internet that keeps flows going: a datagram to its UDP port makes it send
+// "tick" back to the sender every 100 ms, and a connection to its TCP port is sent "tick" every 100
+// ms, until the test ends. It counts what it receives.
+type ticker struct {
+	udp, tcp netip.AddrPort
+
+	mu        sync.Mutex
+	datagrams int // received
+	peers     int // senders of datagrams
+	conns     int // accepted
+}
+
+// newTicker starts a ticker on the internet's server address, UDP and TCP port 9999.
+func (in *internet) newTicker(t testing.TB) *ticker {
+	t.Helper()
+	tk := &ticker{udp: netip.AddrPortFrom(in.server, 9999), tcp: netip.AddrPortFrom(in.server, 9999)}
+	target, err := netns.GetFromName(in.ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer target.Close()
+	var pc net.PacketConn
+	inNamespace(t, target, func() {
+		if pc, err = net.ListenPacket("udp4", tk.udp.String()); err != nil {
+			t.Fatal(err)
+		}
+	})
+	ln := in.listen(t, tk.tcp.String())
+	done := make(chan struct{})
+	t.Cleanup(func() { close(done); pc.Close(); ln.Close() })
+	// every calls send every 100 ms until the test ends or send fails.
+	every := func(send func() error) {
+		for {
+			select {
+			case <-done:
+				return
+			case <-time.After(100 * time.Millisecond):
+			}
+			if send() != nil {
+				return
+			}
+		}
+	}
+	go func() {
+		seen := map[string]bool{}
+		buf := make([]byte, 1500)
+		for {
+			_, from, err := pc.ReadFrom(buf)
+			if err != nil {
+				return
+			}
+			tk.mu.Lock()
+			tk.datagrams++
+			if !seen[from.String()] {
+				seen[from.String()] = true
+				tk.peers++
+				// An error (an ICMP unreachable told) does not stop it: the flow goes on while the test does.
+				go every(func() error { pc.WriteTo([]byte("tick"), from); return nil })
+			}
+			tk.mu.Unlock()
+		}
+	}()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			tk.mu.Lock()
+			tk.conns++
+			tk.mu.Unlock()
+			go func() {
+				defer c.Close()
+				every(func() error {
+					c.SetWriteDeadline(time.Now().Add(time.Second))
+					if _, err := c.Write([]byte("tick")); err != nil && !errors.Is(err, os.ErrDeadlineExceeded) {
+						return err
+					}
+					return nil
+				})
+			}()
+		}
+	}()
+	return tk
+}
+
+// counts returns the datagrams received, their senders and the connections accepted.
+func (tk *ticker) counts() (datagrams, peers, conns int) {
+	tk.mu.Lock()
+	defer tk.mu.Unlock()
+	return tk.datagrams, tk.peers, tk.conns
 }

@@ -47,8 +47,8 @@ type NetworkConfig struct {
 	// DefaultEgress is the policy of a sandbox whose spec says none ("deny" or "allow"); default "deny".
 	DefaultEgress string
 	// Uplinks are the interfaces replies come back through, on which the provider turns IPv4
-	// forwarding on when the first sandbox gets a network; default the interfaces of the host's IPv4
-	// default routes.
+	// forwarding on when the first sandbox gets a network (and off again, where it was off, when it
+	// closes with no sandbox on a network); default the interfaces of the host's IPv4 default routes.
 	Uplinks []string
 	// Resolvers are the upstream DNS servers ("host:port") the sandboxes' resolver forwards to;
 	// default the nameservers of the host's /etc/resolv.conf.
@@ -106,8 +106,12 @@ type network struct {
 
 	mu       sync.Mutex
 	used     map[netip.Addr]bool
-	next     netip.Addr
+	next     netip.Addr // where take looks first, kept in nextFile
+	nextFile string
 	uplinkOn bool
+	// uplinksFile lists the uplinks whose forwarding a provider on this state directory turned on:
+	// the provider that closes with no sandbox on a network turns it off again.
+	uplinksFile string
 }
 
 // startNetwork makes the provider's table afresh, sets again the rules of the sandboxes an earlier
@@ -129,9 +133,10 @@ func (p *Provider) startNetwork() error {
 		return fmt.Errorf("default egress: %w", err)
 	}
 	cfg.Pool = cfg.Pool.Masked()
-	n := &network{cfg: cfg, ifPrefix: "sx" + p.cgTag[:4], used: map[netip.Addr]bool{}}
+	n := &network{cfg: cfg, ifPrefix: "sx" + p.cgTag[:4], used: map[netip.Addr]bool{},
+		nextFile: filepath.Join(p.cfg.StateDir, "net-next"), uplinksFile: filepath.Join(p.cfg.StateDir, "net-uplinks")}
 	n.gateway = cfg.Pool.Addr().Next()
-	n.next = n.gateway.Next()
+	n.next = n.firstNext()
 	fw, err := netpolicy.NewFirewall("sandboxd_"+p.cgTag, cfg.Pool, n.ifPrefix)
 	if err != nil {
 		return err
@@ -164,15 +169,25 @@ func (p *Provider) startNetwork() error {
 		if _, err := netlink.LinkByName(st.Iface); err != nil {
 			continue
 		}
-		if err := fw.Set(st.Iface, st.Addr, st.Rules); err != nil {
+		epoch, err := fw.Set(st.Iface, st.Addr, st.Rules)
+		if err != nil {
 			p.log.Warn("setting again the rules of a running sandbox", "dir", e.Name(), "err", err)
 			continue
 		}
 		n.used[st.Addr] = true
 		kept[st.Iface] = true
 		if n.dns != nil {
-			n.dns.Set(st.Addr, st.Iface, st.Rules)
+			n.dns.Set(st.Addr, st.Iface, st.Rules, epoch)
 		}
+	}
+	// What the host's connection tracking still holds of an address no running sandbox has is an
+	// earlier sandbox's: a sandbox given the address again would receive its replies and send on its
+	// flows as established.
+	if err := forgetFlows(func(a netip.Addr) bool { return cfg.Pool.Contains(a) && a != n.gateway && !n.used[a] }); err != nil {
+		if n.dns != nil {
+			n.dns.Close()
+		}
+		return err
 	}
 	links, err := netlink.LinkList()
 	if err != nil {
@@ -201,12 +216,11 @@ func (p *Provider) closeNetwork() error {
 		p.net.dns.Close()
 	}
 	p.net.mu.Lock()
-	inUse := len(p.net.used) > 0
-	p.net.mu.Unlock()
-	if inUse {
+	defer p.net.mu.Unlock()
+	if len(p.net.used) > 0 {
 		return nil
 	}
-	return p.net.fw.Close()
+	return errors.Join(p.net.fw.Close(), p.net.restoreUplinks())
 }
 
 // networkRules are the checked policy of spec, with the daemon's default for what it leaves out.
@@ -270,13 +284,18 @@ func (p *Provider) attachNetwork(b *box, rules netpolicy.Rules) error {
 	}
 	// The rules match the host end by name: they are set while the link is made.
 	fwErr := make(chan error, 1)
-	go func() { fwErr <- n.fw.Set(st.Iface, addr, rules) }()
+	var epoch uint64
+	go func() {
+		var err error
+		epoch, err = n.fw.Set(st.Iface, addr, rules)
+		fwErr <- err
+	}()
 	err = n.link(ns, st)
 	if err = errors.Join(err, <-fwErr); err != nil {
 		return err
 	}
 	if n.dns != nil {
-		n.dns.Set(addr, st.Iface, rules)
+		n.dns.Set(addr, st.Iface, rules, epoch)
 	}
 	return nil
 }
@@ -333,7 +352,8 @@ func (n *network) guestEnd(ns netns.NsHandle, addr netip.Addr) error {
 }
 
 // detachNetwork removes what attachNetwork added for the sandbox in l: its rules, its host end (gone
-// already with its namespace, usually) and its address. Nothing recorded is nothing to do.
+// already with its namespace, usually), the host's connection tracking entries of its address, and
+// the address. Nothing recorded is nothing to do.
 func (p *Provider) detachNetwork(l layout) error {
 	st, err := readNetState(l)
 	if os.IsNotExist(err) || p.net == nil {
@@ -356,26 +376,86 @@ func (p *Provider) detachNetwork(l layout) error {
 			return fmt.Errorf("remove %s: %w", st.Iface, err)
 		}
 	}
+	// Once the link is gone nothing adds a flow of the address; those there go before the address
+	// can be another sandbox's.
+	if err := forgetFlows(func(a netip.Addr) bool { return a == st.Addr }); err != nil {
+		return err
+	}
 	p.net.give(st.Addr)
 	return os.Remove(l.netFile())
 }
 
-// take reserves a free address of the pool.
+// take reserves a free address of the pool: the first free one from where the last take stopped, so
+// that an address released comes back only once the pool has gone round (across restarts too: the
+// position is kept in nextFile).
 func (n *network) take() (netip.Addr, error) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	for range 1 << (32 - n.cfg.Pool.Bits()) {
 		a := n.next
 		n.next = a.Next()
-		if !n.cfg.Pool.Contains(n.next) || n.next == lastAddr(n.cfg.Pool) {
+		if !n.hostAddr(n.next) {
 			n.next = n.gateway.Next()
 		}
-		if n.cfg.Pool.Contains(a) && a != n.gateway && a != lastAddr(n.cfg.Pool) && !n.used[a] {
+		if n.hostAddr(a) && !n.used[a] {
+			if err := writeJSONFile(n.nextFile, n.next); err != nil {
+				return netip.Addr{}, fmt.Errorf("the network pool's position: %w", err)
+			}
 			n.used[a] = true
 			return a, nil
 		}
 	}
 	return netip.Addr{}, fmt.Errorf("the network pool %s is exhausted", n.cfg.Pool)
+}
+
+// hostAddr reports whether a is an address of the pool a sandbox may have: neither the gateway nor
+// the network's or broadcast address.
+func (n *network) hostAddr(a netip.Addr) bool {
+	return n.cfg.Pool.Contains(a) && a != n.cfg.Pool.Addr() && a != n.gateway && a != lastAddr(n.cfg.Pool)
+}
+
+// firstNext is where the first take looks: where the last provider's stopped, or, without a record of
+// it, anywhere in the pool.
+func (n *network) firstNext() netip.Addr {
+	var a netip.Addr
+	if raw, err := os.ReadFile(n.nextFile); err == nil && json.Unmarshal(raw, &a) == nil && n.hostAddr(a) {
+		return a
+	}
+	var rnd [4]byte
+	rand.Read(rnd[:])
+	size := uint32(1) << (32 - n.cfg.Pool.Bits())
+	off := 2 + (uint32(rnd[0])<<24|uint32(rnd[1])<<16|uint32(rnd[2])<<8|uint32(rnd[3]))%(size-3)
+	b := n.cfg.Pool.Addr().As4()
+	v := (uint32(b[0])<<24 | uint32(b[1])<<16 | uint32(b[2])<<8 | uint32(b[3])) + off
+	return netip.AddrFrom4([4]byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v)})
+}
+
+// forgetFlows deletes the host's connection tracking entries of the IPv4 flows one of whose addresses
+// stale reports.
+func forgetFlows(stale func(netip.Addr) bool) error {
+	var err error
+	for range 3 { // a dump the kernel interrupted is done again
+		_, err = netlink.ConntrackDeleteFilters(netlink.ConntrackTable, unix.AF_INET, flowFilter(stale))
+		if !errors.Is(err, netlink.ErrDumpInterrupted) {
+			break
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("connection tracking: %w", err)
+	}
+	return nil
+}
+
+// flowFilter matches a connection tracking entry one of whose addresses, either way, it reports.
+type flowFilter func(netip.Addr) bool
+
+func (f flowFilter) MatchConntrackFlow(flow *netlink.ConntrackFlow) bool {
+	for _, ip := range []net.IP{flow.Forward.SrcIP, flow.Forward.DstIP, flow.Reverse.SrcIP, flow.Reverse.DstIP} {
+		if a, ok := netip.AddrFromSlice(ip); ok && f(a.Unmap()) {
+			return true
+		}
+	}
+	return false
 }
 
 func (n *network) give(a netip.Addr) {
@@ -385,6 +465,7 @@ func (n *network) give(a netip.Addr) {
 }
 
 // enableUplinks turns IPv4 forwarding on on the uplinks, once: replies to the sandboxes come in there.
+// Those where it was off are recorded first (uplinksFile), for restoreUplinks.
 func (n *network) enableUplinks() error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -403,13 +484,51 @@ func (n *network) enableUplinks() error {
 			}
 		}
 	}
+	changed := n.changedUplinks()
 	for _, up := range ups {
-		if err := writeSysctl(fmt.Sprintf("ipv4/conf/%s/forwarding", up), "1"); err != nil {
+		key := fmt.Sprintf("ipv4/conf/%s/forwarding", up)
+		if v, err := readSysctl(key); err == nil && v == "1" {
+			continue
+		}
+		if !slices.Contains(changed, up) {
+			changed = append(changed, up)
+			if err := writeJSONFile(n.uplinksFile, changed); err != nil {
+				return fmt.Errorf("uplink %s: %w", up, err)
+			}
+		}
+		if err := writeSysctl(key, "1"); err != nil {
 			return fmt.Errorf("uplink %s: %w", up, err)
 		}
 	}
 	n.uplinkOn = true
 	return nil
+}
+
+// changedUplinks are the uplinks uplinksFile records.
+func (n *network) changedUplinks() []string {
+	var ups []string
+	if raw, err := os.ReadFile(n.uplinksFile); err == nil {
+		json.Unmarshal(raw, &ups)
+	}
+	return ups
+}
+
+// restoreUplinks turns forwarding off again on the uplinks where a provider on this state directory
+// turned it on (an uplink gone since is no error). Called with n.mu held, once no sandbox has a network.
+func (n *network) restoreUplinks() error {
+	var errs []error
+	for _, up := range n.changedUplinks() {
+		if err := writeSysctl(fmt.Sprintf("ipv4/conf/%s/forwarding", up), "0"); err != nil && !errors.Is(err, os.ErrNotExist) {
+			errs = append(errs, fmt.Errorf("uplink %s: %w", up, err))
+		}
+	}
+	if len(errs) == 0 {
+		n.uplinkOn = false
+		if err := os.Remove(n.uplinksFile); err != nil && !os.IsNotExist(err) {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // startResolver starts the sandboxes' resolver, forwarding to upstreams, or to the host's resolvers.
@@ -435,6 +554,14 @@ func lastAddr(pr netip.Prefix) netip.Addr {
 
 func hostNet(a netip.Addr) *net.IPNet {
 	return &net.IPNet{IP: net.IP(a.AsSlice()), Mask: net.CIDRMask(32, 32)}
+}
+
+func readSysctl(key string) (string, error) {
+	if strings.Contains(key, "..") {
+		return "", fmt.Errorf("sysctl %q", key)
+	}
+	raw, err := os.ReadFile("/proc/sys/net/" + key)
+	return strings.TrimSpace(string(raw)), err
 }
 
 func writeSysctl(key, val string) error {
