@@ -42,6 +42,16 @@ func (r *Runtime) reconcile(ctx context.Context, sb *sandbox.Sandbox) (*sandbox.
 	if err != nil {
 		return nil, err
 	}
+	// A preparation cut short (the daemon stopped mid-pull) resumes; one not yet begun begins.
+	if _, ok := r.prov.(sandbox.Preparer); ok && obs.State == sandbox.ObservedStarting && obs.Reason == sandbox.ReasonPreparing {
+		switch sb.State {
+		case sandbox.StateRequested:
+			return r.allocate(ctx, ref, sb.Spec)
+		case sandbox.StateStarting:
+			r.prepare(ref, sb.Spec)
+			return sb, nil
+		}
+	}
 	// Nothing is in flight: a repair is chosen by the state read before the observation, and what is
 	// recorded, by apply, by the state the record holds when it is written.
 	switch sandbox.React(sb.State, obs.State).Repair {

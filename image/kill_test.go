@@ -53,7 +53,7 @@ func TestKilledMidPull(t *testing.T) {
 	bigDigest, _ := big.Digest()
 	stalled := make(chan struct{})
 	t.Cleanup(func() { close(stalled) })
-	proxy := proxyTo(t, reg.Host, func(w http.ResponseWriter, r *http.Request, next http.Handler) {
+	proxy := imagetest.Proxy(t, reg.Host, func(w http.ResponseWriter, r *http.Request, next http.Handler) {
 		if r.Method == http.MethodGet && strings.HasSuffix(r.URL.Path, bigDigest.String()) {
 			// Half the blob, then nothing until the test ends: the puller is mid-unpack when killed.
 			resp, err := http.Get("http://" + reg.Host + r.URL.Path)
