@@ -240,23 +240,12 @@ func (r *Runtime) prepare(ref sandbox.Ref, spec sandbox.Spec) {
 	if !ok {
 		return
 	}
-	r.busyMu.Lock()
-	if r.preparing[ref] {
-		r.busyMu.Unlock()
+	done, ok := r.claimOnce(r.preparing, ref)
+	if !ok {
 		return
 	}
-	r.preparing[ref] = true
-	r.busy[ref]++
-	r.busyMu.Unlock()
 	r.goBackground(func(ctx context.Context) {
-		defer func() {
-			r.busyMu.Lock()
-			delete(r.preparing, ref)
-			if r.busy[ref]--; r.busy[ref] <= 0 {
-				delete(r.busy, ref)
-			}
-			r.busyMu.Unlock()
-		}()
+		defer done()
 		var obs sandbox.Observation
 		err := r.callFor(ctx, "prepare", r.cfg.PrepareTimeout, false, func(ctx context.Context) (err error) {
 			obs, err = prep.Prepare(ctx, ref, spec)

@@ -128,23 +128,12 @@ func (r *Runtime) ReconcileAll(ctx context.Context) error {
 // watchReady polls the provider in the background until ref is ready or failed, and fails it past
 // ReadyTimeout. Only one watch runs per generation.
 func (r *Runtime) watchReady(ref sandbox.Ref) {
-	r.busyMu.Lock()
-	if r.watching[ref] {
-		r.busyMu.Unlock()
+	done, ok := r.claimOnce(r.watching, ref)
+	if !ok {
 		return
 	}
-	r.watching[ref] = true
-	r.busy[ref]++
-	r.busyMu.Unlock()
 	r.goBackground(func(ctx context.Context) {
-		defer func() {
-			r.busyMu.Lock()
-			delete(r.watching, ref)
-			if r.busy[ref]--; r.busy[ref] <= 0 {
-				delete(r.busy, ref)
-			}
-			r.busyMu.Unlock()
-		}()
+		defer done()
 		deadline := time.Now().Add(r.cfg.ReadyTimeout)
 		delay := time.Millisecond
 		for {

@@ -304,6 +304,26 @@ func (r *Runtime) markBusy(ref sandbox.Ref) func() {
 	}
 }
 
+// claimOnce marks ref in set (the generations being watched, or prepared) and busy, unless set has it
+// already: one such background task runs per generation. It returns the function that ends both.
+func (r *Runtime) claimOnce(set map[sandbox.Ref]bool, ref sandbox.Ref) (func(), bool) {
+	r.busyMu.Lock()
+	defer r.busyMu.Unlock()
+	if set[ref] {
+		return nil, false
+	}
+	set[ref] = true
+	r.busy[ref]++
+	return func() {
+		r.busyMu.Lock()
+		delete(set, ref)
+		if r.busy[ref]--; r.busy[ref] <= 0 {
+			delete(r.busy, ref)
+		}
+		r.busyMu.Unlock()
+	}, true
+}
+
 func (r *Runtime) isBusy(ref sandbox.Ref) bool {
 	r.busyMu.Lock()
 	defer r.busyMu.Unlock()

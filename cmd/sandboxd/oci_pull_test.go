@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -36,17 +35,7 @@ func TestOCIPullSurvivesSIGKILL(t *testing.T) {
 	stall.Store(true)
 	proxy := imagetest.Proxy(t, reg.Host, func(w http.ResponseWriter, r *http.Request, next http.Handler) {
 		if stall.Load() && r.Method == http.MethodGet && strings.HasSuffix(r.URL.Path, bigDigest.String()) {
-			// Half the blob, then nothing: the daemon is mid-unpack when killed.
-			resp, err := http.Get("http://" + reg.Host + r.URL.Path)
-			if err != nil {
-				return
-			}
-			defer resp.Body.Close()
-			w.Header().Set("Content-Length", resp.Header.Get("Content-Length"))
-			w.WriteHeader(resp.StatusCode)
-			io.CopyN(w, resp.Body, 4<<20)
-			w.(http.Flusher).Flush()
-			<-r.Context().Done()
+			imagetest.ServePart(w, r, reg.Host, 4<<20) // the daemon is mid-unpack when killed
 			return
 		}
 		next.ServeHTTP(w, r)

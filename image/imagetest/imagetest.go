@@ -231,3 +231,18 @@ func Proxy(t testing.TB, host string, hook func(w http.ResponseWriter, r *http.R
 	t.Cleanup(func() { srv.Close() })
 	return ln.Addr().String()
 }
+
+// ServePart answers r with the first n bytes of what the registry at host answers to it, then sends
+// nothing more until r's client goes away: a pull stalled mid-blob.
+func ServePart(w http.ResponseWriter, r *http.Request, host string, n int64) {
+	resp, err := http.Get("http://" + host + r.URL.Path)
+	if err != nil {
+		return
+	}
+	defer resp.Body.Close()
+	w.Header().Set("Content-Length", resp.Header.Get("Content-Length"))
+	w.WriteHeader(resp.StatusCode)
+	io.CopyN(w, resp.Body, n)
+	w.(http.Flusher).Flush()
+	<-r.Context().Done()
+}
