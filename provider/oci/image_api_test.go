@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -219,7 +221,7 @@ func TestImageEndpoints(t *testing.T) {
 // against the API documents.
 func imageDaemon(t *testing.T, reg *imagetest.Registry) *client.Client {
 	t.Helper()
-	return registryDaemon(t, reg.Host, nil)
+	return registryDaemon(t, reg.Host, testenv.StateDir(t), nil)
 }
 
 // TestImagePullWhileStarting: a create of an image the store lacks answers at once with the sandbox
@@ -243,7 +245,7 @@ func TestImagePullWhileStarting(t *testing.T) {
 	})
 	// Long enough for the allocation that follows the pull (a runc run) on a loaded machine.
 	const providerTimeout = 8 * time.Second
-	c := registryDaemon(t, proxy, func(c *core.Config) { c.ProviderTimeout = providerTimeout })
+	c := registryDaemon(t, proxy, testenv.StateDir(t), func(c *core.Config) { c.ProviderTimeout = providerTimeout })
 	ctx := ctxFor(t)
 
 	begun := time.Now()
@@ -289,18 +291,30 @@ func TestImagePullWhileStarting(t *testing.T) {
 }
 
 // TestImagePullBound: a pull that never ends fails the sandbox, image_pull_failed, once past the
-// preparation's bound; the next create of another image works.
+// preparation's bound. A sandbox terminated during its pull is terminated at once, and stays so once
+// the pull has put the image in the store: nothing is allocated for it, and no mark of its
+// preparation is left.
 func TestImagePullBound(t *testing.T) {
 	reg := imagetest.StartRegistry(t)
 	reg.Push(t, "stuck/busybox:1", imagetest.BusyboxImage(t, "stuck"))
+	reg.Push(t, "gated/busybox:1", imagetest.BusyboxImage(t, "gated"))
+	gate := make(chan struct{})
 	proxy := imagetest.Proxy(t, reg.Host, func(w http.ResponseWriter, r *http.Request, next http.Handler) {
-		if r.Method == http.MethodGet && strings.HasPrefix(r.URL.Path, "/v2/stuck/") && strings.Contains(r.URL.Path, "/blobs/") {
-			<-r.Context().Done() // never answered
-			return
+		if r.Method == http.MethodGet && strings.Contains(r.URL.Path, "/blobs/") {
+			release := gate
+			if strings.HasPrefix(r.URL.Path, "/v2/stuck/") {
+				release = nil // never
+			}
+			select {
+			case <-release:
+			case <-r.Context().Done():
+				return
+			}
 		}
 		next.ServeHTTP(w, r)
 	})
-	c := registryDaemon(t, proxy, func(c *core.Config) { c.PrepareTimeout = 2 * time.Second })
+	dir := testenv.StateDir(t)
+	c := registryDaemon(t, proxy, dir, func(c *core.Config) { c.PrepareTimeout = 10 * time.Second })
 	ctx := ctxFor(t)
 	stuck, err := c.Create(ctx, sandbox.Spec{ClientRequestID: "stuck", Image: proxy + "/stuck/busybox:1"})
 	if err != nil {
@@ -312,13 +326,43 @@ func TestImagePullBound(t *testing.T) {
 	if stuck.Failure == nil || stuck.Failure.Code != "image_pull_failed" || !strings.Contains(stuck.Failure.Message, "deadline") {
 		t.Fatalf("failure %+v", stuck.Failure)
 	}
+
+	gated := proxy + "/gated/busybox:1"
+	gone, err := c.Create(ctx, sandbox.Spec{ClientRequestID: "gone", Image: gated})
+	if err != nil || gone.State != sandbox.StateStarting {
+		t.Fatalf("%+v, %v", gone, err)
+	}
+	if gone, err = c.Terminate(ctx, gone.ID, gone.Generation); err != nil || gone.State != sandbox.StateTerminated {
+		t.Fatalf("terminate during the pull: %+v, %v", gone, err)
+	}
+	close(gate)
+	for pulled := false; !pulled; time.Sleep(10 * time.Millisecond) {
+		list, err := c.Images(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, img := range list {
+			pulled = pulled || slices.Contains(img.Names, gated)
+		}
+	}
+	if gone, err = c.Get(ctx, gone.ID); err != nil || gone.State != sandbox.StateTerminated || gone.Failure != nil {
+		t.Fatalf("once the pull has ended: %+v, %v", gone, err)
+	}
+	for _, d := range []string{"preparing", "sandboxes"} {
+		ents, _ := os.ReadDir(filepath.Join(dir, d))
+		for _, e := range ents {
+			if strings.HasPrefix(e.Name(), string(gone.ID)) || strings.HasPrefix(e.Name(), string(stuck.ID)) {
+				t.Fatalf("%s/%s is left", d, e.Name())
+			}
+		}
+	}
 }
 
-// registryDaemon is imageDaemon for the registry (or proxy) at host, with the runtime's configuration
-// changed by f when it is not nil.
-func registryDaemon(t *testing.T, host string, f func(*core.Config)) *client.Client {
+// registryDaemon is imageDaemon for the registry (or proxy) at host, its provider's state in dir, with
+// the runtime's configuration changed by f when it is not nil.
+func registryDaemon(t *testing.T, host, dir string, f func(*core.Config)) *client.Client {
 	t.Helper()
-	cfg := testConfig(t, testenv.StateDir(t))
+	cfg := testConfig(t, dir)
 	cfg.Runtime = "runc"
 	cfg.InsecureRegistries = []string{host}
 	var opts []teststack.Option
