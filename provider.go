@@ -292,6 +292,27 @@ type Provider interface {
 	Resources(ctx context.Context) ([]Ref, error)
 }
 
+// ReasonPreparing is the reason of an ObservedStarting observation of a generation a Preparer is
+// preparing, or began to prepare and did not finish (its process stopped meanwhile).
+const ReasonPreparing = "preparing"
+
+// Preparer is a provider whose allocation of some specs first does something that may take far longer
+// than one provider call should (an image pull). The core then moves the sandbox to starting, calls
+// Prepare in the background under a bound of its own, and Allocate once it is done: the sandbox is
+// observably starting meanwhile, and a create answers at once.
+//
+// From a NeedsPreparation that answers true until Allocate or Release of ref, Observe reports ref,
+// when it holds nothing else of it, as ObservedStarting with reason ReasonPreparing, also after a
+// restart: the core then prepares it again (the preparation resumes) unless a preparation is in flight.
+type Preparer interface {
+	// NeedsPreparation reports whether ref, of spec, must be prepared before Allocate, and if so
+	// records that its preparation has begun. It does nothing long (a local look-up).
+	NeedsPreparation(ctx context.Context, ref Ref, spec Spec) (bool, error)
+	// Prepare does the preparation. It returns ObservedStarting when Allocate may follow, and
+	// ObservedFailed, with the reason, when ref cannot be allocated (its preparation is over then).
+	Prepare(ctx context.Context, ref Ref, spec Spec) (Observation, error)
+}
+
 // SpecValidator is a provider that refuses some specs before anything is recorded: resources past its
 // bounds, for one. The core asks it with the request's own validation, so a refused create or recreate
 // records nothing.

@@ -56,7 +56,7 @@ const (
 
 // Runtime actions, taken when the provider reports progress.
 const (
-	ActionAllocated  Action = "allocated"  // the provider holds a resource: requested -> starting
+	ActionAllocated  Action = "allocated"  // the provider holds a resource, or prepares one (Preparer): requested -> starting
 	ActionReady      Action = "ready"      // the agent answers: starting -> ready
 	ActionPaused     Action = "paused"     // pausing -> paused
 	ActionResumed    Action = "resumed"    // resuming -> ready

@@ -156,7 +156,9 @@ func (r *Runtime) Recreate(ctx context.Context, id sandbox.ID, gen sandbox.Gener
 }
 
 // allocate hands ref to the provider and records what it observed. A sandbox the provider reports as still
-// starting is watched in the background until it is ready, fails, or passes the ready timeout.
+// starting is watched in the background until it is ready, fails, or passes the ready timeout. One the
+// provider must prepare first (sandbox.Preparer) is moved to starting at once, and prepared, then
+// allocated, in the background (prepare).
 func (r *Runtime) allocate(ctx context.Context, ref sandbox.Ref, spec sandbox.Spec) (*sandbox.Sandbox, error) {
 	done := r.markBusy(ref)
 	defer done()
@@ -169,8 +171,34 @@ func (r *Runtime) allocate(ctx context.Context, ref sandbox.Ref, spec sandbox.Sp
 	if sb.Generation != ref.Generation || sb.State != sandbox.StateRequested {
 		return sb, nil
 	}
+	if prep, ok := r.prov.(sandbox.Preparer); ok {
+		var needed bool
+		err := r.call(ctx, "needs_preparation", func(ctx context.Context) (err error) {
+			needed, err = prep.NeedsPreparation(ctx, ref, spec)
+			return err
+		})
+		if err != nil {
+			r.log.Warn("allocation failed", "sandbox", ref.ID, "generation", ref.Generation, "err", err)
+			r.failWith(ctx, ref, err)
+			return nil, err
+		}
+		if needed {
+			if sb, err = r.advance(ctx, ref, sandbox.ReasonPreparing, nil, sandbox.ActionAllocated); err != nil {
+				return nil, err
+			}
+			if sb.Generation == ref.Generation && sb.State == sandbox.StateStarting {
+				r.prepare(ref, spec)
+			}
+			return sb, nil
+		}
+	}
+	return r.callAllocate(ctx, ref, spec)
+}
+
+// callAllocate calls the provider's Allocate of ref and records its answer.
+func (r *Runtime) callAllocate(ctx context.Context, ref sandbox.Ref, spec sandbox.Spec) (*sandbox.Sandbox, error) {
 	var obs sandbox.Observation
-	err = r.call(ctx, "allocate", func(ctx context.Context) (err error) {
+	err := r.call(ctx, "allocate", func(ctx context.Context) (err error) {
 		obs, err = r.prov.Allocate(ctx, ref, spec)
 		return err
 	})
@@ -185,7 +213,7 @@ func (r *Runtime) allocate(ctx context.Context, ref sandbox.Ref, spec sandbox.Sp
 		r.failWith(ctx, ref, err)
 		return nil, err
 	}
-	sb, err = r.apply(ctx, ref, obs)
+	sb, err := r.apply(ctx, ref, obs)
 	if err != nil {
 		return nil, err
 	}
@@ -201,6 +229,52 @@ func (r *Runtime) allocate(ctx context.Context, ref sandbox.Ref, spec sandbox.Sp
 		}
 	}
 	return sb, nil
+}
+
+// prepare prepares ref, a starting generation, in the background under PrepareTimeout, then allocates
+// it; a failed preparation fails it. Only one preparation runs per generation, and a reconcile leaves
+// the generation alone meanwhile. Cut short by Close, it records nothing: the provider reports the
+// generation as preparing still, and the next start-up reconcile prepares it again.
+func (r *Runtime) prepare(ref sandbox.Ref, spec sandbox.Spec) {
+	prep, ok := r.prov.(sandbox.Preparer)
+	if !ok {
+		return
+	}
+	done, ok := r.claimOnce(r.preparing, ref)
+	if !ok {
+		return
+	}
+	r.goBackground(func(ctx context.Context) {
+		defer done()
+		var obs sandbox.Observation
+		err := r.callFor(ctx, "prepare", r.cfg.PrepareTimeout, false, func(ctx context.Context) (err error) {
+			obs, err = prep.Prepare(ctx, ref, spec)
+			return err
+		})
+		if ctx.Err() != nil {
+			return // closing: the next start-up reconcile prepares it again
+		}
+		if err == nil {
+			err = obs.Validate(ref)
+			if err == nil && obs.State != sandbox.ObservedStarting && obs.State != sandbox.ObservedFailed {
+				err = fmt.Errorf("prepare of %s reported %s: %w", ref, obs.State, sandbox.ErrProviderProtocol)
+			}
+		}
+		if err != nil {
+			r.log.Warn("preparation failed", "sandbox", ref.ID, "generation", ref.Generation, "err", err)
+			r.failWith(ctx, ref, err)
+			return
+		}
+		if obs.State == sandbox.ObservedFailed {
+			_, _ = r.apply(ctx, ref, obs)
+			return
+		}
+		// Allocated only if still starting: a terminate meanwhile has released what there was.
+		if sb, err := r.store.Get(ctx, ref.ID); err != nil || sb.Generation != ref.Generation || sb.State != sandbox.StateStarting {
+			return
+		}
+		_, _ = r.callAllocate(ctx, ref, spec)
+	})
 }
 
 // apply records an observation of ref as the reaction table says for the state the record holds now. It

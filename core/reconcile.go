@@ -42,6 +42,16 @@ func (r *Runtime) reconcile(ctx context.Context, sb *sandbox.Sandbox) (*sandbox.
 	if err != nil {
 		return nil, err
 	}
+	// A preparation cut short (the daemon stopped mid-pull) resumes; one not yet begun begins.
+	if _, ok := r.prov.(sandbox.Preparer); ok && obs.State == sandbox.ObservedStarting && obs.Reason == sandbox.ReasonPreparing {
+		switch sb.State {
+		case sandbox.StateRequested:
+			return r.allocate(ctx, ref, sb.Spec)
+		case sandbox.StateStarting:
+			r.prepare(ref, sb.Spec)
+			return sb, nil
+		}
+	}
 	// Nothing is in flight: a repair is chosen by the state read before the observation, and what is
 	// recorded, by apply, by the state the record holds when it is written.
 	switch sandbox.React(sb.State, obs.State).Repair {
@@ -118,23 +128,12 @@ func (r *Runtime) ReconcileAll(ctx context.Context) error {
 // watchReady polls the provider in the background until ref is ready or failed, and fails it past
 // ReadyTimeout. Only one watch runs per generation.
 func (r *Runtime) watchReady(ref sandbox.Ref) {
-	r.busyMu.Lock()
-	if r.watching[ref] {
-		r.busyMu.Unlock()
+	done, ok := r.claimOnce(r.watching, ref)
+	if !ok {
 		return
 	}
-	r.watching[ref] = true
-	r.busy[ref]++
-	r.busyMu.Unlock()
 	r.goBackground(func(ctx context.Context) {
-		defer func() {
-			r.busyMu.Lock()
-			delete(r.watching, ref)
-			if r.busy[ref]--; r.busy[ref] <= 0 {
-				delete(r.busy, ref)
-			}
-			r.busyMu.Unlock()
-		}()
+		defer done()
 		deadline := time.Now().Add(r.cfg.ReadyTimeout)
 		delay := time.Millisecond
 		for {

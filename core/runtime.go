@@ -24,16 +24,20 @@ const (
 	DefaultReadyTimeout      = 60 * time.Second
 	DefaultReconcileInterval = 30 * time.Second
 	DefaultReleaseBound      = 5 * time.Minute
+	DefaultPrepareTimeout    = 30 * time.Minute
 )
 
 // Config configures a Runtime.
 type Config struct {
-	Store             sandbox.Store
-	Provider          sandbox.Provider
-	Logger            *slog.Logger
-	Now               func() time.Time
-	ProviderTimeout   time.Duration // bound of one provider call; commands get their own timeout on top
-	ReadyTimeout      time.Duration // a sandbox starting for longer than this is failed
+	Store           sandbox.Store
+	Provider        sandbox.Provider
+	Logger          *slog.Logger
+	Now             func() time.Time
+	ProviderTimeout time.Duration // bound of one provider call; commands get their own timeout on top
+	ReadyTimeout    time.Duration // a sandbox starting for longer than this is failed
+	// PrepareTimeout bounds a Preparer's preparation of one sandbox (an image pull) in place of
+	// ProviderTimeout; a sandbox not prepared within it fails. Its ReadyTimeout starts after.
+	PrepareTimeout    time.Duration
 	ReconcileInterval time.Duration // periodic reconcile of every live sandbox; negative disables it
 	// ReleaseBound is how long a terminate keeps retrying a failing provider clean-up before it declares the
 	// sandbox terminated anyway, naming the leftover in the event.
@@ -63,9 +67,10 @@ type Runtime struct {
 	active   map[sandbox.ID]*activity // requests naming a sandbox, open and last (lifetime.go)
 	started  time.Time
 
-	busyMu   sync.Mutex
-	busy     map[sandbox.Ref]int  // generations with a provider mutation or readiness wait in flight
-	watching map[sandbox.Ref]bool // generations whose readiness is being watched
+	busyMu    sync.Mutex
+	busy      map[sandbox.Ref]int  // generations with a provider mutation or readiness wait in flight
+	watching  map[sandbox.Ref]bool // generations whose readiness is being watched
+	preparing map[sandbox.Ref]bool // generations being prepared (Preparer)
 
 	bg       context.Context // background work; cancelled by Close
 	stopBg   context.CancelFunc
@@ -91,6 +96,9 @@ func New(cfg Config) (*Runtime, error) {
 	if cfg.ReadyTimeout <= 0 {
 		cfg.ReadyTimeout = DefaultReadyTimeout
 	}
+	if cfg.PrepareTimeout <= 0 {
+		cfg.PrepareTimeout = DefaultPrepareTimeout
+	}
 	if cfg.ReconcileInterval == 0 {
 		cfg.ReconcileInterval = DefaultReconcileInterval
 	}
@@ -102,18 +110,19 @@ func New(cfg Config) (*Runtime, error) {
 	}
 	bg, stop := context.WithCancel(context.Background())
 	r := &Runtime{
-		store:    cfg.Store,
-		prov:     cfg.Provider,
-		log:      cfg.Logger,
-		now:      cfg.Now,
-		cfg:      cfg,
-		watchers: make(map[chan struct{}]struct{}),
-		active:   make(map[sandbox.ID]*activity),
-		started:  cfg.Now(),
-		busy:     make(map[sandbox.Ref]int),
-		watching: make(map[sandbox.Ref]bool),
-		bg:       bg,
-		stopBg:   stop,
+		store:     cfg.Store,
+		prov:      cfg.Provider,
+		log:       cfg.Logger,
+		now:       cfg.Now,
+		cfg:       cfg,
+		watchers:  make(map[chan struct{}]struct{}),
+		active:    make(map[sandbox.ID]*activity),
+		started:   cfg.Now(),
+		busy:      make(map[sandbox.Ref]int),
+		watching:  make(map[sandbox.Ref]bool),
+		preparing: make(map[sandbox.Ref]bool),
+		bg:        bg,
+		stopBg:    stop,
 	}
 	if _, err := r.Manifest(context.Background()); err != nil {
 		stop()
@@ -293,6 +302,26 @@ func (r *Runtime) markBusy(ref sandbox.Ref) func() {
 		}
 		r.busyMu.Unlock()
 	}
+}
+
+// claimOnce marks ref in set (the generations being watched, or prepared) and busy, unless set has it
+// already: one such background task runs per generation. It returns the function that ends both.
+func (r *Runtime) claimOnce(set map[sandbox.Ref]bool, ref sandbox.Ref) (func(), bool) {
+	r.busyMu.Lock()
+	defer r.busyMu.Unlock()
+	if set[ref] {
+		return nil, false
+	}
+	set[ref] = true
+	r.busy[ref]++
+	return func() {
+		r.busyMu.Lock()
+		delete(set, ref)
+		if r.busy[ref]--; r.busy[ref] <= 0 {
+			delete(r.busy, ref)
+		}
+		r.busyMu.Unlock()
+	}, true
 }
 
 func (r *Runtime) isBusy(ref sandbox.Ref) bool {

@@ -276,7 +276,7 @@ func (r *Runtime) BuildTemplate(ctx context.Context, b TemplateBuild, progress f
 
 // waitReady waits until sb is ready, and fails when it fails or terminates first.
 func (r *Runtime) waitReady(ctx context.Context, sb *sandbox.Sandbox) (*sandbox.Sandbox, error) {
-	deadline := time.Now().Add(r.cfg.ReadyTimeout + r.cfg.ProviderTimeout)
+	deadline := time.Now().Add(r.cfg.PrepareTimeout + r.cfg.ReadyTimeout + r.cfg.ProviderTimeout)
 	for {
 		switch sb.State {
 		case sandbox.StateReady:

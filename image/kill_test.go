@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -51,21 +50,9 @@ func TestKilledMidPull(t *testing.T) {
 		t.Fatal(err)
 	}
 	bigDigest, _ := big.Digest()
-	stalled := make(chan struct{})
-	t.Cleanup(func() { close(stalled) })
-	proxy := proxyTo(t, reg.Host, func(w http.ResponseWriter, r *http.Request, next http.Handler) {
+	proxy := imagetest.Proxy(t, reg.Host, func(w http.ResponseWriter, r *http.Request, next http.Handler) {
 		if r.Method == http.MethodGet && strings.HasSuffix(r.URL.Path, bigDigest.String()) {
-			// Half the blob, then nothing until the test ends: the puller is mid-unpack when killed.
-			resp, err := http.Get("http://" + reg.Host + r.URL.Path)
-			if err != nil {
-				return
-			}
-			defer resp.Body.Close()
-			w.Header().Set("Content-Length", resp.Header.Get("Content-Length"))
-			w.WriteHeader(resp.StatusCode)
-			io.CopyN(w, resp.Body, 4<<20)
-			w.(http.Flusher).Flush()
-			<-stalled
+			imagetest.ServePart(w, r, reg.Host, 4<<20) // the puller is mid-unpack when killed
 			return
 		}
 		next.ServeHTTP(w, r)

@@ -313,6 +313,17 @@ func Normalize(ref string) (string, bool, error) {
 	return r.Name(), pinned, nil
 }
 
+// AtDigest is the reference to ref's repository at digest (registry/repository@sha256:…), which a pull
+// fetches exactly that image by, and whether ref names a registry to fetch it from at all.
+// Errors: ErrInvalidRequest for a reference that does not parse.
+func AtDigest(ref, digest string) (string, bool, error) {
+	r, err := name.ParseReference(ref, local)
+	if err != nil {
+		return "", false, fmt.Errorf("image %q: %v: %w", ref, err, sandbox.ErrInvalidRequest)
+	}
+	return r.Context().Name() + "@" + digest, r.Context().RegistryStr() != "", nil
+}
+
 // Lookup returns the stored image ref names (a name the store was given, or an image digest, bare or
 // as name@sha256:…). Errors: ErrNotFound when the store holds no such image, ErrInvalidRequest for a
 // reference that does not parse.

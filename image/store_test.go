@@ -5,10 +5,7 @@ import (
 	"context"
 	"errors"
 	"io"
-	"net"
 	"net/http"
-	"net/http/httputil"
-	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -129,7 +126,7 @@ func TestConcurrentPullsFetchOnce(t *testing.T) {
 	needRoot(t)
 	reg := imagetest.StartRegistry(t)
 	var blobs atomic.Int64
-	proxy := proxyTo(t, reg.Host, func(w http.ResponseWriter, r *http.Request, next http.Handler) {
+	proxy := imagetest.Proxy(t, reg.Host, func(w http.ResponseWriter, r *http.Request, next http.Handler) {
 		if r.Method == http.MethodGet && strings.Contains(r.URL.Path, "/blobs/") {
 			blobs.Add(1)
 		}
@@ -161,20 +158,6 @@ func TestConcurrentPullsFetchOnce(t *testing.T) {
 	}
 }
 
-// proxyTo serves on loopback a proxy to host whose requests go through hook.
-func proxyTo(t *testing.T, host string, hook func(http.ResponseWriter, *http.Request, http.Handler)) string {
-	t.Helper()
-	rp := httputil.NewSingleHostReverseProxy(&url.URL{Scheme: "http", Host: host})
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { hook(w, r, rp) })}
-	go srv.Serve(ln)
-	t.Cleanup(func() { srv.Close() })
-	return ln.Addr().String()
-}
-
 func TestRegistryDiesMidPull(t *testing.T) {
 	needRoot(t)
 	reg := imagetest.StartRegistry(t)
@@ -184,7 +167,7 @@ func TestRegistryDiesMidPull(t *testing.T) {
 	}
 	img := imagetest.Image(t, v1.Config{}, imagetest.BusyboxLayer(t), big)
 	bigDigest, _ := big.Digest()
-	proxy := proxyTo(t, reg.Host, func(w http.ResponseWriter, r *http.Request, next http.Handler) {
+	proxy := imagetest.Proxy(t, reg.Host, func(w http.ResponseWriter, r *http.Request, next http.Handler) {
 		if strings.HasSuffix(r.URL.Path, bigDigest.String()) && r.Method == http.MethodGet {
 			// Half the blob, then the registry is gone.
 			resp, err := http.Get("http://" + reg.Host + r.URL.Path)

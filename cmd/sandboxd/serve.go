@@ -58,6 +58,7 @@ type Main struct {
 	Plain              fastpath.Plain      // fast paths switched back to their plain path (docs/design)
 	Lifetimes          core.LifetimeConfig // defaults and maxima of sandboxes' lifetimes (sandboxd.lifetime)
 	InsecureRegistries []string            // registries images are pulled from over plain HTTP
+	ImagePullTimeout   time.Duration       // how long the pull of a sandbox's image may take (core.Config.PrepareTimeout)
 	Ports              PortFlags           // the ports proxy and preview URLs (preview.go)
 
 	logOut io.Writer
@@ -102,6 +103,7 @@ func NewMain(logOut io.Writer) *Main {
 		EventRetention:    100000,
 		ShutdownTimeout:   10 * time.Second,
 		ReconcileInterval: core.DefaultReconcileInterval,
+		ImagePullTimeout:  core.DefaultPrepareTimeout,
 		LogFormat:         "text",
 		ReadHeaderTimeout: 10 * time.Second,
 		ReadBodyTimeout:   httpapi.DefaultReadBodyTimeout,
@@ -153,6 +155,7 @@ func (m *Main) ParseFlags(args []string) error {
 	hosts := &hostsFlag{hosts: &m.AllowedHosts}
 	fs.Var(hosts, "allowed-host", "a `host` (name, or name:port) requests may name in Host besides the address they reached; repeatable, comma separated")
 	fs.Var(&registriesFlag{&m.InsecureRegistries}, "insecure-registry", "a registry (`host` or host:port) images are pulled from over plain HTTP; repeatable, comma separated")
+	fs.DurationVar(&m.ImagePullTimeout, "image-pull-timeout", m.ImagePullTimeout, "how long the pull of a sandbox's image may take; the sandbox is starting meanwhile, and fails (image_pull_failed) past it")
 	fs.StringVar(&m.OCIRuntime, "oci-runtime", m.OCIRuntime, "the OCI runtime binary of the oci provider (default: runc from PATH)")
 	fs.IntVar(&m.OCIWarmPool, "oci-warm-pool", m.OCIWarmPool, "oci provider: how many started containers to keep ready, so that a sandbox with the default disk size is ready without starting one (0: none)")
 	fs.Var(&imagePoolsFlag{pools: &m.OCIImagePools}, "oci-warm-pool-image", "oci provider: `REF=N` keeps N started containers of the image REF ready (pulled when the store lacks it), for sandboxes whose spec.image names the same digest; repeatable, comma separated")
@@ -205,6 +208,9 @@ func (m *Main) ParseFlags(args []string) error {
 	}
 	if m.ReadBodyTimeout <= 0 {
 		return fmt.Errorf("--read-body-timeout must be positive, got %v", m.ReadBodyTimeout)
+	}
+	if m.ImagePullTimeout <= 0 {
+		return fmt.Errorf("--image-pull-timeout must be positive, got %v", m.ImagePullTimeout)
 	}
 	if m.IdleTimeout <= 0 {
 		return fmt.Errorf("--idle-timeout must be positive, got %v", m.IdleTimeout)
@@ -278,6 +284,7 @@ func (m *Main) Run(ctx context.Context) error {
 		Provider:          prov,
 		Logger:            m.log,
 		ReconcileInterval: m.ReconcileInterval,
+		PrepareTimeout:    m.ImagePullTimeout,
 		Lifetimes:         m.Lifetimes,
 		ObserveProvider:   met.ObserveProvider,
 	})

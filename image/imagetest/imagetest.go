@@ -10,6 +10,8 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httputil"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -214,3 +216,33 @@ func (r *Registry) Push(t testing.TB, repo string, img v1.Image) (tagged, pinned
 }
 
 func hostArch() string { return runtime.GOARCH }
+
+// Proxy serves on loopback a proxy to the registry at host whose requests go through hook, which
+// passes one on by calling next, and returns its host:port. It ends with the test.
+func Proxy(t testing.TB, host string, hook func(w http.ResponseWriter, r *http.Request, next http.Handler)) string {
+	t.Helper()
+	rp := httputil.NewSingleHostReverseProxy(&url.URL{Scheme: "http", Host: host})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { hook(w, r, rp) })}
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Close() })
+	return ln.Addr().String()
+}
+
+// ServePart answers r with the first n bytes of what the registry at host answers to it, then sends
+// nothing more until r's client goes away: a pull stalled mid-blob.
+func ServePart(w http.ResponseWriter, r *http.Request, host string, n int64) {
+	resp, err := http.Get("http://" + host + r.URL.Path)
+	if err != nil {
+		return
+	}
+	defer resp.Body.Close()
+	w.Header().Set("Content-Length", resp.Header.Get("Content-Length"))
+	w.WriteHeader(resp.StatusCode)
+	io.CopyN(w, resp.Body, n)
+	w.(http.Flusher).Flush()
+	<-r.Context().Done()
+}

@@ -124,7 +124,8 @@ func (p *Provider) checkImage(spec sandbox.Spec) error {
 }
 
 // holdImage finds (pulling it if needed) the image of spec and holds it for ref, or returns the
-// failed observation that says why it cannot be had.
+// failed observation that says why it cannot be had. A sandbox of an image by tag runs, in every
+// generation, the digest its first ran (imageSource).
 func (p *Provider) holdImage(ctx context.Context, ref sandbox.Ref, spec sandbox.Spec) (*imageInfo, *sandbox.Observation) {
 	var img image.Image
 	var err error
@@ -136,12 +137,29 @@ func (p *Provider) holdImage(ctx context.Context, ref sandbox.Ref, spec sandbox.
 		if err == nil {
 			return &imageInfo{Reference: spec.Template, Digest: img.Digest, Template: true}, nil
 		}
-	} else if img, err = p.images.store.Ensure(ctx, spec.Image); err == nil {
-		img, err = p.images.store.Acquire(img.Digest, ref.Name())
+	} else {
+		var digest, fetch string
+		if digest, fetch, err = p.imageSource(ref, spec.Image); err == nil {
+			img, err = p.ensureImage(ctx, spec.Image, digest, fetch)
+		}
+		if err == nil {
+			img, err = p.images.store.Acquire(img.Digest, ref.Name())
+		}
+		if err == nil {
+			if err = p.pinImage(ref, spec.Image, img.Digest); err != nil {
+				p.images.store.Release(img.Digest, ref.Name())
+			}
+		}
 		if err == nil {
 			return &imageInfo{Reference: spec.Image, Digest: img.Digest}, nil
 		}
 	}
+	obs := imageFailure(ref, spec, err)
+	return nil, &obs
+}
+
+// imageFailure is the failed observation of ref, whose image or template cannot be had because of err.
+func imageFailure(ref sandbox.Ref, spec sandbox.Spec, err error) sandbox.Observation {
 	reason := reasonImagePull
 	switch {
 	case errors.Is(err, sandbox.ErrNotFound) && spec.Template != "":
@@ -151,8 +169,72 @@ func (p *Provider) holdImage(ctx context.Context, ref sandbox.Ref, spec sandbox.
 	case errors.Is(err, sandbox.ErrInvalidRequest), errors.Is(err, image.ErrLayerTooLarge):
 		reason = reasonImageInvalid
 	}
-	obs := sandbox.Observation{Ref: ref, State: sandbox.ObservedFailed, Reason: reason, Message: err.Error()}
-	return nil, &obs
+	return sandbox.Observation{Ref: ref, State: sandbox.ObservedFailed, Reason: reason, Message: err.Error()}
+}
+
+func (p *Provider) imagePinPath(id sandbox.ID) string {
+	return filepath.Join(p.cfg.StateDir, "image-pins", string(id)+".json")
+}
+
+// imageSource is what the sandbox of ref runs of the image reference ref: the digest, when it is
+// known, and the reference that fetches it should the store lack it ("" when none can). A reference
+// by digest names both. A tag an earlier generation of the sandbox ran names the digest that
+// generation ran (its pin, image-pins/<id>.json), fetched by digest: a pull of the tag since, or a
+// remove and a prune, change nothing of what the sandbox runs. Any other name is what the store
+// names by it now, or, when it names nothing yet, fetched by itself.
+func (p *Provider) imageSource(ref sandbox.Ref, iref string) (digest, fetch string, err error) {
+	norm, byDigest, err := image.Normalize(iref)
+	if err != nil {
+		return "", "", err
+	}
+	if byDigest {
+		_, d, _ := strings.Cut(norm, "@")
+		return d, iref, nil
+	}
+	if was, ok := readPin(p.imagePinPath(ref.ID)); ok && was.Reference == iref {
+		at, remote, err := image.AtDigest(iref, was.Digest)
+		if err != nil || !remote {
+			return was.Digest, "", err
+		}
+		return was.Digest, at, nil
+	}
+	if img, err := p.images.store.Lookup(iref); err == nil {
+		return img.Digest, iref, nil
+	}
+	return "", iref, nil
+}
+
+// ensureImage returns the image of digest from the store, pulling fetch when the store lacks it.
+// Errors: ErrNotFound when it lacks it and nothing can fetch it; the store's Pull's.
+func (p *Provider) ensureImage(ctx context.Context, iref, digest, fetch string) (image.Image, error) {
+	if digest != "" {
+		img, err := p.images.store.Lookup(digest)
+		if !errors.Is(err, sandbox.ErrNotFound) {
+			return img, err
+		}
+		if fetch == "" {
+			return img, fmt.Errorf("image %s: %s, which this sandbox ran, is no longer in the store and has no registry to be pulled from: %w",
+				iref, digest, sandbox.ErrNotFound)
+		}
+	}
+	img, err := p.images.store.Pull(ctx, fetch, nil)
+	if err != nil && digest != "" && fetch != iref {
+		return img, fmt.Errorf("image %s: %s, which this sandbox ran: %w", iref, digest, err)
+	}
+	return img, err
+}
+
+// pinImage records that the sandbox of ref ran digest of the image reference iref, a tag; once for
+// each reference the sandbox runs. The pin stays as long as the state directory: a terminated
+// sandbox may be recreated at any time.
+func (p *Provider) pinImage(ref sandbox.Ref, iref, digest string) error {
+	if _, byDigest, _ := image.Normalize(iref); byDigest {
+		return nil
+	}
+	if was, ok := readPin(p.imagePinPath(ref.ID)); ok && was == (pin{Reference: iref, Digest: digest}) {
+		return nil
+	}
+	return writePin(p.imagePinPath(ref.ID), pin{Reference: iref, Digest: digest})
 }
 
 // releaseImage gives up the hold of the sandbox of l on its image, if it has one.

@@ -53,6 +53,7 @@ func (p *Provider) Allocate(ctx context.Context, ref sandbox.Ref, spec sandbox.S
 	b := p.box(ref)
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	defer p.donePreparing(ref) // whatever its outcome, its own: Observe reports it
 	if _, err := os.Stat(b.l.meta()); err == nil {
 		st, err := p.runc.state(ctx, b.container())
 		if err == nil {
@@ -484,6 +485,9 @@ func (p *Provider) observeLocked(ctx context.Context, b *box) (sandbox.Observati
 	st, err := p.runc.state(ctx, b.container())
 	if errors.Is(err, errNoContainer) {
 		if os.IsNotExist(statErr) {
+			if p.isPreparing(b.ref) {
+				return p.observation(b, sandbox.ObservedStarting, sandbox.ReasonPreparing, "its image is being pulled"), nil
+			}
 			p.forget(b)
 			return p.observation(b, sandbox.ObservedAbsent, "", ""), nil
 		}
@@ -542,6 +546,7 @@ func (p *Provider) releaseLocked(ctx context.Context, b *box) error {
 	if err := p.remove(ctx, b.l, b.container()); err != nil {
 		return err
 	}
+	p.donePreparing(b.ref)
 	p.forget(b)
 	return nil
 }

@@ -28,6 +28,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -490,6 +491,11 @@ func (p *Provider) Resources(context.Context) ([]sandbox.Ref, error) {
 			continue
 		}
 		refs = append(refs, m.Ref)
+	}
+	for _, ref := range p.preparingRefs() {
+		if !slices.Contains(refs, ref) {
+			refs = append(refs, ref)
+		}
 	}
 	return refs, nil
 }

@@ -219,8 +219,9 @@ func (p *Provider) RemoveTemplate(_ context.Context, ref string) error {
 	return p.removed(s.RemoveTemplate(ref))
 }
 
-// pin is what a sandbox's first run of a template name resolved it to, in template-pins/<id>.json: a
-// recreate of the same reference runs the same snapshot, not a newer version of the name.
+// pin is what a sandbox's first run of a template name resolved it to, in template-pins/<id>.json, or
+// of an image tag, in image-pins/<id>.json: a recreate of the same reference runs the same snapshot or
+// image, not a newer version of the name.
 type pin struct {
 	Reference string `json:"reference"`
 	Digest    string `json:"digest"`
@@ -228,6 +229,20 @@ type pin struct {
 
 func (p *Provider) pinPath(id sandbox.ID) string {
 	return filepath.Join(p.cfg.StateDir, "template-pins", string(id)+".json")
+}
+
+// readPin reads the pin at path; false when there is none, or none that reads.
+func readPin(path string) (pin, bool) {
+	var was pin
+	raw, err := os.ReadFile(path)
+	return was, err == nil && json.Unmarshal(raw, &was) == nil && was.Digest != ""
+}
+
+func writePin(path string, v pin) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return err
+	}
+	return writeJSONFile(path, v)
 }
 
 // templateDigest is the snapshot the template reference tref names for the sandbox of ref: the one an
@@ -241,8 +256,7 @@ func (p *Provider) templateDigest(ref sandbox.Ref, tref string) (string, error) 
 	if name == "" || ver != 0 || digest != "" {
 		return s.ResolveTemplate(tref) // pinned by the reference itself
 	}
-	var was pin
-	if raw, err := os.ReadFile(p.pinPath(ref.ID)); err == nil && json.Unmarshal(raw, &was) == nil && was.Reference == tref {
+	if was, ok := readPin(p.pinPath(ref.ID)); ok && was.Reference == tref {
 		if _, err := s.GetSnapshot(was.Digest); err != nil {
 			return "", fmt.Errorf("template %s: the snapshot %s an earlier generation ran: %w", tref, was.Digest, err)
 		}
@@ -252,10 +266,7 @@ func (p *Provider) templateDigest(ref sandbox.Ref, tref string) (string, error) 
 	if err != nil {
 		return "", err
 	}
-	if err := os.MkdirAll(filepath.Dir(p.pinPath(ref.ID)), 0o700); err != nil {
-		return "", err
-	}
-	return d, writeJSONFile(p.pinPath(ref.ID), pin{Reference: tref, Digest: d})
+	return d, writePin(p.pinPath(ref.ID), pin{Reference: tref, Digest: d})
 }
 
 // openUpper returns a path at which the upper directory of the sandbox of l, m can be read, and what
