@@ -48,8 +48,9 @@ func DebianCacheDir() string {
 
 // DebianImage is a one-layer Debian bookworm image: mmdebstrap's minbase variant from the machine's
 // configured Debian sources, as a gzipped tar cached in DebianCacheDir (built the first time, which
-// needs Debian's package mirror: 88 packages, 49 MB gzipped, 116 MB unpacked; 5m38s cold on 2 cores
-// under a load of 25), with DebianEnv. The same cache file gives the same digest.
+// needs Debian's package mirror: 88 packages, 49 MB gzipped, 116 MB unpacked; 4-6 minutes cold on 2
+// busy cores), with DebianEnv. The same cache file gives the same digest; two builds differ in their
+// timestamps.
 func DebianImage(t testing.TB) v1.Image {
 	t.Helper()
 	path := DebianRootfs(t)
