@@ -1,5 +1,6 @@
-// Package imagetest builds OCI images for tests from the host's static busybox and serves them from a
-// real registry (Debian's docker-registry) on loopback. Everything it starts ends with the test.
+// Package imagetest builds OCI images for tests, from the host's static busybox and from a Debian base
+// made by mmdebstrap (DebianImage, cached on the machine), and serves them from a real registry (Debian's
+// docker-registry) on loopback. Everything it starts ends with the test.
 package imagetest
 
 import (
