@@ -136,7 +136,9 @@ func (c *Client) newRequest(ctx context.Context, k call, body []byte) (*http.Req
 	for h, vs := range k.header {
 		req.Header[h] = vs
 	}
-	req.Header.Set("Accept", "application/json")
+	if req.Header.Get("Accept") == "" {
+		req.Header.Set("Accept", "application/json")
+	}
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
