@@ -14,14 +14,26 @@ type ImageInfo struct {
 	User       string   `json:"user,omitempty"`
 }
 
+// ImageProgress is how far a pull or an import has come: layers in the store of the image's, and for a
+// pull the compressed bytes fetched of the layers' total (TotalBytes is 0 where it is not known: an
+// import). A layer the store held already counts as fetched.
+type ImageProgress struct {
+	Layers      int   `json:"layers"`
+	TotalLayers int   `json:"totalLayers"`
+	Bytes       int64 `json:"bytes"`
+	TotalBytes  int64 `json:"totalBytes"`
+}
+
 // ImageManager is implemented by a provider that keeps images for spec.image (imageReference).
 type ImageManager interface {
 	// PullImage fetches ref from its registry and names it ref. Errors: ErrInvalidRequest for a
 	// malformed reference, ErrNotFound when the registry has no such image, ErrProviderUnavailable.
-	PullImage(ctx context.Context, ref string) (ImageInfo, error)
+	// progress, when not nil, is told how far it has come, from the goroutine doing the work.
+	PullImage(ctx context.Context, ref string, progress func(ImageProgress)) (ImageInfo, error)
 	// ImportImage adds the image of path on the provider's host, an OCI layout directory or a
-	// `docker save` / oci-archive tarball, and names it name. Errors: ErrInvalidRequest.
-	ImportImage(ctx context.Context, path, name string) (ImageInfo, error)
+	// `docker save` / oci-archive tarball, and names it name. Errors: ErrInvalidRequest. progress: as
+	// PullImage's.
+	ImportImage(ctx context.Context, path, name string, progress func(ImageProgress)) (ImageInfo, error)
 	// Images lists the images held.
 	Images(ctx context.Context) ([]ImageInfo, error)
 	// Image returns the image ref names (a name, name@digest or a digest). Errors: ErrNotFound.

@@ -21,23 +21,23 @@ func (r *Runtime) images() (sandbox.ImageManager, error) {
 	return im, nil
 }
 
-// PullImage fetches ref into the provider's image store. Errors: as sandbox.ImageManager's, and
-// ErrUnsupportedCapability.
-func (r *Runtime) PullImage(ctx context.Context, ref string) (sandbox.ImageInfo, error) {
+// PullImage fetches ref into the provider's image store; progress, when not nil, is told how far it
+// has come. Errors: as sandbox.ImageManager's, and ErrUnsupportedCapability.
+func (r *Runtime) PullImage(ctx context.Context, ref string, progress func(sandbox.ImageProgress)) (sandbox.ImageInfo, error) {
 	im, err := r.images()
 	if err != nil {
 		return sandbox.ImageInfo{}, err
 	}
-	return im.PullImage(ctx, ref)
+	return im.PullImage(ctx, ref, progress)
 }
 
 // ImportImage adds the image of path on the daemon's host. Errors: as PullImage.
-func (r *Runtime) ImportImage(ctx context.Context, path, name string) (sandbox.ImageInfo, error) {
+func (r *Runtime) ImportImage(ctx context.Context, path, name string, progress func(sandbox.ImageProgress)) (sandbox.ImageInfo, error) {
 	im, err := r.images()
 	if err != nil {
 		return sandbox.ImageInfo{}, err
 	}
-	return im.ImportImage(ctx, path, name)
+	return im.ImportImage(ctx, path, name, progress)
 }
 
 // Images lists the provider's images. Errors: ErrUnsupportedCapability.

@@ -15,16 +15,21 @@ import (
 // and the code its status (errhttp, the one status table). An unclassified error is a 500 "internal"
 // whose detail is logged, not shown.
 func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
+	writeJSON(w, errhttp.Status(sandbox.ClassOf(err).Code), s.errorBody(r, err))
+}
+
+// errorBody is the ErrorResponse of err, as writeError answers it and a stream's "error" event carries
+// it; it logs what the answer does not show.
+func (s *Server) errorBody(r *http.Request, err error) api.ErrorResponse {
 	class := sandbox.ClassOf(err)
-	status := errhttp.Status(class.Code)
 	msg := err.Error()
 	if class.Err == nil {
 		s.log.Error("internal error", "method", r.Method, "path", r.URL.Path, "err", err)
 		msg = "internal error"
-	} else if status >= 500 {
+	} else if errhttp.Status(class.Code) >= 500 {
 		s.log.Warn("provider error", "method", r.Method, "path", r.URL.Path, "code", class.Code, "err", err)
 	}
-	writeJSON(w, status, api.ErrorResponse{Error: api.ErrorBody{Code: class.Code, Message: msg}})
+	return api.ErrorResponse{Error: api.ErrorBody{Code: class.Code, Message: msg}}
 }
 
 // writeJSON writes v as the JSON body of a response with the given status. The body is encoded into a

@@ -41,7 +41,7 @@ func (s *Store) ImportLayout(ctx context.Context, dir, nameStr, pick string, pro
 	if err != nil {
 		return Image{}, fmt.Errorf("layout %s: %v: %w", dir, err, sandbox.ErrInvalidRequest)
 	}
-	return s.addNamed(ctx, img, ref, progress)
+	return s.addNamed(ctx, img, ref, progress, true)
 }
 
 // ImportTarball adds the image of the tarball at path, a `docker save` archive or an oci-archive (a
@@ -82,7 +82,7 @@ func (s *Store) ImportTarball(ctx context.Context, path, nameStr, pick string, p
 	if err != nil {
 		return Image{}, fmt.Errorf("tarball %s: %v: %w", path, err, sandbox.ErrInvalidRequest)
 	}
-	return s.addNamed(ctx, img, ref, progress)
+	return s.addNamed(ctx, img, ref, progress, false)
 }
 
 // importName parses the name an import is given.
@@ -97,8 +97,8 @@ func (s *Store) importName(nameStr string) (name.Reference, error) {
 	return ref, nil
 }
 
-func (s *Store) addNamed(ctx context.Context, img v1.Image, ref name.Reference, progress func(Progress)) (Image, error) {
-	out, err := s.add(ctx, img, progress)
+func (s *Store) addNamed(ctx context.Context, img v1.Image, ref name.Reference, progress func(Progress), countBytes bool) (Image, error) {
+	out, err := s.add(ctx, img, progress, countBytes)
 	if err != nil {
 		if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, ErrLayerTooLarge) {
 			return Image{}, err

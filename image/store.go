@@ -382,11 +382,6 @@ func (s *Store) Ensure(ctx context.Context, ref string) (Image, error) {
 	return s.Pull(ctx, ref, nil)
 }
 
-// Progress reports how far a pull or an import has come: layers in the store of the image's.
-type Progress struct {
-	Layers, Total int
-}
-
 // Pull fetches ref from its registry, unpacks the layers the store lacks and names the image ref.
 // Concurrent pulls of one reference are one fetch. progress, when not nil, is told how far it has come.
 // Errors: ErrInvalidRequest for a reference that does not parse, ErrNotFound when the registry has no
@@ -406,7 +401,7 @@ func (s *Store) Pull(ctx context.Context, ref string, progress func(Progress)) (
 		if err != nil {
 			return Image{}, classifyRemote(ref, err)
 		}
-		out, err := s.add(ctx, img, progress)
+		out, err := s.add(ctx, img, progress, true)
 		if err != nil {
 			return Image{}, classifyRemote(ref, err)
 		}
@@ -484,7 +479,9 @@ func (s *Store) name(nameStr, digest string) error {
 
 // add unpacks the layers of img the store lacks and records img. Its config must be the blob its
 // manifest names, and each layer's unpacked bytes the config's diffID.
-func (s *Store) add(ctx context.Context, img v1.Image, progress func(Progress)) (Image, error) {
+// progress, when not nil, is told how far it has come; countBytes counts the layers' compressed bytes
+// read (tracker).
+func (s *Store) add(ctx context.Context, img v1.Image, progress func(Progress), countBytes bool) (Image, error) {
 	digest, err := img.Digest()
 	if err != nil {
 		return Image{}, fmt.Errorf("manifest: %w", err)
@@ -529,20 +526,20 @@ func (s *Store) add(ctx context.Context, img v1.Image, progress func(Progress)) 
 		}
 		s.mu.Unlock()
 	}()
-	if progress == nil {
-		progress = func(Progress) {}
+	if len(m.Layers) != len(layers) {
+		return Image{}, fmt.Errorf("%d layers, %d in the manifest", len(layers), len(m.Layers))
 	}
-	progress(Progress{Total: len(layers)})
+	track := newTracker(progress, m, countBytes)
 	for i, l := range layers {
 		diffID := cf.RootFS.DiffIDs[i].String()
 		if !validDigest(diffID) {
 			return Image{}, fmt.Errorf("layer %d: diffID %q is no sha256 digest", i, diffID)
 		}
-		if err := s.unpack(ctx, l, diffID); err != nil {
+		if err := s.unpack(ctx, track.wrap(i, l), diffID); err != nil {
 			return Image{}, fmt.Errorf("layer %s: %w", diffID, err)
 		}
 		rec.DiffIDs = append(rec.DiffIDs, diffID)
-		progress(Progress{Layers: i + 1, Total: len(layers)})
+		track.done(i)
 	}
 	s.lockAll()
 	defer s.unlockAll()

@@ -56,6 +56,38 @@ func readIn(t *testing.T, img image.Image, rel string) string {
 	return ""
 }
 
+// checkProgress checks a pull's or an import's reports: from nothing to every layer, never backwards,
+// and, where bytes are counted, from 0 to the layers' total with reports inside the busybox layer (its
+// compressed megabyte is several steps of 256 KiB).
+func checkProgress(t *testing.T, steps []image.Progress, layers int, bytes bool) {
+	t.Helper()
+	t.Logf("progress %+v", steps)
+	if len(steps) < layers+1 {
+		t.Fatalf("progress %+v: fewer reports than layers", steps)
+	}
+	first, last := steps[0], steps[len(steps)-1]
+	total := last.TotalBytes
+	if first != (image.Progress{TotalLayers: layers, TotalBytes: total}) || last != (image.Progress{Layers: layers, TotalLayers: layers, Bytes: total, TotalBytes: total}) {
+		t.Fatalf("progress %+v: not from nothing to everything", steps)
+	}
+	if bytes != (total > 0) {
+		t.Fatalf("progress %+v: bytes counted %v, want %v", steps, total > 0, bytes)
+	}
+	inside := 0
+	for i := 1; i < len(steps); i++ {
+		a, b := steps[i-1], steps[i]
+		if b.Layers < a.Layers || b.Bytes < a.Bytes || b.TotalBytes != total || b.TotalLayers != layers {
+			t.Fatalf("progress %+v: step %d goes back", steps, i)
+		}
+		if b.Layers == a.Layers {
+			inside++
+		}
+	}
+	if bytes && inside == 0 {
+		t.Fatalf("progress %+v: no report while a layer was fetched", steps)
+	}
+}
+
 func TestPullByTagAndDigest(t *testing.T) {
 	needRoot(t)
 	reg := imagetest.StartRegistry(t)
@@ -74,9 +106,7 @@ func TestPullByTagAndDigest(t *testing.T) {
 	if img.Config.WorkingDir != "/srv" || !strings.Contains(strings.Join(img.Config.Env, " "), "GREETING=hello") {
 		t.Fatalf("config %+v", img.Config)
 	}
-	if len(steps) == 0 || steps[len(steps)-1] != (image.Progress{Layers: 2, Total: 2}) {
-		t.Fatalf("progress %+v", steps)
-	}
+	checkProgress(t, steps, 2, true)
 	var st unix.Stat_t
 	if err := unix.Lstat(filepath.Join(img.Layers[1], "srv/owned"), &st); err != nil || st.Uid != 1000 {
 		t.Fatalf("srv/owned: uid %d, %v: owners are kept as the layer says", st.Uid, err)
@@ -268,10 +298,13 @@ func TestImportLayoutAndTarballs(t *testing.T) {
 	img := imagetest.BusyboxImage(t, "imported")
 	want, _ := img.Digest()
 
-	got, err := s.ImportLayout(ctx, writeLayout(t, img, "v1"), "local/layout:v1", "", nil)
+	var steps []image.Progress
+	record := func(p image.Progress) { steps = append(steps, p) }
+	got, err := s.ImportLayout(ctx, writeLayout(t, img, "v1"), "local/layout:v1", "", record)
 	if err != nil || got.Digest != want.String() {
 		t.Fatalf("layout: %+v, %v", got, err)
 	}
+	checkProgress(t, steps, 2, true)
 
 	// docker save's format.
 	saved := filepath.Join(t.TempDir(), "saved.tar")
@@ -279,10 +312,12 @@ func TestImportLayoutAndTarballs(t *testing.T) {
 	if err := tarball.WriteToFile(saved, tag, img); err != nil {
 		t.Fatal(err)
 	}
-	got, err = s.ImportTarball(ctx, saved, "local/saved:1", "", nil)
+	steps = nil
+	got, err = s.ImportTarball(ctx, saved, "local/saved:1", "", record)
 	if err != nil || readIn(t, got, "etc/greeting") != "imported\n" {
 		t.Fatalf("docker-save tarball: %+v, %v", got, err)
 	}
+	checkProgress(t, steps, 2, false) // its layers are not compressed again to be counted
 
 	// An oci-archive: the layout, tarred.
 	archive := filepath.Join(t.TempDir(), "oci.tar")

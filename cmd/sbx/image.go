@@ -33,9 +33,9 @@ path on the daemon's host, and names the image.`,
 			Short: "Fetch an image from its registry",
 			Args:  exactArgs(1, "an image reference"),
 			RunE: func(_ *cobra.Command, args []string) error {
-				s := a.spin("pulling " + args[0])
-				info, err := a.c.PullImage(a.ctx, args[0])
-				s.Stop()
+				bar := a.imageBar("pulling " + args[0])
+				info, err := a.c.PullImageProgress(a.ctx, args[0], bar.report)
+				bar.finish()
 				return a.printImage(info, err)
 			},
 		},
@@ -48,9 +48,9 @@ path on the daemon's host, and names the image.`,
 				if err != nil {
 					return err
 				}
-				s := a.spin("importing " + args[0])
-				info, err := a.c.ImportImage(a.ctx, path, args[1])
-				s.Stop()
+				bar := a.imageBar("importing " + args[0])
+				info, err := a.c.ImportImageProgress(a.ctx, path, args[1], bar.report)
+				bar.finish()
 				return a.printImage(info, err)
 			},
 		},

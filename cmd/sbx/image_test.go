@@ -12,6 +12,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/empty"
 	"github.com/google/go-containerregistry/pkg/v1/layout"
 
+	"github.com/sandboxd/sandbox"
 	"github.com/sandboxd/sandbox/image/imagetest"
 	"github.com/sandboxd/sandbox/internal/testenv"
 	"github.com/sandboxd/sandbox/internal/testenv/stack"
@@ -78,5 +79,39 @@ func TestImageCommands(t *testing.T) {
 	sbx(0, "image", "rm", "tools/busybox:1")
 	if out := sbx(0, "image", "prune"); out != "removed 2 layers\n" {
 		t.Fatalf("prune: %q", out)
+	}
+}
+
+// TestImageBar: the bar of `sbx image pull|import` on a terminal: by bytes where the daemon counts
+// them, by layers where it does not (a docker-save import), one line ended once drawn, and nothing
+// off a terminal.
+func TestImageBar(t *testing.T) {
+	var w bytes.Buffer
+	b := &imageBar{w: &w, what: "pulling r:1", on: true}
+	b.report(sandbox.ImageProgress{TotalLayers: 2, TotalBytes: 4 << 20})
+	b.report(sandbox.ImageProgress{Layers: 1, TotalLayers: 2, Bytes: 1 << 20, TotalBytes: 4 << 20})
+	b.report(sandbox.ImageProgress{Layers: 2, TotalLayers: 2, Bytes: 4 << 20, TotalBytes: 4 << 20})
+	b.finish()
+	want := "\rpulling r:1 [                              ]   0% 0 B/4.0 MiB, layer 0 of 2" +
+		"\rpulling r:1 [=======                       ]  25% 1.0 MiB/4.0 MiB, layer 1 of 2" +
+		"\rpulling r:1 [==============================] 100% 4.0 MiB/4.0 MiB, layer 2 of 2\n"
+	if w.String() != want {
+		t.Fatalf("bar %q\nwant %q", w.String(), want)
+	}
+
+	w.Reset()
+	b = &imageBar{w: &w, what: "importing x.tar", on: true}
+	b.report(sandbox.ImageProgress{Layers: 1, TotalLayers: 3})
+	b.finish()
+	if got := w.String(); got != "\rimporting x.tar: layer 1 of 3\n" {
+		t.Fatalf("layers only: %q", got)
+	}
+
+	w.Reset()
+	b = &imageBar{w: &w, what: "pulling r:1"}
+	b.report(sandbox.ImageProgress{Layers: 1, TotalLayers: 2, Bytes: 1, TotalBytes: 2})
+	b.finish()
+	if w.Len() != 0 {
+		t.Fatalf("off a terminal: %q", w.String())
 	}
 }

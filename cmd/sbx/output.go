@@ -171,6 +171,41 @@ func (p *progress) finish() {
 	}
 }
 
+// imageBar draws a pull's or an import's progress on stderr, on a terminal only: a bar of the
+// compressed bytes fetched where the daemon counts them, the layers in the store otherwise.
+type imageBar struct {
+	w     io.Writer
+	what  string
+	on    bool
+	drawn bool
+}
+
+func (a *app) imageBar(what string) *imageBar {
+	return &imageBar{w: a.stderr, what: what, on: isTerminal(a.stderr)}
+}
+
+func (b *imageBar) report(p sandbox.ImageProgress) {
+	if !b.on {
+		return
+	}
+	b.drawn = true
+	if p.TotalBytes <= 0 {
+		fmt.Fprintf(b.w, "\r%s: layer %d of %d", b.what, p.Layers, p.TotalLayers)
+		return
+	}
+	const width = 30
+	frac := min(float64(p.Bytes)/float64(p.TotalBytes), 1)
+	fill := int(frac * width)
+	fmt.Fprintf(b.w, "\r%s [%s%s] %3.0f%% %s/%s, layer %d of %d", b.what, strings.Repeat("=", fill), strings.Repeat(" ", width-fill),
+		frac*100, humanBytes(p.Bytes), humanBytes(p.TotalBytes), p.Layers, p.TotalLayers)
+}
+
+func (b *imageBar) finish() {
+	if b.drawn {
+		fmt.Fprintln(b.w)
+	}
+}
+
 // humanBytes renders n in binary units.
 func humanBytes(n int64) string {
 	const unit = 1024

@@ -23,12 +23,12 @@ func (p *Provider) store() (*image.Store, error) {
 }
 
 // PullImage fetches ref and names it ref.
-func (p *Provider) PullImage(ctx context.Context, ref string) (sandbox.ImageInfo, error) {
+func (p *Provider) PullImage(ctx context.Context, ref string, progress func(sandbox.ImageProgress)) (sandbox.ImageInfo, error) {
 	s, err := p.store()
 	if err != nil {
 		return sandbox.ImageInfo{}, err
 	}
-	img, err := s.Pull(ctx, ref, nil)
+	img, err := s.Pull(ctx, ref, progress)
 	if err != nil {
 		return sandbox.ImageInfo{}, err
 	}
@@ -37,7 +37,7 @@ func (p *Provider) PullImage(ctx context.Context, ref string) (sandbox.ImageInfo
 }
 
 // ImportImage adds the layout directory or tarball at path and names it name.
-func (p *Provider) ImportImage(ctx context.Context, path, name string) (sandbox.ImageInfo, error) {
+func (p *Provider) ImportImage(ctx context.Context, path, name string, progress func(sandbox.ImageProgress)) (sandbox.ImageInfo, error) {
 	s, err := p.store()
 	if err != nil {
 		return sandbox.ImageInfo{}, err
@@ -48,9 +48,9 @@ func (p *Provider) ImportImage(ctx context.Context, path, name string) (sandbox.
 	}
 	var img image.Image
 	if st.IsDir() {
-		img, err = s.ImportLayout(ctx, path, name, "", nil)
+		img, err = s.ImportLayout(ctx, path, name, "", progress)
 	} else {
-		img, err = s.ImportTarball(ctx, path, name, "", nil)
+		img, err = s.ImportTarball(ctx, path, name, "", progress)
 	}
 	if errors.Is(err, image.ErrLayerTooLarge) {
 		err = fmt.Errorf("%v: %w", err, sandbox.ErrInvalidRequest)
