@@ -144,7 +144,7 @@ func TestImageWarmPool(t *testing.T) {
 	_, movedPinned := reg.Push(t, "pooled/busybox:1", imagetest.BusyboxImage(t, "moved"))
 	moved := digestOf(movedPinned)
 	old := oci.ImagePoolEntries(p)
-	if _, err := p.PullImage(ctx, tagged); err != nil {
+	if _, err := p.PullImage(ctx, tagged, nil); err != nil {
 		t.Fatal(err)
 	}
 	ref, obs := fromImage(t, p, tagged)

@@ -502,9 +502,6 @@ func TestNetworkStaleFlows(t *testing.T) {
 	tk := in.newTicker(t)
 	dir := testenv.StateDir(t)
 	p := netProvider(t, in, dir)
-	if p == nil {
-		return
-	}
 	flowsOf := func(t *testing.T, addr string) []string {
 		a := netip.MustParseAddr(addr)
 		return trackedFlows(t, func(b netip.Addr) bool { return a == b })
@@ -664,9 +661,6 @@ func TestNetworkUplinkForwarding(t *testing.T) {
 	dir := testenv.StateDir(t)
 	uplinks := func(c *oci.Config) { c.Network.Uplinks = []string{in.uplink, on} }
 	p := netProvider(t, in, dir, uplinks)
-	if p == nil {
-		return
-	}
 	check("before a sandbox has a network", "0")
 	ref := withPolicy(t, p, `{"egress":"allow"}`)
 	mustReach(t, p, ref, server, "server")
@@ -703,9 +697,6 @@ func TestNetworkUplinkForwarding(t *testing.T) {
 func TestNetworkIPv6(t *testing.T) {
 	in := newInternet(t)
 	p := netProvider(t, in, testenv.StateDir(t))
-	if p == nil {
-		return
-	}
 	listener, err := net.ListenUDP("udp6", &net.UDPAddr{IP: net.IPv6unspecified})
 	if err != nil {
 		t.Fatal(err)
