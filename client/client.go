@@ -85,7 +85,7 @@ func (c *Client) BaseURL() string { return c.base.String() }
 // Error is an error the server answered with an ErrorResponse. Unwrap returns the domain sentinel of
 // Code (nil for "internal" or a code this client does not know).
 type Error struct {
-	Status  int               // the HTTP status
+	Status  int               // the HTTP status (200 for an error a stream carried as its last event)
 	Code    sandbox.ErrorCode // error.code
 	Message string            // error.message
 }

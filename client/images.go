@@ -11,7 +11,6 @@ import (
 
 	"github.com/sandboxd/sandbox"
 	"github.com/sandboxd/sandbox/api"
-	"github.com/sandboxd/sandbox/internal/errhttp"
 )
 
 // PullImage fetches ref from its registry into the daemon's image store and returns it once it is
@@ -93,7 +92,7 @@ func (c *Client) imageStream(ctx context.Context, k call, fn func(sandbox.ImageP
 			if err := json.Unmarshal([]byte(data), &er); err != nil || er.Error.Code == "" {
 				fail = &protocolError{"an error event that is not an ErrorResponse"}
 			} else {
-				fail = &Error{Status: errhttp.Status(er.Error.Code), Code: er.Error.Code, Message: er.Error.Message}
+				fail = &Error{Status: resp.StatusCode, Code: er.Error.Code, Message: er.Error.Message}
 			}
 			return false
 		}
