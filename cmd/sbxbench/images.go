@@ -207,8 +207,10 @@ func removeImage(ctx context.Context, c *client, api *sbxclient.Client) error {
 	return err
 }
 
-// alternated times a and b in turn, each once per sample, until the bounds say stop; after(i), when
-// not nil, runs untimed after each pair.
+// alternated times a and b in turn, each once per sample, until the bounds say stop, the order swapped
+// every pair (the second of a pair meets what the first left running: the daemon laying out a spare
+// sandbox directory in place of the one taken, say); after(i), when not nil, runs untimed after each
+// pair.
 func alternated(ctx context.Context, bounds Bounds, a, b func(i int) error, after func(i int) error) (ra, rb Result, err error) {
 	var da, db []time.Duration
 	start := time.Now()
@@ -216,10 +218,15 @@ func alternated(ctx context.Context, bounds Bounds, a, b func(i int) error, afte
 		if err := ctx.Err(); err != nil {
 			return ra, rb, err
 		}
-		for _, s := range []struct {
+		type timed struct {
 			op func(int) error
 			d  *[]time.Duration
-		}{{a, &da}, {b, &db}} {
+		}
+		pair := []timed{{a, &da}, {b, &db}}
+		if i%2 == 1 {
+			pair[0], pair[1] = pair[1], pair[0]
+		}
+		for _, s := range pair {
 			t := time.Now()
 			if err := s.op(i); err != nil {
 				return ra, rb, err
