@@ -71,14 +71,24 @@ func (c *client) create(ctx context.Context, key string) (sandboxDoc, error) {
 
 // createWith is create of a sandbox with resources (nil: none).
 func (c *client) createWith(ctx context.Context, key string, resources map[string]any) (sandboxDoc, error) {
-	var sb sandboxDoc
 	spec := map[string]any{"clientRequestId": key}
 	if resources != nil {
 		spec["resources"] = resources
 	}
+	return c.createSpec(ctx, spec)
+}
+
+// createSpec makes a sandbox of spec and waits until it is ready.
+func (c *client) createSpec(ctx context.Context, spec map[string]any) (sandboxDoc, error) {
+	var sb sandboxDoc
 	if err := c.do(ctx, http.MethodPost, "/v1/sandboxes", spec, http.StatusCreated, &sb); err != nil {
 		return sb, err
 	}
+	return c.ready(ctx, sb)
+}
+
+// ready polls sb every millisecond until it is ready; failed or terminated is an error.
+func (c *client) ready(ctx context.Context, sb sandboxDoc) (sandboxDoc, error) {
 	for sb.State != "ready" {
 		if sb.State == "failed" || sb.State == "terminated" {
 			return sb, fmt.Errorf("sandbox %s is %s", sb.ID, sb.State)

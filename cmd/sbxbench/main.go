@@ -12,6 +12,7 @@
 //	sbxbench --start --sandboxd /tmp/new --baseline /tmp/old           # paired: new against old
 //	sbxbench --start --sandboxd /tmp/sandboxd --rounds 7 --growth ''     # medians and ranges over rounds
 //	sbxbench --start --sandboxd /tmp/sandboxd --burst 100 --growth ''    # creates/s, 20 callers, pool of 100
+//	sbxbench --start --sandboxd /tmp/sandboxd --images --growth ''       # images, snapshots, forks, image pools
 //
 // `sbxbench agent ...` runs the sandbox agent, so the binary can serve as its own agent for the floors.
 package main
@@ -77,7 +78,7 @@ type Spread struct {
 type options struct {
 	url, provider, growthProvider, sandboxd, dataDir string
 	baseline, ociRuntime                             string
-	start, jsonOut, floors                           bool
+	start, jsonOut, floors, images                   bool
 	pid, warmPool, rounds                            int
 	burst, burstClients                              int
 	bounds                                           Bounds
@@ -147,6 +148,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.warmPool, "warm-pool", 0, "with --start and the oci provider, also time create-to-ready on a second daemon keeping this many containers warm (--oci-warm-pool)")
 	fs.IntVar(&o.burst, "burst", 0, "with --start and the oci provider, also create this many sandboxes at once (--burst-clients callers) on a daemon keeping as many warm, and report creates per second")
 	fs.IntVar(&o.burstClients, "burst-clients", 20, "concurrent callers of --burst")
+	fs.BoolVar(&o.images, "images", false, "with --start and the oci provider, also time the image cases: create-to-ready from a cached image, a snapshot of 100 MiB of changes, forks of 10 and of one, and (on one more daemon) a create from an image's warm pool, each beside its floor")
 	fs.StringVar(&o.ociRuntime, "oci-runtime", "", "the OCI runtime binary of every oci daemon started and of the floors (e.g. a runsc for the gvisor class; default: runc from PATH)")
 	fs.StringVar(&o.baseline, "baseline", "", "with --start, compare --sandboxd with this daemon binary instead: exec (true, 1 MiB of output), file writes and reads of 4 KiB and 1 MiB, get, event delivery and create-to-ready on both, samples taken in alternation")
 	growth := fs.String("growth", "10,100,1000", "live sandbox counts of the growth steps; empty skips them")
@@ -192,6 +194,9 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	if o.baseline != "" && !o.start {
 		return o, errors.New("--baseline needs --start")
 	}
+	if o.images && (!o.start || o.provider != "oci" || o.baseline != "") {
+		return o, errors.New("--images needs --start and --provider oci, without --baseline")
+	}
 	if o.start && o.sandboxd == "" {
 		return o, errors.New("--start needs the daemon binary: --sandboxd PATH (go build -o /tmp/sandboxd ./cmd/sandboxd)")
 	}
@@ -227,12 +232,14 @@ func run(ctx context.Context, o options) (*Report, error) {
 
 	d := daemonInfo{pid: o.pid, provider: o.provider, dataDir: o.dataDir}
 	base := o.url
+	var started *daemon
 	if o.start {
 		dm, err := startDaemon(ctx, o.sandboxd, o.provider, filepath.Join(tmp, "daemon"), o.daemonFlags()...)
 		if err != nil {
 			return nil, err
 		}
 		defer dm.stop()
+		started = dm
 		base, d.pid, d.dataDir = dm.url, dm.pid(), dm.dataDir
 	} else {
 		rep.Provider = "(running daemon)"
@@ -296,6 +303,16 @@ func run(ctx context.Context, o options) (*Report, error) {
 	}
 	if len(p50s) > 1 {
 		rep.RoundP50 = spreads(p50s)
+	}
+
+	if o.images && started != nil {
+		ir, err := imageCases(ctx, o, tmp, prefix, started)
+		rep.Cases = append(rep.Cases, ir.cases...)
+		rep.Floors = append(rep.Floors, ir.floors...)
+		rep.Ratios = append(rep.Ratios, ir.ratios...)
+		if err != nil {
+			return rep, fmt.Errorf("image cases: %w", err)
+		}
 	}
 
 	if o.warmPool > 0 && o.start && o.provider == "oci" {

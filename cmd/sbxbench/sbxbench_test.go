@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/sandboxd/sandbox"
+	sbxclient "github.com/sandboxd/sandbox/client"
 	"github.com/sandboxd/sandbox/core"
 	"github.com/sandboxd/sandbox/httpapi"
 	"github.com/sandboxd/sandbox/internal/testenv"
@@ -187,6 +188,75 @@ func TestRounds(t *testing.T) {
 	}
 }
 
+// TestImageCases runs the image cases, two samples each, on daemons of the oci provider, and checks
+// that every case and floor took its samples, that each ratio is reported and prints, and that the
+// daemon is left with no live sandbox, no snapshot and no image of the bench.
+func TestImageCases(t *testing.T) {
+	if ok, why := oci.Available(); !ok {
+		t.Skip(why)
+	}
+	ctx := context.Background()
+	tmp := testenv.StateDir(t)
+	o := options{sandboxd: testenv.BuildAgent(t), provider: "oci", start: true, images: true, bounds: Bounds{Count: 2, Duration: time.Minute}}
+	dm, err := startDaemon(ctx, o.sandboxd, "oci", filepath.Join(tmp, "daemon"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dm.stop()
+	ir, err := imageCases(ctx, o, tmp, "test", dm)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"create-to-ready, cached image", "snapshot, 100 MiB of changes", "fork of 10, until all ready",
+		"fork of one, until ready", "create-to-ready, image's warm pool of 1"}
+	if len(ir.cases) != len(want) || len(ir.floors) != 4 || len(ir.ratios) != 4 {
+		t.Fatalf("cases %+v, floors %+v, ratios %+v", ir.cases, ir.floors, ir.ratios)
+	}
+	for i, r := range ir.cases {
+		n := 2
+		if i == 2 {
+			n = 1 // a fork of 10 is ten creates: Count/10 samples, at least one
+		}
+		if r.Name != want[i] || r.N != n || r.P50 <= 0 || r.P50 > r.P99 {
+			t.Errorf("case %d: %+v", i, r)
+		}
+	}
+	for i, f := range ir.floors {
+		if !strings.HasPrefix(f.Name, "floor: ") || f.P50 <= 0 || ir.ratios[i].Floor != f.Name || ir.ratios[i].P50 <= 0 {
+			t.Errorf("floor %d: %+v, ratio %+v", i, f, ir.ratios[i])
+		}
+	}
+	var sb strings.Builder
+	printText(&sb, &Report{Provider: "oci", Cases: ir.cases, Floors: ir.floors, Ratios: ir.ratios})
+	if !strings.Contains(sb.String(), "fork of one, until ready / floor: create-to-ready, cached image") {
+		t.Fatalf("report lacks a ratio:\n%s", sb.String())
+	}
+
+	api, err := sbxclient.New(dm.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	list, err := api.List(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range list {
+		if s.State != sandbox.StateTerminated {
+			t.Errorf("sandbox %s left %s", s.ID, s.State)
+		}
+	}
+	if sns, err := api.Snapshots(ctx); err != nil || len(sns) != 0 {
+		t.Errorf("snapshots left: %+v %v", sns, err)
+	}
+	imgs, err := api.Images(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, img := range imgs {
+		t.Errorf("image left: %+v", img)
+	}
+}
+
 func TestSpreads(t *testing.T) {
 	r := func(p float64) []Ratio { return []Ratio{{Case: "c", Floor: "f", P50: p}} }
 	got := spreads([][]Ratio{r(2.0), r(1.0), r(4.0), r(3.0)})
@@ -208,6 +278,8 @@ func TestFlags(t *testing.T) {
 		{"--url", "http://127.0.0.1:1", "--count", "0"},
 		{"--url", "http://127.0.0.1:1", "--rounds", "0"},
 		{"--url", "http://127.0.0.1:1", "--baseline", "/bin/true"}, // --baseline needs --start
+		{"--url", "http://127.0.0.1:1", "--images"},                // --images needs --start
+		{"--start", "--sandboxd", "/bin/true", "--provider", "host", "--images"},
 	} {
 		if _, err := parseFlags(args, &strings.Builder{}); err == nil {
 			t.Errorf("%q accepted", args)
