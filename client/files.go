@@ -11,7 +11,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"hash"
 	"io"
 	"iter"
 	"net/http"
@@ -94,15 +93,21 @@ func (c *Client) Upload(ctx context.Context, id sandbox.ID, gen sandbox.Generati
 				return nil, err
 			}
 		}
-		var h hash.Hash
+		var sh *sideHash
+		var hw io.Writer
 		if digest == nil {
-			h = sha256.New()
+			sh = newSideHash(sha256.New())
+			hw = sh
 		}
-		res, err := c.putRaw(ctx, id, gen, path, upload, offset, digest, src, size, known, h, opts.Progress)
+		res, err := c.putRaw(ctx, id, gen, path, upload, offset, digest, src, size, known, hw, opts.Progress)
+		var sent []byte
+		if sh != nil {
+			sent = sh.Sum() // also when err: it ends the hashing goroutine
+		}
 		if err == nil {
 			want := digest
 			if want == nil {
-				want = h.Sum(nil)
+				want = sent
 			}
 			if res.Digest != formatDigest(want) {
 				return res, fmt.Errorf("upload %s: the sandbox wrote %s, sent %s: %w", path, res.Digest, formatDigest(want), ErrDigestMismatch)
@@ -129,7 +134,7 @@ func (c *Client) Upload(ctx context.Context, id sandbox.ID, gen sandbox.Generati
 
 // putRaw sends one PUT of the upload from offset.
 func (c *Client) putRaw(ctx context.Context, id sandbox.ID, gen sandbox.Generation, path, upload string, offset int64, digest []byte,
-	src io.Reader, size int64, known bool, h hash.Hash, progress func(int64)) (*api.RawFileWritten, error) {
+	src io.Reader, size int64, known bool, h io.Writer, progress func(int64)) (*api.RawFileWritten, error) {
 	q := genQuery(gen, path)
 	if upload != "" {
 		q.Set("upload", upload)
@@ -173,12 +178,12 @@ func (c *Client) putRaw(ctx context.Context, id sandbox.ID, gen sandbox.Generati
 	return &out, nil
 }
 
-// countingReader counts, hashes (h, when set) and reports what passes.
+// countingReader counts, hashes (into h, when set) and reports what passes.
 type countingReader struct {
 	r        io.Reader
 	n        int64
 	progress func(int64)
-	h        hash.Hash
+	h        io.Writer
 }
 
 func (c *countingReader) Read(p []byte) (int, error) {
