@@ -10,8 +10,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"os"
-	"path/filepath"
 	"sync"
 	"testing"
 
@@ -57,16 +55,7 @@ func rawAgent(t *testing.T) (*agentclient.Client, func() []byte, func() []int) {
 	var got []byte
 	var writes []int
 	done := make(chan struct{}, 8)
-	dir, err := os.MkdirTemp("", "tr")
-	if err != nil {
-		t.Fatal(err)
-	}
-	sock := filepath.Join(dir, "s")
-	ln, err := net.Listen("unix", sock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	sock := serveUnix(t, &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(r.Body)
 		mu.Lock()
 		got = body
@@ -74,8 +63,7 @@ func rawAgent(t *testing.T) (*agentclient.Client, func() []byte, func() []int) {
 		done <- struct{}{}
 		sum := sha256.Sum256(body)
 		json.NewEncoder(w).Encode(protocol.FileWritten{Path: r.URL.Query().Get("path"), Size: int64(len(body)), Digest: hex.EncodeToString(sum[:])})
-	})}
-	go srv.Serve(ln)
+	})})
 	var d net.Dialer
 	c := agentclient.New(func(ctx context.Context) (net.Conn, error) {
 		conn, err := d.DialContext(ctx, "unix", sock)
@@ -84,7 +72,7 @@ func rawAgent(t *testing.T) (*agentclient.Client, func() []byte, func() []int) {
 		}
 		return recordedConn{conn, &mu, &writes}, nil
 	})
-	t.Cleanup(func() { c.Close(); srv.Close(); os.RemoveAll(dir) })
+	t.Cleanup(func() { c.Close() })
 	return c, func() []byte { <-done; mu.Lock(); defer mu.Unlock(); return got }, func() []int { mu.Lock(); defer mu.Unlock(); return append([]int(nil), writes...) }
 }
 
