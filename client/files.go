@@ -11,6 +11,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash"
 	"io"
 	"iter"
 	"net/http"
@@ -93,21 +94,15 @@ func (c *Client) Upload(ctx context.Context, id sandbox.ID, gen sandbox.Generati
 				return nil, err
 			}
 		}
-		var sh *sideHash
-		var hw io.Writer
+		var h hash.Hash
 		if digest == nil {
-			sh = newSideHash(sha256.New())
-			hw = sh
+			h = sha256.New()
 		}
-		res, err := c.putRaw(ctx, id, gen, path, upload, offset, digest, src, size, known, hw, opts.Progress)
-		var sent []byte
-		if sh != nil {
-			sent = sh.Sum() // also when err: it ends the hashing goroutine
-		}
+		res, err := c.putRaw(ctx, id, gen, path, upload, offset, digest, src, size, known, h, opts.Progress)
 		if err == nil {
 			want := digest
 			if want == nil {
-				want = sent
+				want = h.Sum(nil)
 			}
 			if res.Digest != formatDigest(want) {
 				return res, fmt.Errorf("upload %s: the sandbox wrote %s, sent %s: %w", path, res.Digest, formatDigest(want), ErrDigestMismatch)
@@ -134,7 +129,7 @@ func (c *Client) Upload(ctx context.Context, id sandbox.ID, gen sandbox.Generati
 
 // putRaw sends one PUT of the upload from offset.
 func (c *Client) putRaw(ctx context.Context, id sandbox.ID, gen sandbox.Generation, path, upload string, offset int64, digest []byte,
-	src io.Reader, size int64, known bool, h io.Writer, progress func(int64)) (*api.RawFileWritten, error) {
+	src io.Reader, size int64, known bool, h hash.Hash, progress func(int64)) (*api.RawFileWritten, error) {
 	q := genQuery(gen, path)
 	if upload != "" {
 		q.Set("upload", upload)
@@ -178,12 +173,12 @@ func (c *Client) putRaw(ctx context.Context, id sandbox.ID, gen sandbox.Generati
 	return &out, nil
 }
 
-// countingReader counts, hashes (into h, when set) and reports what passes.
+// countingReader counts, hashes (h, when set) and reports what passes.
 type countingReader struct {
 	r        io.Reader
 	n        int64
 	progress func(int64)
-	h        io.Writer
+	h        hash.Hash
 }
 
 func (c *countingReader) Read(p []byte) (int, error) {
