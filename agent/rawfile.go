@@ -11,6 +11,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"runtime"
 	"strconv"
 	"sync"
 	"time"
@@ -238,25 +239,41 @@ func resumePartial(d *fsroot.Dir, tmp string, offset int64, h hash.Hash) (*os.Fi
 	return file, nil
 }
 
-// copyHashed copies body to file and into h; a failure to read body is a bodyError. A buffer is
-// hashed while the one before it is being written, by a goroutine of its own: the write is a system
-// call, during which the agent's one P hashes (the agent runs with GOMAXPROCS 1, see Main).
+// copyHashed copies body to file and into h; a failure to read body is a bodyError. It is a
+// pipeline of pooled buffers: this goroutine fills one from body while a second hashes the one
+// before and a third writes the one before that. Past wideAfter bytes, the agent (which runs on one
+// P, see Main) takes a second P for the rest of the copy, so that hashing runs beside reading.
 func copyHashed(file *os.File, h hash.Hash, body io.Reader) (int64, error) {
-	b1, b2 := fileBufs.Get().(*[]byte), fileBufs.Get().(*[]byte)
-	defer fileBufs.Put(b1)
-	defer fileBufs.Put(b2)
-	free, full := make(chan []byte, 2), make(chan []byte, 2)
-	free <- *b1
-	free <- *b2
-	failed := make(chan error, 1)
+	var bufs [copyDepth]*[]byte
+	free := make(chan []byte, copyDepth)
+	for i := range bufs {
+		bufs[i] = fileBufs.Get().(*[]byte)
+		free <- *bufs[i]
+	}
+	defer func() {
+		for _, b := range bufs {
+			fileBufs.Put(b)
+		}
+	}()
+	// Every channel holds all the buffers: no stage ever blocks on a send.
+	toHash, toWrite := make(chan []byte, copyDepth), make(chan []byte, copyDepth)
+	failed := make(chan struct{}) // closed when a write failed; werr says why
+	written := make(chan struct{})
+	var werr error
 	go func() {
-		defer close(failed)
-		var werr error
-		for b := range full {
+		defer close(toWrite)
+		for b := range toHash {
+			h.Write(b)
+			toWrite <- b
+		}
+	}()
+	go func() {
+		defer close(written)
+		for b := range toWrite {
 			if werr == nil {
 				if _, err := file.Write(b); err != nil {
 					werr = err
-					failed <- err
+					close(failed)
 				}
 			}
 			free <- b[:cap(b)]
@@ -264,15 +281,19 @@ func copyHashed(file *os.File, h hash.Hash, body io.Reader) (int64, error) {
 	}()
 	var n int64
 	var rerr error
+	narrow := func() {}
 	for rerr == nil {
 		var buf []byte
 		select {
-		case buf = <-free:
-		case err := <-failed:
-			close(full)
-			for range failed { // the writer is done with the buffers
+		case <-failed:
+		default:
+			select {
+			case buf = <-free:
+			case <-failed:
 			}
-			return n, err
+		}
+		if buf == nil {
+			break
 		}
 		m := 0
 		for m < len(buf) && rerr == nil {
@@ -280,20 +301,57 @@ func copyHashed(file *os.File, h hash.Hash, body io.Reader) (int64, error) {
 			k, rerr = body.Read(buf[m:])
 			m += k
 		}
-		if m > 0 {
-			h.Write(buf[:m])
-			n += int64(m)
+		if n < wideAfter && n+int64(m) >= wideAfter {
+			narrow = widen()
 		}
-		full <- buf[:m]
+		n += int64(m)
+		toHash <- buf[:m]
 	}
-	close(full)
-	if err, ok := <-failed; ok && err != nil {
-		return n, err
+	close(toHash)
+	<-written // the hash and the buffers are this goroutine's again
+	narrow()
+	if werr != nil {
+		return n, werr
 	}
 	if rerr != io.EOF {
 		return n, bodyError{rerr}
 	}
 	return n, nil
+}
+
+const (
+	copyDepth = 4       // buffers in copyHashed's pipeline
+	wideAfter = 4 << 20 // bytes copied after which copyHashed takes a second P
+)
+
+// procs counts the copies that hold a second P (widen).
+var procs struct {
+	sync.Mutex
+	n    int
+	prev int
+}
+
+// widen raises GOMAXPROCS to 2 on a machine of two CPUs or more, until the last of the calls that
+// raised it calls the function it returned: a request's hand-offs on one P are what keeps an exec's
+// round trip short, so the second P lasts only as long as the large copies that need it.
+func widen() func() {
+	procs.Lock()
+	defer procs.Unlock()
+	if procs.n == 0 {
+		procs.prev = runtime.GOMAXPROCS(0)
+		if procs.prev < 2 && runtime.NumCPU() >= 2 {
+			runtime.GOMAXPROCS(2)
+		}
+	}
+	procs.n++
+	return func() {
+		procs.Lock()
+		defer procs.Unlock()
+		procs.n--
+		if procs.n == 0 && runtime.GOMAXPROCS(0) != procs.prev {
+			runtime.GOMAXPROCS(procs.prev)
+		}
+	}
 }
 
 // remember keeps the digest of file as it is now.

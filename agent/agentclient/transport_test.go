@@ -31,6 +31,20 @@ func eachTransport(t *testing.T, f func(t *testing.T, wire agentclient.Wire)) {
 // the client made so far.
 func counted(t *testing.T, wire agentclient.Wire, srv *http.Server) (*agentclient.Client, *atomic.Int32) {
 	t.Helper()
+	sock := serveUnix(t, srv)
+	var dials atomic.Int32
+	var d net.Dialer
+	c := agentclient.NewWire(func(ctx context.Context) (net.Conn, error) {
+		dials.Add(1)
+		return d.DialContext(ctx, "unix", sock)
+	}, wire)
+	t.Cleanup(func() { c.Close() })
+	return c, &dials
+}
+
+// serveUnix serves srv on a new unix socket until the test ends, and returns the socket's path.
+func serveUnix(t *testing.T, srv *http.Server) string {
+	t.Helper()
 	dir, err := os.MkdirTemp("", "tr")
 	if err != nil {
 		t.Fatal(err)
@@ -41,14 +55,8 @@ func counted(t *testing.T, wire agentclient.Wire, srv *http.Server) (*agentclien
 		t.Fatal(err)
 	}
 	go srv.Serve(ln)
-	var dials atomic.Int32
-	var d net.Dialer
-	c := agentclient.NewWire(func(ctx context.Context) (net.Conn, error) {
-		dials.Add(1)
-		return d.DialContext(ctx, "unix", sock)
-	}, wire)
-	t.Cleanup(func() { c.Close(); srv.Close(); os.RemoveAll(dir) })
-	return c, &dials
+	t.Cleanup(func() { srv.Close(); os.RemoveAll(dir) })
+	return sock
 }
 
 func health(w http.ResponseWriter, r *http.Request) {
