@@ -12,5 +12,5 @@ import (
 func TestFiles(t *testing.T) {
 	// The connections to the API server are made before the suite counts goroutines.
 	newProvider(t)
-	filetest.Run(t, func(t *testing.T) sandbox.Provider { return newProvider(t) })
+	filetest.Run(t, func(t *testing.T) sandbox.Provider { return newProvider(t) }, killAgent)
 }
