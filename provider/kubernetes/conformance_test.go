@@ -19,8 +19,8 @@ func TestHTTPSuite(t *testing.T) {
 	apitest.Run(t, func(t *testing.T) sandbox.Provider { return newProvider(t) })
 }
 
-// TestManifest checks the capabilities claimed: no pause, network policy only when configured, and the
-// runtime class of the template.
+// TestManifest checks the capabilities claimed: interactive terminals, no pause, network policy only
+// when configured, and the runtime class of the template.
 func TestManifest(t *testing.T) {
 	ns := namespace(t)
 	m, err := newProviderIn(t, config(t, ns)).Manifest(context.Background())
@@ -29,7 +29,7 @@ func TestManifest(t *testing.T) {
 	}
 	c := m.Capabilities
 	if m.Name != "kubernetes" || m.RuntimeClass != "default" || !c.CommandExecution || !c.FileAccess ||
-		!c.ImageReference || !c.ResourceLimits || c.PauseResume || c.NetworkPolicy {
+		!c.ImageReference || !c.ResourceLimits || !c.InteractiveTerminal || c.PauseResume || c.NetworkPolicy {
 		t.Fatalf("manifest %+v", m)
 	}
 	cfg := config(t, ns)

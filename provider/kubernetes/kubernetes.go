@@ -234,7 +234,9 @@ func (p *Provider) Close() error {
 
 // Manifest describes the provider. pauseResume is false: Kubernetes has no way to freeze a Pod's
 // processes and thaw them later (the kubelet offers no cgroup freezer, and deleting and recreating the
-// Pod would lose its processes), so the provider does not pretend to. networkPolicy and
+// Pod would lose its processes), so the provider does not pretend to. interactiveTerminal is true: the
+// agent runs a process on a pseudo-terminal of its own and resizes it, as under oci, its calls
+// relayed over pods/exec like any other (no pods/exec tty is involved). networkPolicy and
 // persistentVolume are what the configuration says of the cluster (Config.NetworkPolicy,
 // Config.StorageClass).
 func (p *Provider) Manifest(context.Context) (sandbox.Manifest, error) {
@@ -243,12 +245,13 @@ func (p *Provider) Manifest(context.Context) (sandbox.Manifest, error) {
 		Version:      version.Version,
 		RuntimeClass: p.runtimeClass(),
 		Capabilities: sandbox.Capabilities{
-			CommandExecution: true,
-			FileAccess:       true,
-			ImageReference:   true,
-			ResourceLimits:   true,
-			NetworkPolicy:    p.cfg.NetworkPolicy,
-			PersistentVolume: p.cfg.StorageClass != "",
+			CommandExecution:    true,
+			FileAccess:          true,
+			ImageReference:      true,
+			ResourceLimits:      true,
+			InteractiveTerminal: true,
+			NetworkPolicy:       p.cfg.NetworkPolicy,
+			PersistentVolume:    p.cfg.StorageClass != "",
 		},
 	}, nil
 }

@@ -21,13 +21,13 @@ func TestProcesses(t *testing.T) {
 	// The connections to the API server (client-go shares them between clients of one configuration)
 	// are made before the suite counts goroutines.
 	newProvider(t)
-	processtest.Run(t, processtest.Provider{
-		New: func(t *testing.T) sandbox.Provider { return newProvider(t) },
-		KillAgent: func(t *testing.T, p sandbox.Provider, ref sandbox.Ref) {
-			// The answer may or may not come back before the agent is gone.
-			_, _ = p.(sandbox.Executor).Exec(context.Background(), ref, sandbox.Command{Argv: []string{"kill", "-TERM", "1"}})
-		},
-	})
+	processtest.Run(t, processtest.Provider{New: func(t *testing.T) sandbox.Provider { return newProvider(t) }, KillAgent: killAgent})
+}
+
+// killAgent ends a sandbox's agent by SIGTERM to its process 1, on which it exits and its Pod ends.
+func killAgent(t *testing.T, p sandbox.Provider, ref sandbox.Ref) {
+	// The answer may or may not come back before the agent is gone.
+	_, _ = p.(sandbox.Executor).Exec(context.Background(), ref, sandbox.Command{Argv: []string{"kill", "-TERM", "1"}})
 }
 
 // TestProcessAcrossRestart: a process started through one daemon keeps running in its sandbox when the
