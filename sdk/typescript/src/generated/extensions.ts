@@ -28,7 +28,17 @@ export interface paths {
         };
         get?: never;
         put?: never;
-        /** Fetch an image from its registry and name it by its reference; answers once it is in the store. */
+        /**
+         * Fetch an image from its registry and name it by its reference; answers once it is in the store.
+         * @description With `Accept: application/json` (or none) the answer is the image once it is in the store. With
+         *     `Accept: text/event-stream` it is Server-Sent Events: "progress" events whose data is an
+         *     ImageProgress (layers in the store, compressed bytes fetched of the layers' total), at most ten a
+         *     second, ": heartbeat" comments while nothing moves, and last either one "done" event whose data
+         *     is the ImageInfo or one "error" event whose data is an ErrorResponse; then the stream closes. The
+         *     stream begins with the first report or heartbeat: a failure before it (a malformed reference, an
+         *     unknown image, an unreachable registry) is an ordinary error answer. A client that goes away
+         *     cancels the pull; what it had fetched stays in the store for the next one.
+         */
         post: operations["pullImage"];
         delete?: never;
         options?: never;
@@ -45,7 +55,12 @@ export interface paths {
         };
         get?: never;
         put?: never;
-        /** Add the image of an OCI layout directory or a docker-save / oci-archive tarball on the daemon's host. */
+        /**
+         * Add the image of an OCI layout directory or a docker-save / oci-archive tarball on the daemon's host.
+         * @description Answers as pullImage does, a stream of its progress included with `Accept: text/event-stream`. The
+         *     bytes of a layout's (and an oci-archive's) layers are counted; those of a docker-save tarball are
+         *     not (its layers are stored uncompressed: `totalBytes` is 0), only its layers.
+         */
         post: operations["importImage"];
         delete?: never;
         options?: never;
@@ -948,6 +963,16 @@ export interface components {
             workingDir?: string;
             user?: string;
         };
+        /** @description How far a pull or an import has come. A layer the store held already counts as fetched. */
+        ImageProgress: {
+            /** @description Layers in the store. */
+            layers: number;
+            totalLayers: number;
+            /** @description Compressed bytes fetched. */
+            bytes: number;
+            /** @description The layers' compressed size, as the manifest says; 0 where bytes are not counted. */
+            totalBytes: number;
+        };
         ImageList: {
             images: components["schemas"]["ImageInfo"][];
         };
@@ -1373,13 +1398,14 @@ export interface operations {
             };
         };
         responses: {
-            /** @description The image, pulled. */
+            /** @description The image, pulled; or the stream of its progress. */
             200: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
                     "application/json": components["schemas"]["ImageInfo"];
+                    "text/event-stream": string;
                 };
             };
             400: components["responses"]["InvalidRequest"];
@@ -1401,13 +1427,14 @@ export interface operations {
             };
         };
         responses: {
-            /** @description The image, imported. */
+            /** @description The image, imported; or the stream of its progress. */
             200: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
                     "application/json": components["schemas"]["ImageInfo"];
+                    "text/event-stream": string;
                 };
             };
             400: components["responses"]["InvalidRequest"];
