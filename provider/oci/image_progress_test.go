@@ -4,10 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
-	"net"
 	"net/http"
-	"net/http/httputil"
-	"net/url"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -47,12 +44,7 @@ type heldBlob struct {
 func startHoldingProxy(t *testing.T, registry string) *holdingProxy {
 	t.Helper()
 	p := &holdingProxy{hold: map[string]*heldBlob{}, waiting: make(chan string, 4)}
-	rp := httputil.NewSingleHostReverseProxy(&url.URL{Scheme: "http", Host: registry})
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	p.host = imagetest.Proxy(t, registry, func(w http.ResponseWriter, r *http.Request, next http.Handler) {
 		p.mu.Lock()
 		var held *heldBlob
 		digest := ""
@@ -64,7 +56,7 @@ func startHoldingProxy(t *testing.T, registry string) *holdingProxy {
 		cut := held != nil && held.cut
 		p.mu.Unlock()
 		if held == nil {
-			rp.ServeHTTP(w, r)
+			next.ServeHTTP(w, r)
 			return
 		}
 		if cut {
@@ -87,10 +79,7 @@ func startHoldingProxy(t *testing.T, registry string) *holdingProxy {
 			panic(http.ErrAbortHandler)
 		}
 		io.Copy(w, resp.Body)
-	})}
-	go srv.Serve(ln)
-	t.Cleanup(func() { srv.Close() })
-	p.host = ln.Addr().String()
+	})
 	return p
 }
 
