@@ -49,12 +49,12 @@ func union(fences ...map[string]string) map[string]string {
 
 // bench fences cmd/sbxbench: it measures the daemon from outside, through the API a client sees, against
 // floors it builds with the agent and the oci provider's exported API. Reaching into the store or the
-// API's internals would measure what no client sees.
+// API's internals would measure what no client sees. The Go client (which decodes answers with
+// internal/jsondoc) is a client like any other: the image cases drive imports, snapshots and forks with it.
 var bench = map[string]string{
 	"modernc.org/sqlite/...":          "the benchmark reaches the store only through the daemon's API",
 	module + "/store/...":             "the benchmark reaches the store only through the daemon's API",
 	module + "/httpapi/...":           "the benchmark is a client of the API, not a part of it",
-	module + "/internal/jsondoc":      "the API's request parser is the daemon's; the benchmark times it from outside",
 	module + "/internal/schema/...":   "the API's request validator is the daemon's; the benchmark times it from outside",
 	module + "/core":                  "the benchmark drives the core only through the daemon's API",
 	module + "/provider/host":         "the benchmark starts a daemon for the host provider; it runs none itself",
