@@ -15,7 +15,7 @@ import (
 // NetworkPolicy is a sandbox's egress policy (the sandboxd.network key of spec.extensions).
 type NetworkPolicy struct {
 	Egress string   `json:"egress,omitempty"` // "deny" or "allow"; empty: the daemon's default
-	Allow  []string `json:"allow,omitempty"`  // IPv4 CIDRs, addresses, names, "*.wildcards"
+	Allow  []string `json:"allow,omitempty"`  // CIDRs, addresses, names, "*.wildcards"
 	Deny   []string `json:"deny,omitempty"`
 }
 

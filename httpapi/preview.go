@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -29,6 +30,9 @@ type PreviewConfig struct {
 	// Domain, when set, routes host names {port}-{sandboxId}.{Domain} to the port; without it, only
 	// the path form /p/{sandboxId}/{port}/... is served.
 	Domain string
+	// TLS says the listener serves HTTPS: the URLs minted are https. Whether a request came over TLS
+	// decides its cookie's Secure and the HSTS header.
+	TLS bool
 	// Now is the clock; time.Now if nil.
 	Now func() time.Time
 }
@@ -39,6 +43,15 @@ const (
 	previewCookie = "sandboxd_preview"
 	previewHeader = "X-Sandboxd-Preview-Token"
 )
+
+// Over TLS the cookie takes a prefix a browser enforces: __Host- (Secure, Path=/, no Domain) for a
+// host name of its own, which no sibling host can set or overwrite, and __Secure- for the path form.
+// The token is looked for under all three names.
+var previewCookies = []string{"__Host-" + previewCookie, "__Secure-" + previewCookie, previewCookie}
+
+// previewHSTS is the Strict-Transport-Security of a preview answered over TLS: a year, this host only
+// (includeSubDomains would bind hosts of the domain the daemon does not serve).
+const previewHSTS = "max-age=31536000"
 
 // Bounds of a token's life.
 const (
@@ -112,14 +125,18 @@ func (c *PreviewConfig) verify(token string, ref sandbox.Ref, port int) error {
 
 // url is the preview URL of port of id, without the token.
 func (c *PreviewConfig) url(id sandbox.ID, port int) string {
+	scheme, defaultPort := "http://", "80"
+	if c.TLS {
+		scheme, defaultPort = "https://", "443"
+	}
 	if c.Domain == "" {
-		return "http://" + c.Addr + "/p/" + string(id) + "/" + strconv.Itoa(port) + "/"
+		return scheme + c.Addr + "/p/" + string(id) + "/" + strconv.Itoa(port) + "/"
 	}
 	host := strconv.Itoa(port) + "-" + string(id) + "." + c.Domain
-	if _, p, err := net.SplitHostPort(c.Addr); err == nil && p != "80" {
+	if _, p, err := net.SplitHostPort(c.Addr); err == nil && p != defaultPort {
 		host += ":" + p
 	}
-	return "http://" + host + "/"
+	return scheme + host + "/"
 }
 
 // previewToken is the PreviewToken schema.
@@ -172,6 +189,9 @@ func (s *Server) PreviewHandler() http.Handler {
 }
 
 func (s *Server) servePreview(w http.ResponseWriter, r *http.Request) {
+	if r.TLS != nil {
+		w.Header().Set("Strict-Transport-Security", previewHSTS)
+	}
 	if err := s.previewRequest(w, r); err != nil {
 		if sandbox.ClassOf(err).Err == sandbox.ErrUnauthenticated && r.ContentLength != 0 {
 			w.Header().Set("Connection", "close")
@@ -191,16 +211,21 @@ func (s *Server) previewRequest(w http.ResponseWriter, r *http.Request) error {
 	}
 	q := r.URL.Query()
 	fromQuery := q.Get(previewParam)
-	token := fromQuery
-	if token == "" {
-		token = r.Header.Get(previewHeader)
-	}
-	if token == "" {
-		if c, err := r.Cookie(previewCookie); err == nil {
-			token = c.Value
+	var tokens []string
+	if fromQuery != "" {
+		tokens = []string{fromQuery}
+	} else if h := r.Header.Get(previewHeader); h != "" {
+		tokens = []string{h}
+	} else {
+		// Every cookie of the names, not the first: a cookie another host of the domain set for the
+		// whole domain does not hide this host's own.
+		for _, c := range r.Cookies() {
+			if slices.Contains(previewCookies, c.Name) && c.Value != "" && len(tokens) < 8 {
+				tokens = append(tokens, c.Value)
+			}
 		}
 	}
-	if token == "" {
+	if len(tokens) == 0 {
 		return fmt.Errorf("a preview URL needs its token: %w", sandbox.ErrUnauthenticated)
 	}
 	// Verified against the sandbox's current generation: a token of an earlier one is refused. An
@@ -212,14 +237,27 @@ func (s *Server) previewRequest(w http.ResponseWriter, r *http.Request) error {
 		}
 		return err
 	}
-	if err := s.preview.verify(token, ref, port); err != nil {
+	for _, token := range tokens {
+		if err = s.preview.verify(token, ref, port); err == nil {
+			break
+		}
+	}
+	if err != nil {
 		return err
 	}
 	if fromQuery != "" && (r.Method == http.MethodGet || r.Method == http.MethodHead) {
 		// Once in the URL, then a cookie of this host (or this path): the token leaves the address bar.
-		exp, _ := expiryOf(token)
-		http.SetCookie(w, &http.Cookie{Name: previewCookie, Value: token, Path: cookiePath, HttpOnly: true,
-			SameSite: http.SameSiteLaxMode, Expires: exp})
+		exp, _ := expiryOf(fromQuery)
+		c := &http.Cookie{Name: previewCookie, Value: fromQuery, Path: cookiePath, HttpOnly: true,
+			SameSite: http.SameSiteLaxMode, Expires: exp}
+		if r.TLS != nil {
+			c.Secure = true
+			c.Name = "__Secure-" + previewCookie
+			if cookiePath == "/" {
+				c.Name = "__Host-" + previewCookie
+			}
+		}
+		http.SetCookie(w, c)
 		q.Del(previewParam)
 		u := *r.URL
 		u.RawQuery = q.Encode()
@@ -290,7 +328,7 @@ func stripPreviewToken(h http.Header) {
 	var keep []string
 	for _, line := range cookies {
 		for _, c := range strings.Split(line, ";") {
-			if name, _, _ := strings.Cut(strings.TrimSpace(c), "="); name != previewCookie && strings.TrimSpace(c) != "" {
+			if name, _, _ := strings.Cut(strings.TrimSpace(c), "="); !slices.Contains(previewCookies, name) && strings.TrimSpace(c) != "" {
 				keep = append(keep, strings.TrimSpace(c))
 			}
 		}

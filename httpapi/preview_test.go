@@ -39,11 +39,29 @@ func TestPreviewTokens(t *testing.T) {
 func TestPreviewTokenIsNotPassedOn(t *testing.T) {
 	h := http.Header{}
 	h.Set(previewHeader, "t")
-	h.Add("Cookie", "a=1; sandboxd_preview=t; b=2")
-	h.Add("Cookie", "sandboxd_preview=t")
+	h.Add("Cookie", "a=1; sandboxd_preview=t; b=2; __Host-sandboxd_preview=t")
+	h.Add("Cookie", "sandboxd_preview=t; __Secure-sandboxd_preview=t")
 	stripPreviewToken(h)
 	if h.Get(previewHeader) != "" || strings.Join(h.Values("Cookie"), "|") != "a=1; b=2" {
 		t.Errorf("passed on: %v", h)
+	}
+}
+
+func TestPreviewURLs(t *testing.T) {
+	for _, c := range []struct {
+		cfg  PreviewConfig
+		want string
+	}{
+		{PreviewConfig{Addr: "127.0.0.1:8443"}, "http://127.0.0.1:8443/p/sbx_a/80/"},
+		{PreviewConfig{Addr: "127.0.0.1:8443", TLS: true}, "https://127.0.0.1:8443/p/sbx_a/80/"},
+		{PreviewConfig{Addr: "[::]:443", Domain: "p.test", TLS: true}, "https://80-sbx_a.p.test/"},
+		{PreviewConfig{Addr: "[::]:443", Domain: "p.test"}, "http://80-sbx_a.p.test:443/"},
+		{PreviewConfig{Addr: "[::]:80", Domain: "p.test", TLS: true}, "https://80-sbx_a.p.test:80/"},
+		{PreviewConfig{Addr: "[::]:80", Domain: "p.test"}, "http://80-sbx_a.p.test/"},
+	} {
+		if got := c.cfg.url("sbx_a", 80); got != c.want {
+			t.Errorf("%+v: %s, want %s", c.cfg, got, c.want)
+		}
 	}
 }
 

@@ -202,10 +202,10 @@ func (f *Firewall) Set(ifn string, sandboxAddr netip.Addr, rules Rules) (uint64,
 			}
 		}
 		add(c, addr(16, f.pool, false), reject()) // another sandbox, whatever the rules
-		for _, pr := range rules.Deny {
+		for _, pr := range v4(rules.Deny) {
 			add(c, addr(16, pr, false), reject())
 		}
-		for _, pr := range rules.Allow {
+		for _, pr := range v4(rules.Allow) {
 			if Explicit(pr) {
 				add(c, addr(16, pr, false), counted(expr.VerdictAccept))
 			}
@@ -217,7 +217,7 @@ func (f *Firewall) Set(ifn string, sandboxAddr netip.Addr, rules Rules) (uint64,
 		add(fwd, addr(16, pr, false), reject())
 	}
 	add(fwd, daddrIn(allowed), counted(expr.VerdictAccept)) // addresses of allowed names
-	for _, pr := range rules.Allow {
+	for _, pr := range v4(rules.Allow) {
 		if !Explicit(pr) {
 			add(fwd, addr(16, pr, false), counted(expr.VerdictAccept))
 		}
@@ -236,6 +236,18 @@ func (f *Firewall) Set(ifn string, sandboxAddr netip.Addr, rules Rules) (uint64,
 	}
 	f.set[ifn] = true
 	return f.epochs, nil
+}
+
+// v4 are the IPv4 rules of prs. The chains hold no others: IPv6 is dropped before any rule, and a
+// provider refuses an IPv6 allow rule it cannot keep (Rules.AllowsIPv6).
+func v4(prs []netip.Prefix) []netip.Prefix {
+	var out []netip.Prefix
+	for _, pr := range prs {
+		if pr.Addr().Is4() {
+			out = append(out, pr)
+		}
+	}
+	return out
 }
 
 // Remove deletes the rules of the sandbox on ifname; none is no error.

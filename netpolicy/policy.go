@@ -5,7 +5,8 @@
 // beats allow. Whatever it says, a sandbox never reaches another sandbox, and it reaches the host
 // (its own addresses, the daemon) or a link-local address (169.254.0.0/16, where clouds serve their
 // metadata) only through an allow rule that names it: a single address (/32) or a range inside
-// 169.254.0.0/16. IPv6 is denied.
+// 169.254.0.0/16. A rule may name IPv6 destinations; IPv6 is denied unless the provider gives its
+// sandboxes IPv6, and one that does not refuses a policy allowing an IPv6 destination (AllowsIPv6).
 package netpolicy
 
 import (
@@ -53,6 +54,9 @@ type Rules struct {
 // linkLocal is where clouds serve instance metadata; reached only through a rule inside it.
 var linkLocal = netip.MustParsePrefix("169.254.0.0/16")
 
+// linkLocal6 is IPv6's link-local range, opened, as linkLocal is, only by a rule inside it.
+var linkLocal6 = netip.MustParsePrefix("fe80::/10")
+
 // never are destinations no rule opens: "this network", loopback (martian off the host's own), and
 // multicast, reserved and broadcast.
 var never = []netip.Prefix{
@@ -62,9 +66,26 @@ var never = []netip.Prefix{
 }
 
 // Explicit reports whether an allow rule for pr names its destination explicitly enough to open the
-// host or a link-local address: one address, or a range inside 169.254.0.0/16.
+// host or a link-local address: one address, or a range inside 169.254.0.0/16 (fe80::/10).
 func Explicit(pr netip.Prefix) bool {
-	return pr.IsSingleIP() || (linkLocal.Bits() <= pr.Bits() && linkLocal.Contains(pr.Addr()))
+	for _, ll := range []netip.Prefix{linkLocal, linkLocal6} {
+		if ll.Bits() <= pr.Bits() && ll.Contains(pr.Addr()) {
+			return true
+		}
+	}
+	return pr.IsSingleIP()
+}
+
+// AllowsIPv6 returns the first allow rule for IPv6 destinations; false when there is none. A provider
+// whose sandboxes have no IPv6 cannot keep such a rule, and refuses it (ErrUnsupportedCapability)
+// rather than let it deny silently. A deny rule for IPv6 needs nothing: IPv6 is denied there anyway.
+func (r Rules) AllowsIPv6() (netip.Prefix, bool) {
+	for _, pr := range r.Allow {
+		if pr.Addr().Is6() {
+			return pr, true
+		}
+	}
+	return netip.Prefix{}, false
 }
 
 // Needs reports whether rules need a network at all: a sandbox whose egress is denied and which
@@ -154,8 +175,9 @@ func parseList(name string, entries []string, domains *[]string) ([]netip.Prefix
 	return out, nil
 }
 
-// parseDestination reads one rule: an IPv4 CIDR in canonical form, an IPv4 address (a /32), or a
-// domain name (isAddr false).
+// parseDestination reads one rule: a CIDR in canonical form, an address (a /32 or /128), or a domain
+// name (isAddr false). An IPv6 one is written as Go (and RFC 5952) writes it: lower case, zeros
+// compressed, no zone, no IPv4-mapped form.
 func parseDestination(s string) (pr netip.Prefix, isAddr bool, err error) {
 	if s == "" {
 		return pr, false, fmt.Errorf("empty")
@@ -172,10 +194,14 @@ func parseDestination(s string) (pr netip.Prefix, isAddr bool, err error) {
 		switch {
 		case err != nil:
 			return pr, false, err
-		case !pr.Addr().Is4():
-			return pr, false, fmt.Errorf("only IPv4: a sandbox has no IPv6")
+		case pr.Addr().Is4In6():
+			return pr, false, fmt.Errorf("an IPv4-mapped address: write it as IPv4")
+		case pr.Addr().Zone() != "":
+			return pr, false, fmt.Errorf("a zone has no place in a rule")
 		case pr.Masked() != pr:
 			return pr, false, fmt.Errorf("host bits set: %s is the network", pr.Masked())
+		case pr.Addr().Is6() && s != canonical(pr, strings.Contains(s, "/")):
+			return pr, false, fmt.Errorf("not in canonical form: write %s", canonical(pr, strings.Contains(s, "/")))
 		}
 		return pr, true, nil
 	}
@@ -183,6 +209,14 @@ func parseDestination(s string) (pr netip.Prefix, isAddr bool, err error) {
 		return pr, false, err
 	}
 	return pr, false, nil
+}
+
+// canonical is how a rule for pr is written: as a prefix, or as an address when it was one.
+func canonical(pr netip.Prefix, asPrefix bool) string {
+	if asPrefix {
+		return pr.String()
+	}
+	return pr.Addr().String()
 }
 
 func startsWithDigitDot(s string) bool {

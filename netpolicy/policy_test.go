@@ -38,12 +38,40 @@ func TestParse(t *testing.T) {
 	}
 	long := strings.Repeat("a", 64) + ".example"
 	many, _ := json.Marshal(map[string]any{"allow": slices.Repeat([]string{"10.0.0.0/8"}, maxRules+1)})
-	for _, bad := range []string{`{"egress":"maybe"}`, `{"allow":["10.0.0.1/8"]}`, `{"allow":["::/0"]}`, `{"deny":["::1"]}`,
+	for _, bad := range []string{`{"egress":"maybe"}`, `{"allow":["10.0.0.1/8"]}`, `{"allow":["2001:DB8::/32"]}`, `{"deny":["2001:db8::1/32"]}`,
+		`{"allow":["2001:0db8::1"]}`, `{"allow":["2001:db8:0:0::/64"]}`, `{"allow":["::ffff:192.0.2.1"]}`, `{"allow":["::ffff:0:0/96"]}`,
+		`{"allow":["fe80::1%eth0"]}`, `{"allow":["2001:db8::/129"]}`, `{"allow":["2001:db8:::1"]}`,
 		`{"allow":[""]}`, `{"allow":["Example.com"]}`, `{"allow":["localhost"]}`, `{"allow":["a..b"]}`, `{"allow":["-a.b"]}`,
 		`{"allow":["*.*.b.c"]}`, `{"allow":["a.b/33"]}`, `{"allow":["1.2.3"]}`, `{"allow":["` + long + `"]}`, `{"allow":["a_b.c"]}`,
 		`{"allow":"10.0.0.0/8"}`, `{"other":1}`, `[]`, `{`, string(many)} {
 		if _, err := Parse(json.RawMessage(bad), EgressDeny); !errors.Is(err, sandbox.ErrInvalidRequest) {
 			t.Errorf("%s: %v, want ErrInvalidRequest", bad, err)
+		}
+	}
+}
+
+// TestParseIPv6: a well-formed IPv6 rule is a rule, not a bad request; whether the provider can keep
+// an allow rule for IPv6 is its to say (AllowsIPv6), and a deny rule needs nothing of it.
+func TestParseIPv6(t *testing.T) {
+	r, err := Parse(json.RawMessage(`{"allow":["203.0.113.0/24","2001:db8::/32","2001:db8:1::7","::/0"],"deny":["2001:db8:5::/48","fd00:ec2::254"]}`), EgressDeny)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(r.Allow, []netip.Prefix{netip.MustParsePrefix("203.0.113.0/24"), netip.MustParsePrefix("2001:db8::/32"),
+		netip.MustParsePrefix("2001:db8:1::7/128"), netip.MustParsePrefix("::/0")}) ||
+		!slices.Equal(r.Deny, []netip.Prefix{netip.MustParsePrefix("2001:db8:5::/48"), netip.MustParsePrefix("fd00:ec2::254/128")}) {
+		t.Errorf("rules %+v", r)
+	}
+	if pr, ok := r.AllowsIPv6(); !ok || pr.String() != "2001:db8::/32" {
+		t.Errorf("AllowsIPv6: %v %v", pr, ok)
+	}
+	for _, raw := range []string{`{"egress":"allow","deny":["::/0","2001:db8::1"]}`, `{"allow":["203.0.113.0/24"]}`, `{}`} {
+		r, err := Parse(json.RawMessage(raw), EgressDeny)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if pr, ok := r.AllowsIPv6(); ok {
+			t.Errorf("%s allows IPv6: %v", raw, pr)
 		}
 	}
 }
@@ -80,7 +108,8 @@ func TestName(t *testing.T) {
 
 func TestExplicit(t *testing.T) {
 	for s, want := range map[string]bool{"169.254.169.254/32": true, "169.254.0.0/16": true, "169.254.1.0/24": true,
-		"169.0.0.0/8": false, "0.0.0.0/0": false, "10.0.0.5/32": true, "10.0.0.0/8": false} {
+		"169.0.0.0/8": false, "0.0.0.0/0": false, "10.0.0.5/32": true, "10.0.0.0/8": false,
+		"fe80::/10": true, "fe80::/64": true, "fe80::/9": false, "::/0": false, "2001:db8::1/128": true, "2001:db8::/32": false} {
 		if got := Explicit(netip.MustParsePrefix(s)); got != want {
 			t.Errorf("%s: %v", s, got)
 		}
@@ -88,7 +117,7 @@ func TestExplicit(t *testing.T) {
 }
 
 func TestPolicyRoundTrip(t *testing.T) {
-	raw := `{"egress":"allow","allow":["203.0.113.0/24","pypi.org"],"deny":["198.51.100.7/32","*.bad.example"]}`
+	raw := `{"egress":"allow","allow":["203.0.113.0/24","2001:db8::/32","pypi.org"],"deny":["198.51.100.7/32","2001:db8::7/128","*.bad.example"]}`
 	r, err := Parse(json.RawMessage(raw), EgressDeny)
 	if err != nil {
 		t.Fatal(err)
@@ -101,7 +130,7 @@ func TestPolicyRoundTrip(t *testing.T) {
 
 // FuzzParse: any input is a policy whose written form reads back the same, or ErrInvalidRequest.
 func FuzzParse(f *testing.F) {
-	for _, s := range []string{`{"egress":"allow"}`, `{"allow":["203.0.113.0/24","*.example.com"],"deny":["a.b"]}`, `{"allow":["1.2.3.4"]}`, `null`} {
+	for _, s := range []string{`{"egress":"allow"}`, `{"allow":["203.0.113.0/24","*.example.com"],"deny":["a.b"]}`, `{"allow":["1.2.3.4"]}`, `{"deny":["2001:db8::1","fe80::/10"]}`, `null`} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, raw string) {

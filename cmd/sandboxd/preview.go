@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"crypto/rand"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -21,8 +22,11 @@ import (
 type PortFlags struct {
 	PreviewListen   string        // address of the preview listener; empty: no preview URLs
 	PreviewDomain   string        // host names {port}-{id}.{domain} are routed; empty: the path form only
+	PreviewTLSCert  string        // PEM certificate chain of the preview listener; with PreviewTLSKey, HTTPS
+	PreviewTLSKey   string        // PEM private key of PreviewTLSCert
 	ResponseTimeout time.Duration // how long a sandbox's server may take to answer a proxied request's headers
 
+	cert     *previewCert // nil: plain http
 	server   *http.Server
 	listener net.Listener
 	served   chan error
@@ -31,6 +35,8 @@ type PortFlags struct {
 func (p *PortFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&p.PreviewListen, "preview-listen", p.PreviewListen, "address of the preview URL listener, which serves sandboxes' ports to holders of preview tokens (empty: off)")
 	fs.StringVar(&p.PreviewDomain, "preview-domain", p.PreviewDomain, "domain whose host names {port}-{sandboxId}.DOMAIN the preview listener routes (empty: only its path form /p/{sandboxId}/{port}/)")
+	fs.StringVar(&p.PreviewTLSCert, "preview-tls-cert", p.PreviewTLSCert, "PEM certificate (chain) the preview listener serves HTTPS with, read again when it changes and on SIGHUP; needs --preview-tls-key")
+	fs.StringVar(&p.PreviewTLSKey, "preview-tls-key", p.PreviewTLSKey, "PEM private key of --preview-tls-cert")
 	fs.DurationVar(&p.ResponseTimeout, "port-response-timeout", httpapi.DefaultPortResponseTimeout, "how long a sandbox's server may take to answer the headers of a request passed on to one of its ports")
 }
 
@@ -53,6 +59,26 @@ func (p *PortFlags) check() error {
 			return fmt.Errorf("--preview-listen %q: %v", p.PreviewListen, err)
 		}
 	}
+	if (p.PreviewTLSCert == "") != (p.PreviewTLSKey == "") {
+		return errors.New("--preview-tls-cert and --preview-tls-key go together")
+	}
+	if p.PreviewTLSCert != "" && p.PreviewListen == "" {
+		return errors.New("--preview-tls-cert needs --preview-listen")
+	}
+	return nil
+}
+
+// loadTLS reads the preview listener's certificate and key, when set, so that a bad pair stops the
+// daemon before anything starts; they are read again on SIGHUP and whenever either file changes.
+func (p *PortFlags) loadTLS(log *slog.Logger) error {
+	if p.PreviewTLSCert == "" {
+		return nil
+	}
+	c, err := openPreviewCert(p.PreviewTLSCert, p.PreviewTLSKey, p.PreviewDomain, log)
+	if err != nil {
+		return err
+	}
+	p.cert = c
 	return nil
 }
 
@@ -72,7 +98,7 @@ func (p *PortFlags) open(dataDir string) (*httpapi.PreviewConfig, error) {
 		return nil, fmt.Errorf("--preview-listen: %w", err)
 	}
 	p.listener = ln
-	return &httpapi.PreviewConfig{Secret: secret, Addr: ln.Addr().String(), Domain: p.PreviewDomain}, nil
+	return &httpapi.PreviewConfig{Secret: secret, Addr: ln.Addr().String(), Domain: p.PreviewDomain, TLS: p.cert != nil}, nil
 }
 
 // serve serves the previews of api on the listener open made.
@@ -83,7 +109,14 @@ func (p *PortFlags) serve(api *httpapi.Server, readHeader, idle time.Duration, h
 	p.server = &http.Server{Handler: api.PreviewHandler(), ReadHeaderTimeout: readHeader, IdleTimeout: idle,
 		ErrorLog: slog.NewLogLogger(h, slog.LevelWarn)}
 	p.served = make(chan error, 1)
-	go func() { p.served <- p.server.Serve(p.listener) }()
+	if p.cert == nil {
+		go func() { p.served <- p.server.Serve(p.listener) }()
+		return
+	}
+	// HTTP/1.1 only (an empty TLSNextProto): a WebSocket is passed on as over plain http.
+	p.server.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: p.cert.get}
+	p.server.TLSNextProto = map[string]func(*http.Server, *tls.Conn, http.Handler){}
+	go func() { p.served <- p.server.ServeTLS(p.listener, "", "") }()
 }
 
 // PreviewAddr is the address of the preview listener, once Run has returned; empty when off.
@@ -96,6 +129,10 @@ func (m *Main) PreviewAddr() string {
 
 // close stops the preview listener within ctx.
 func (p *PortFlags) close(ctx context.Context) error {
+	if p.cert != nil {
+		p.cert.stop()
+		p.cert = nil
+	}
 	if p.server == nil {
 		if p.listener != nil {
 			p.listener.Close()

@@ -262,6 +262,9 @@ func (m *Main) Run(ctx context.Context) error {
 		return err
 	}
 	m.stopAuth = stopAuth
+	if err := m.Ports.loadTLS(m.log); err != nil {
+		return err
+	}
 	if err := makeDataDir(m.DataDir); err != nil {
 		return fmt.Errorf("data dir: %w", err)
 	}

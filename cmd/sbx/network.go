@@ -35,8 +35,9 @@ func (a *app) networkCmd() *cobra.Command {
 	set := &cobra.Command{
 		Use:   "set ID",
 		Short: "Replace a running sandbox's network policy, for every new connection",
-		Long: "Replace the policy: egress (deny or allow) for what no rule names, and the rules, IPv4 CIDRs,\n" +
-			"addresses or names (\"*.example.com\" for its subdomains). Deny beats allow.",
+		Long: "Replace the policy: egress (deny or allow) for what no rule names, and the rules, CIDRs,\n" +
+			"addresses or names (\"*.example.com\" for its subdomains). Deny beats allow. An IPv6 allow rule is\n" +
+			"refused (422) where sandboxes have no IPv6.",
 		Example: "  sbx network set sbx_abc --egress deny --allow pypi.org --allow '*.pythonhosted.org'\n" +
 			"  sbx network set sbx_abc --egress allow --deny 203.0.113.0/24",
 		Args:              exactArgs(1, "a sandbox id"),

@@ -59,6 +59,9 @@ func (p *Provider) rulesOf(raw json.RawMessage) (netpolicy.Rules, error) {
 		return rules, fmt.Errorf("%s: rules by name (%v): the kubernetes provider keeps CIDR rules only: %w",
 			netpolicy.ExtensionKey, append(rules.AllowNames, rules.DenyNames...), sandbox.ErrUnsupportedCapability)
 	}
+	if pr, ok := rules.AllowsIPv6(); ok {
+		return rules, fmt.Errorf("%s: allow rule %s: the kubernetes provider writes IPv4 blocks only: %w", netpolicy.ExtensionKey, pr, sandbox.ErrUnsupportedCapability)
+	}
 	if !p.cfg.NetworkPolicy && rules.Needs() {
 		return rules, fmt.Errorf("%s: this provider makes no NetworkPolicy (--network-policy) and cannot limit egress: %w",
 			netpolicy.ExtensionKey, sandbox.ErrUnsupportedCapability)

@@ -57,6 +57,8 @@ func TestEgressPeers(t *testing.T) {
 		{`{"allow":["0.0.0.0/0","169.254.169.254/32"]}`,
 			[]string{"0.0.0.0/0 except 0.0.0.0/8,127.0.0.0/8,169.254.0.0/16,224.0.0.0/3", "169.254.169.254/32"}},
 		{`{"allow":["169.0.0.0/8"]}`, []string{"169.0.0.0/8 except 169.254.0.0/16"}},
+		// An IPv6 deny rule writes nothing: no IPv6 block is written, so IPv6 is denied anyway.
+		{`{"egress":"allow","deny":["2001:db8::/32"]}`, []string{"0.0.0.0/0 except 0.0.0.0/8,127.0.0.0/8,169.254.0.0/16,224.0.0.0/3"}},
 		{`{"allow":["127.0.0.1","224.0.0.1","0.0.0.0/8"]}`, []string{}},
 		{`{"allow":["169.254.0.0/16"]}`, []string{"169.254.0.0/16"}},
 	} {
@@ -66,7 +68,8 @@ func TestEgressPeers(t *testing.T) {
 	}
 }
 
-// TestValidateSpec: rules by name are 422, never a silent allow; a malformed policy is 400; a policy
+// TestValidateSpec: rules by name are 422, never a silent allow, and so are IPv6 allow rules; a
+// malformed policy is 400; a policy
 // that lets anything out is 422 on a provider that makes no NetworkPolicy; mount paths the Pod
 // uses itself are 400.
 func TestValidateSpec(t *testing.T) {
@@ -88,6 +91,10 @@ func TestValidateSpec(t *testing.T) {
 		{withPolicy, net(`{"egress":"allow","deny":["*.example.com"]}`), sandbox.ErrUnsupportedCapability},
 		{withPolicy, net(`{"allow":["10.1.2.3/8"]}`), sandbox.ErrInvalidRequest},
 		{withPolicy, net(`{"egress":"sometimes"}`), sandbox.ErrInvalidRequest},
+		// IPv6: well-formed, an allow rule is a capability this provider lacks; a deny rule holds anyway.
+		{withPolicy, net(`{"allow":["2001:db8::/32"]}`), sandbox.ErrUnsupportedCapability},
+		{withPolicy, net(`{"egress":"allow","deny":["2001:db8::/32","10.0.0.0/8"]}`), nil},
+		{withPolicy, net(`{"allow":["2001:DB8::/32"]}`), sandbox.ErrInvalidRequest},
 		{without, net(`{"egress":"deny"}`), nil},
 		{without, net(`{"allow":["10.0.0.0/8"]}`), sandbox.ErrUnsupportedCapability},
 		{without, spec(sandbox.VolumesKey, `[{"name":"v","mountPath":"/data"},{"name":"w","mountPath":"/workspace/w"}]`), nil},

@@ -225,7 +225,8 @@ func (p *Provider) closeNetwork() error {
 
 // networkRules are the checked policy of spec, with the daemon's default for what it leaves out.
 // Errors: ErrInvalidRequest for a malformed policy, ErrUnsupportedCapability for one this provider
-// cannot enforce (names, until the sandboxes have a resolver; any network on a provider without one).
+// cannot enforce (names, until the sandboxes have a resolver; any network on a provider without one;
+// an IPv6 destination allowed, as sandboxes have no IPv6).
 func (p *Provider) networkRules(spec sandbox.Spec) (netpolicy.Rules, error) {
 	rules, err := netpolicy.Parse(spec.Extensions[netpolicy.ExtensionKey], p.defaultEgress())
 	if err != nil {
@@ -233,6 +234,9 @@ func (p *Provider) networkRules(spec sandbox.Spec) (netpolicy.Rules, error) {
 	}
 	if rules.Needs() && p.net == nil {
 		return rules, fmt.Errorf("%s: this provider runs sandboxes on loopback only: %w", netpolicy.ExtensionKey, sandbox.ErrUnsupportedCapability)
+	}
+	if pr, ok := rules.AllowsIPv6(); ok {
+		return rules, fmt.Errorf("%s: allow rule %s: this provider gives its sandboxes no IPv6 (IPv4 only): %w", netpolicy.ExtensionKey, pr, sandbox.ErrUnsupportedCapability)
 	}
 	if names := slices.Concat(rules.AllowNames, rules.DenyNames); len(names) > 0 && (p.net == nil || p.net.dns == nil) {
 		return rules, fmt.Errorf("%s: rules by name (%s) need the sandboxes' resolver, which is not running: %w", netpolicy.ExtensionKey, names[0], sandbox.ErrUnsupportedCapability)

@@ -14,9 +14,10 @@ export const NETWORK_KEY = "sandboxd.network";
 /**
  * An egress policy, given to {@link Sandbox.create} as `{ network: { egress: "deny", allow: [...] } }`
  * and to {@link Sandbox.setNetwork}. `egress` is what a destination no rule names gets (left out: the
- * daemon's default, deny unless it is told otherwise); `allow` and `deny` are IPv4 CIDRs in canonical
- * form (`"203.0.113.0/24"`), addresses, or names (`"pypi.org"`, `"*.example.com"`, where the provider
- * resolves names for its sandboxes), at most 256 each. Deny beats allow. Whatever the policy says, a
+ * daemon's default, deny unless it is told otherwise); `allow` and `deny` are CIDRs in canonical
+ * form (`"203.0.113.0/24"`, `"2001:db8::/32"`: an IPv6 allow rule is 422 where sandboxes have no
+ * IPv6), addresses, or names (`"pypi.org"`, `"*.example.com"`, where the provider resolves names for
+ * its sandboxes), at most 256 each. Deny beats allow. Whatever the policy says, a
  * sandbox never reaches another one, and reaches the host or a link-local address only through an allow
  * rule naming it; one whose egress is denied and which allows nothing has loopback only.
  */

@@ -864,9 +864,11 @@ export interface components {
              *     daemon is told otherwise), with no rules. Deny beats allow. Whatever the policy says, the sandbox
              *     never reaches another sandbox, and it reaches the host (its addresses, the daemon) or a
              *     link-local address (169.254.0.0/16, cloud metadata) only through an allow rule that names it:
-             *     one address, or a range inside 169.254.0.0/16. IPv6 is denied. A sandbox whose egress is
-             *     denied and which allows nothing has loopback only. Rules are IPv4 CIDRs in canonical form
-             *     ("203.0.113.0/24") or addresses ("203.0.113.7"), at most 256 in each list; a rule that is a name ("pypi.org",
+             *     one address, or a range inside 169.254.0.0/16. IPv6 is denied unless the provider gives its
+             *     sandboxes IPv6; where it does not, an allow rule for an IPv6 destination is refused with 422
+             *     unsupported_capability and an IPv6 deny rule is kept. A sandbox whose egress is denied and which
+             *     allows nothing has loopback only. Rules are CIDRs in canonical form ("203.0.113.0/24",
+             *     "2001:db8::/32") or addresses ("203.0.113.7", "2001:db8::7"), at most 256 in each list; a rule that is a name ("pypi.org",
              *     "*.example.com") is refused with 422 unsupported_capability by a provider that does not
              *     resolve names for its sandboxes.
              */

@@ -44,9 +44,10 @@ def _strs(d: Mapping[str, Any], key: str, what: str) -> Optional[Tuple[str, ...]
 @dataclass(frozen=True)
 class NetworkPolicy:
     """An egress policy: ``egress`` is what a destination no rule names gets (None: the daemon's
-    default, deny unless it is told otherwise); ``allow`` and ``deny`` are IPv4 CIDRs in canonical form
-    (``"203.0.113.0/24"``), addresses, or names (``"pypi.org"``, ``"*.example.com"``, where the provider
-    resolves names for its sandboxes), at most 256 each. Deny beats allow."""
+    default, deny unless it is told otherwise); ``allow`` and ``deny`` are CIDRs in canonical form
+    (``"203.0.113.0/24"``, ``"2001:db8::/32"``: an IPv6 allow rule is 422 where sandboxes have no
+    IPv6), addresses, or names (``"pypi.org"``, ``"*.example.com"``, where the provider resolves names
+    for its sandboxes), at most 256 each. Deny beats allow."""
 
     schema: ClassVar[str] = "extensions.yaml#/components/schemas/SpecExtensions/properties/sandboxd.network"
 
