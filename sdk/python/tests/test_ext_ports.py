@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import time
 import urllib.error
 import urllib.request
 from typing import Any, Iterator, List, Optional
@@ -83,12 +84,15 @@ BIG = 64 << 20
 @pytest.fixture(scope="module")
 def served(daemon: Daemon) -> Iterator[str]:
     """(oci) The id of a sandbox whose port 8000 serves the Go tests' portserver.py: / says hello,
-    /big?n=N sends N bytes "x", POST /echo answers its body."""
+    /big?n=N sends N bytes "x", POST /echo answers its body; and whose port 8001 sends as many bytes as
+    the decimal number a connection sends asks, then closes."""
     with sandboxd.Client(daemon.url, daemon.token) as c:
         with c.create_sandbox() as sb:
             sb.files.write("/workspace/portserver.py", PORTSERVER)
             sb.start_process(["python3", "/workspace/portserver.py", "http", "8000"])
+            sb.start_process(["python3", "/workspace/portserver.py", "zeros", "8001"])
             sb.run(["python3", "-c", WAIT], check=True)
+            sb.run(["python3", "-c", WAIT.replace("8000", "8001")], check=True)
             yield sb.id
 
 
@@ -129,11 +133,39 @@ def test_dial_port(api: Any, request: pytest.FixtureRequest) -> None:
         assert got.count(b"HTTP/1.1 200") == 2 and got.index(b"hello from /rt0") < got.index(b"hello from /rt1")
     with pytest.raises(sandboxd.ConnectionFailed):
         conn.write(b"after the close")
-    with pytest.raises(sandboxd.PortUnreachable) as e:  # nothing listens there: refused before the upgrade
+    with pytest.raises(sandboxd.PortUnreachable) as pe:  # nothing listens there: refused before the upgrade
         api.dial_port(sid, 8099)
-    assert e.value.status == 502 and e.value.code == "port_unreachable"
+    assert pe.value.status == 502 and pe.value.code == "port_unreachable"
     with pytest.raises(sandboxd.NotFound):
         api.dial_port("sbx_nonexistent", 8000)
+
+
+def test_a_sender_that_never_stops_meets_a_bounded_buffer(client: sandboxd.Client, request: pytest.FixtureRequest) -> None:
+    # What the sandbox sends while nobody reads is held up to the connection's buffer, then waits in
+    # the daemon and the sandbox (TCP's backpressure); read later, nothing is lost.
+    if PROVIDER == "host":
+        with client.create_sandbox() as sb, pytest.raises(sandboxd.UnsupportedCapability):
+            sb.dial_port(8001)
+        return
+    from sandboxd.relay import BUFFER, FRAME
+
+    sid = request.getfixturevalue("served")
+    with client.dial_port(sid, 8001) as conn:
+        conn.write(f"{BIG}\n".encode())
+        deadline = time.monotonic() + 60
+        while conn._held < BUFFER and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert conn._held >= BUFFER, "the buffer never filled"
+        time.sleep(0.5)  # the sender goes on; the connection does not take more
+        assert conn._held < BUFFER + FRAME
+        n = 0
+        while True:
+            b = conn.read(1 << 20)
+            if not b:
+                break
+            assert b.count(b"x") == len(b)
+            n += len(b)
+        assert n == BIG
 
 
 def test_forward_port(client: sandboxd.Client, request: pytest.FixtureRequest) -> None:
