@@ -153,11 +153,11 @@ def test_a_sender_that_never_stops_meets_a_bounded_buffer(client: sandboxd.Clien
     with client.dial_port(sid, 8001) as conn:
         conn.write(f"{BIG}\n".encode())
         deadline = time.monotonic() + 60
-        while conn._held < BUFFER and time.monotonic() < deadline:
+        while conn._in.held < BUFFER and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert conn._held >= BUFFER, "the buffer never filled"
+        assert conn._in.held >= BUFFER, "the buffer never filled"
         time.sleep(0.5)  # the sender goes on; the connection does not take more
-        assert conn._held < BUFFER + FRAME
+        assert conn._in.held < BUFFER + FRAME
         n = 0
         while True:
             b = conn.read(1 << 20)

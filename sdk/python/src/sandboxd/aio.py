@@ -66,7 +66,6 @@ from ._transport import (
     observe,
     parse_base,
     resolve_token,
-    should_retry,
 )
 from .client import sandbox_id_of
 from .errors import (
@@ -277,12 +276,7 @@ class AsyncClient:
             try:
                 return await self._image_stream(req, progress, deadline, read_timeout)
             except (Unsent, Lost, SandboxdError) as e:
-                if time.monotonic() >= deadline:
-                    raise ConnectionFailed(f"{req.operation}: not done within {timeout:g}s") from None
-                if not should_retry(req, attempt, self._backoff, e):
-                    if isinstance(e, SandboxdError):
-                        raise
-                    raise ImageStream(req.operation).lost(e) from None
+                ImageStream.retry(req, attempt, self._backoff, e, deadline, timeout)
             await asyncio.sleep(self._backoff.delay(attempt))
 
     async def _image_stream(self, req: Request, progress: ProgressCallback, deadline: float, read_timeout: float) -> ImageInfo:

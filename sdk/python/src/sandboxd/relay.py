@@ -112,6 +112,96 @@ def _not_upgraded(req: Request, status: int, ctype: str, body: bytes) -> Sandbox
     return UnexpectedResponse(f"{req.method} {req.path}: answer {status}, want 101", status=status)
 
 
+class _Receiver:
+    """The half of a port connection that reads, without I/O: the daemon's bytes in, the bytes of its
+    binary messages out, pings answered through pong; then the end of the relay, its error (None for a
+    close with 1000) and the close frame to answer with (``reply``)."""
+
+    def __init__(self, what: str, max_message: int, pong: Callable[[bytes], None]) -> None:
+        self.what = what
+        self._dec = Decoder(max_message)
+        self._pong = pong
+        self.ended = False
+        self.error: Optional[SandboxdError] = None
+        self.reply: Optional[Tuple[int, str]] = None
+
+    def feed(self, data: bytes) -> List[bytes]:
+        """The bytes of the messages data completes, also when the relay ends with them."""
+        out: List[bytes] = []
+        try:
+            for m in self._dec.feed(data):
+                b = _on_message(m, self.what, self._pong)
+                if b:
+                    out.append(b)
+            if self._dec.error is not None:
+                raise self._dec.error
+        except _Ended as e:
+            self._end(e.error, (NORMAL if e.error is None else GOING_AWAY, ""))
+        except WebSocketError as e:
+            self._end(UnexpectedResponse(f"{self.what}: {e}"), (e.code, str(e)))
+        return out
+
+    def eof(self) -> None:
+        """The connection ended (without a close frame: the relay broke)."""
+        try:
+            self._dec.eof()
+            self.fail("the connection ended without a close frame")
+        except WebSocketError as e:
+            self._end(UnexpectedResponse(f"{self.what}: {e}"), None)
+
+    def silent(self, seconds: float) -> None:
+        self.fail(f"nothing from the daemon, not even a ping, within {seconds:g}s")
+
+    def fail(self, why: object) -> None:
+        self._end(ConnectionFailed(f"{self.what}: {why}"), None)
+
+    def _end(self, err: Optional[SandboxdError], reply: Optional[Tuple[int, str]]) -> None:
+        if not self.ended:
+            self.ended, self.error, self.reply = True, err, reply
+
+
+class _Inbox:
+    """What came from the sandbox's side and was not read yet, and how the relay ended."""
+
+    def __init__(self, what: str) -> None:
+        self.what = what
+        self.chunks: Deque[bytes] = collections.deque()
+        self.held = 0
+        self.eof = False
+        self.error: Optional[SandboxdError] = None
+
+    def take(self, max_bytes: int, closed: bool) -> Optional[bytes]:
+        """Up to max_bytes held; b"" at a clean end; None when nothing is held yet. Raises the relay's
+        error once what came before it was taken, ConnectionFailed when closed."""
+        if not self.chunks:
+            if closed:
+                raise ConnectionFailed(f"{self.what}: the connection is closed")
+            if self.eof:
+                if self.error is not None:
+                    raise self.error
+                return b""
+            return None
+        c = self.chunks[0]
+        if len(c) <= max_bytes:
+            self.chunks.popleft()
+        else:
+            self.chunks[0] = c[max_bytes:]
+            c = c[:max_bytes]
+        self.held -= len(c)
+        return c
+
+    def put(self, b: bytes) -> None:
+        self.chunks.append(b)
+        self.held += len(b)
+
+    def writable(self, closed: bool, close_sent: bool) -> None:
+        """Raises ConnectionFailed unless the connection can still send."""
+        if closed or close_sent:
+            raise ConnectionFailed(f"{self.what}: the connection is closed")
+        if self.eof:
+            raise self.error or ConnectionFailed(f"{self.what}: the sandbox's side has closed the connection")
+
+
 # --- synchronous ---
 
 
@@ -123,24 +213,22 @@ class PortConnection:
     and holds up to 4 MiB of what arrived for :meth:`read`. The daemon sends what the sandbox's side
     sent and then closes: :meth:`read` returns those bytes, then ``b""``. A relay that ends otherwise
     (the port's connection failed, the daemon stopped, nothing came for ``read_timeout`` seconds, not
-    even a ping) makes :meth:`read` raise ConnectionFailed once the bytes before are read.
+    even a ping) makes :meth:`read` raise ConnectionFailed once the bytes before are read. Close it (or
+    use it as a context manager): until then its thread keeps it open.
     """
 
     def __init__(self, sock: socket.socket, leftover: bytes, what: str, read_timeout: float, max_message: int) -> None:
         self._sock = sock
         self._what = what
-        self._dec = Decoder(max_message)
+        self._rx = _Receiver(what, max_message, self._pong)
+        self._in = _Inbox(what)
         self._cond = threading.Condition()
-        self._chunks: Deque[bytes] = collections.deque()
-        self._held = 0
-        self._eof = False
-        self._error: Optional[SandboxdError] = None
         self._send_lock = threading.Lock()
         self._close_sent = False
         self._closed = False
         self._timeout: Optional[float] = None
         sock.settimeout(read_timeout)
-        self._thread = threading.Thread(target=self._run, args=(leftover,), name=f"sandboxd relay {what}", daemon=True)
+        self._thread = threading.Thread(target=self._run, args=(leftover, read_timeout), name=f"sandboxd relay {what}", daemon=True)
         self._thread.start()
 
     def __repr__(self) -> str:
@@ -166,26 +254,15 @@ class PortConnection:
             return b""
         deadline = None if self._timeout is None else time.monotonic() + self._timeout
         with self._cond:
-            while not self._chunks:
-                if self._closed:
-                    raise ConnectionFailed(f"{self._what}: the connection is closed")
-                if self._eof:
-                    if self._error is not None:
-                        raise self._error
-                    return b""
+            while True:
+                c = self._in.take(max_bytes, self._closed)
+                if c is not None:
+                    self._cond.notify_all()
+                    return c
                 left = None if deadline is None else deadline - time.monotonic()
                 if left is not None and left <= 0:
                     raise socket.timeout(f"{self._what}: nothing to read within {self._timeout:g}s")
                 self._cond.wait(left)
-            c = self._chunks[0]
-            if len(c) <= max_bytes:
-                self._chunks.popleft()
-            else:
-                self._chunks[0] = c[max_bytes:]
-                c = c[:max_bytes]
-            self._held -= len(c)
-            self._cond.notify_all()
-            return c
 
     recv = read
 
@@ -193,10 +270,7 @@ class PortConnection:
         """Sends all of data to the sandbox's side (in messages of at most 256 KiB) and returns its
         length. Raises ConnectionFailed once the connection is closed or the relay broke."""
         view = memoryview(data).cast("B")
-        if self._closed or self._close_sent:
-            raise ConnectionFailed(f"{self._what}: the connection is closed")
-        if self._eof:
-            raise self._error or ConnectionFailed(f"{self._what}: the sandbox's side has closed the connection")
+        self._in.writable(self._closed, self._close_sent)
         for i in range(0, len(view), FRAME):
             self._send(BINARY, bytes(view[i : i + FRAME]))
         return len(view)
@@ -242,57 +316,41 @@ class PortConnection:
     def _pong(self, payload: bytes) -> None:
         self._send(PONG, payload)
 
-    def _run(self, data: bytes) -> None:
-        err: Optional[SandboxdError] = None
+    def _run(self, data: bytes, read_timeout: float) -> None:
+        rx = self._rx
         try:
             while True:
-                for m in self._dec.feed(data):
-                    b = _on_message(m, self._what, self._pong)
-                    if b:
+                if data:
+                    for b in rx.feed(data):
                         self._hold(b)
-                if self._dec.error is not None:
-                    raise self._dec.error
+                if rx.ended:
+                    break
+                data = b""
                 try:
                     data = self._sock.recv(65536)
                 except socket.timeout:
-                    err = ConnectionFailed(f"{self._what}: nothing from the daemon, not even a ping, within {self._sock.gettimeout():g}s")
-                    break
+                    rx.silent(read_timeout)
                 except OSError as e:
-                    err = ConnectionFailed(f"{self._what}: {e}")
-                    break
-                if not data:
-                    self._dec.eof()
-                    err = ConnectionFailed(f"{self._what}: the connection ended without a close frame")
-                    break
-        except _Ended as e:
-            err = e.error
-            try:
-                self._send(CLOSE, close_payload(NORMAL if err is None else GOING_AWAY))
-            except ConnectionFailed:
-                pass
-        except WebSocketError as e:
-            err = UnexpectedResponse(f"{self._what}: {e}")
-            try:
-                self._send(CLOSE, close_payload(e.code, str(e)))
-            except ConnectionFailed:
-                pass
+                    rx.fail(e)
+                else:
+                    if not data:
+                        rx.eof()
+            if rx.reply is not None:
+                self._send(CLOSE, close_payload(*rx.reply))
         except ConnectionFailed as e:
-            err = e
+            rx.fail(e)
         with self._cond:
-            self._eof = True
-            self._error = err
+            self._in.eof, self._in.error = True, rx.error
             self._cond.notify_all()
         self._shut()
 
     def _hold(self, b: bytes) -> None:
         with self._cond:
-            while self._held >= BUFFER and not self._closed:
+            while self._in.held >= BUFFER and not self._closed:
                 self._cond.wait()
-            if self._closed:
-                return
-            self._chunks.append(b)
-            self._held += len(b)
-            self._cond.notify_all()
+            if not self._closed:
+                self._in.put(b)
+                self._cond.notify_all()
 
     def _shut(self) -> None:
         try:
@@ -482,23 +540,20 @@ class AsyncPortConnection:
     Bound a read with ``asyncio.wait_for``."""
 
     def __init__(
-        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, leftover: bytes, what: str,
-        read_timeout: float, max_message: int,
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, what: str, read_timeout: float,
+        max_message: int,
     ) -> None:  # fmt: skip
         self._r = reader
         self._w = writer
         self._what = what
         self._read_timeout = read_timeout
-        self._dec = Decoder(max_message)
+        self._rx = _Receiver(what, max_message, self._pong)
+        self._in = _Inbox(what)
         self._cond = asyncio.Condition()
-        self._chunks: Deque[bytes] = collections.deque()
-        self._held = 0
-        self._eof = False
-        self._error: Optional[SandboxdError] = None
         self._write_lock = asyncio.Lock()
         self._close_sent = False
         self._closed = False
-        self._task = asyncio.ensure_future(self._run(leftover))
+        self._task = asyncio.ensure_future(self._run())
 
     def __repr__(self) -> str:
         return f"AsyncPortConnection({self._what})"
@@ -512,31 +567,17 @@ class AsyncPortConnection:
         if max_bytes <= 0:
             return b""
         async with self._cond:
-            while not self._chunks:
-                if self._closed:
-                    raise ConnectionFailed(f"{self._what}: the connection is closed")
-                if self._eof:
-                    if self._error is not None:
-                        raise self._error
-                    return b""
+            while True:
+                c = self._in.take(max_bytes, self._closed)
+                if c is not None:
+                    self._cond.notify_all()
+                    return c
                 await self._cond.wait()
-            c = self._chunks[0]
-            if len(c) <= max_bytes:
-                self._chunks.popleft()
-            else:
-                self._chunks[0] = c[max_bytes:]
-                c = c[:max_bytes]
-            self._held -= len(c)
-            self._cond.notify_all()
-            return c
 
     async def write(self, data: bytes) -> int:
         """See :meth:`PortConnection.write`."""
         view = memoryview(data).cast("B")
-        if self._closed or self._close_sent:
-            raise ConnectionFailed(f"{self._what}: the connection is closed")
-        if self._eof:
-            raise self._error or ConnectionFailed(f"{self._what}: the sandbox's side has closed the connection")
+        self._in.writable(self._closed, self._close_sent)
         async with self._write_lock:
             for i in range(0, len(view), FRAME):
                 self._w.write(frame(BINARY, bytes(view[i : i + FRAME])))
@@ -580,50 +621,38 @@ class AsyncPortConnection:
         if not self._w.is_closing():
             self._w.write(frame(PONG, payload))
 
-    async def _run(self, data: bytes) -> None:
-        err: Optional[SandboxdError] = None
+    async def _run(self) -> None:
+        rx = self._rx
         try:
-            while True:
-                for m in self._dec.feed(data):
-                    b = _on_message(m, self._what, self._pong)
-                    if b:
-                        await self._hold(b)
-                if self._dec.error is not None:
-                    raise self._dec.error
+            while not rx.ended:
                 try:
                     data = await asyncio.wait_for(self._r.read(65536), self._read_timeout)
                 except asyncio.TimeoutError:
-                    err = ConnectionFailed(f"{self._what}: nothing from the daemon, not even a ping, within {self._read_timeout:g}s")
+                    rx.silent(self._read_timeout)
                     break
                 except OSError as e:
-                    err = ConnectionFailed(f"{self._what}: {e}")
+                    rx.fail(e)
                     break
                 if not data:
-                    self._dec.eof()
-                    err = ConnectionFailed(f"{self._what}: the connection ended without a close frame")
+                    rx.eof()
                     break
-        except _Ended as e:
-            err = e.error
-            self._send_close(NORMAL if err is None else GOING_AWAY)
-        except WebSocketError as e:
-            err = UnexpectedResponse(f"{self._what}: {e}")
-            self._send_close(e.code, str(e))
+                for b in rx.feed(data):
+                    await self._hold(b)
+            if rx.reply is not None:
+                self._send_close(*rx.reply)
         finally:
-            self._eof = True
-            self._error = err
+            self._in.eof, self._in.error = True, rx.error
             async with self._cond:
                 self._cond.notify_all()
             self._w.close()
 
     async def _hold(self, b: bytes) -> None:
         async with self._cond:
-            while self._held >= BUFFER and not self._closed:
+            while self._in.held >= BUFFER and not self._closed:
                 await self._cond.wait()
-            if self._closed:
-                return
-            self._chunks.append(b)
-            self._held += len(b)
-            self._cond.notify_all()
+            if not self._closed:
+                self._in.put(b)
+                self._cond.notify_all()
 
 
 async def async_dial(
@@ -664,7 +693,7 @@ async def _async_dial_once(
         raise
     if RESPONSE_HOOKS:
         observe(req.operation, 101, None)
-    return AsyncPortConnection(c.reader, c.writer, b"", what, read_timeout, max_message)
+    return AsyncPortConnection(c.reader, c.writer, what, read_timeout, max_message)
 
 
 class AsyncPortForward:

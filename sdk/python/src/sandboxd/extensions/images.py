@@ -8,11 +8,12 @@ UnsupportedCapability.
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import dataclass
 from typing import Any, Callable, ClassVar, List, Optional, Tuple
 
 from .._sse import Parser, SSEError
-from .._transport import RESPONSE_HOOKS, Request, Retry, json_body, observe, path
+from .._transport import RESPONSE_HOOKS, Backoff, Request, Retry, json_body, observe, path, should_retry
 from ..errors import ConnectionFailed, SandboxdError, UnexpectedResponse, error_from_response
 from ..types import _obj, _opt, _req, _wire
 
@@ -132,6 +133,17 @@ class ImageStream:
                 return out
             out.append(p)
         return out
+
+    @staticmethod
+    def retry(req: Request, attempt: int, backoff: Backoff, e: BaseException, deadline: float, timeout: float) -> None:
+        """Returns when the failed attempt of a streamed pull or import may be made again, else raises
+        what the caller gets: the daemon's error, the timeout, or the stream's loss."""
+        if time.monotonic() >= deadline:
+            raise ConnectionFailed(f"{req.operation}: not done within {timeout:g}s") from None
+        if not should_retry(req, attempt, backoff, e):
+            if isinstance(e, SandboxdError):
+                raise e
+            raise ImageStream(req.operation).lost(e) from None
 
     def lost(self, e: BaseException) -> ConnectionFailed:
         """The error of a stream whose connection broke or stayed silent past its read timeout."""
