@@ -414,7 +414,7 @@ class PortForward:
     ) -> None:
         self._open = open_relay
         self._on_error = on_error
-        self._ln = socket.create_server((host, local_port))
+        self._ln = socket.create_server((host, local_port), family=socket.AF_INET6 if ":" in host else socket.AF_INET)
         addr = self._ln.getsockname()
         self.address: Tuple[str, int] = (str(addr[0]), int(addr[1]))
         self.errors: List[SandboxdError] = []
