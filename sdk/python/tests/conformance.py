@@ -105,6 +105,7 @@ EXTENSION_OPERATIONS = frozenset(
         "streamProcessOutput",
         "resizeProcess",
         "createPreviewToken",
+        "relayPort",
         "putRawFile",
         "getRawFile",
         "getUploadState",
@@ -170,6 +171,10 @@ def response_pointer(operation: str, status: int) -> Optional[str]:
         return "extensions.yaml#/components/schemas/ProcessOutputEvent"  # each "output" event's data
     if operation == "watchFiles" and status == 200:
         return "extensions.yaml#/components/schemas/FileChangeEvent"  # each "change" event's data
+    if operation == "imageProgress" and status == 200:
+        return "extensions.yaml#/components/schemas/ImageProgress"  # each "progress" event's data of a pull or import
+    if operation == "imageStreamError" and status == 200:
+        return ERROR_RESPONSE  # the "error" event's data of a pull or import
     if operation not in OPERATIONS:
         return None
     name, p, m = OPERATIONS[operation]

@@ -109,6 +109,8 @@ class Blocking:
         sandboxd.AsyncEventStream,
         sandboxd.AsyncDenialStream,
         sandboxd.AsyncOutputStream,
+        sandboxd.AsyncPortConnection,
+        sandboxd.AsyncPortForward,
     )
 
     def __init__(self, target: Any, loop: asyncio.AbstractEventLoop) -> None:

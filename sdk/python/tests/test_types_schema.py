@@ -40,6 +40,7 @@ CLASSES: List[Any] = [
     x.NetworkDenialsEnd,
     x.ImageInfo,
     x.ImageList,
+    x.ImageProgress,
     x.ImageRemoved,
     x.ImagePruneResult,
     x.SnapshotInfo,

@@ -24,6 +24,7 @@ MODULES = [
     "sandboxd.extensions",
     "sandboxd.extensions.lifetime",
     "sandboxd.extensions.stats",
+    "sandboxd.relay",
 ]
 
 

@@ -45,6 +45,7 @@ from .errors import (
 from .extensions import (
     Checkpoint,
     ImageInfo,
+    ImageProgress,
     Lifetime,
     NetworkDenial,
     NetworkDenialsEnd,
@@ -63,6 +64,7 @@ from .extensions import (
     Volume,
     VolumeMount,
 )
+from .relay import AsyncPortConnection, AsyncPortForward, PortConnection, PortForward
 from .sandbox import DenialStream, Files, OutputStream, Sandbox
 from .types import (
     CommandResult,
@@ -90,6 +92,8 @@ __all__ = [
     "Client",
     "CommandFailed",
     "CommandResult",
+    "AsyncPortConnection",
+    "AsyncPortForward",
     "ConnectionFailed",
     "DenialStream",
     "Endpoint",
@@ -102,6 +106,7 @@ __all__ = [
     "GenerationConflict",
     "IdempotencyConflict",
     "ImageInfo",
+    "ImageProgress",
     "SnapshotInfo",
     "TemplateInfo",
     "TemplateVersion",
@@ -121,6 +126,8 @@ __all__ = [
     "ProcessEnd",
     "ProviderManifest",
     "ProviderProtocolError",
+    "PortConnection",
+    "PortForward",
     "PortUnreachable",
     "ProviderUnavailable",
     "PreviewToken",

@@ -173,14 +173,20 @@ class AsyncTransport:
                     raise transport_error(req, self.base, e) from e.__cause__
             await asyncio.sleep(self.backoff.delay(attempt))
 
-    async def open_stream(self, req: Request, read_timeout: float) -> AsyncStream:
+    async def open_stream(self, req: Request, read_timeout: float, *, or_json: bool = False) -> AsyncStream:
         """Opens an event stream: one attempt (the caller reconnects). Raises Unsent or Lost for a
-        transport failure, and the error the daemon answered."""
+        transport failure, and the error the daemon answered. With or_json, a 200 answer in JSON is
+        taken too: the stream returned is empty and its ``doc`` is the answer."""
         c = await self._take(self.timeout)
         try:
             head = await self._send(c, req, self.timeout)
-            if head.status != 200:
+            if head.status != 200 or (or_json and head.content_type.startswith("application/json")):
                 body, _ = await self._body(c, head, self.timeout)
+                if head.status == 200:
+                    s = AsyncStream(c, head, read_timeout)
+                    s.doc = decode(req, head.status, head.content_type, body)
+                    s.close()
+                    return s
                 check_stream(req, head.status, head.content_type, lambda: body)
             check_stream(req, head.status, head.content_type, lambda: b"")
         except BaseException:
@@ -198,11 +204,15 @@ class AsyncStream:
         self._left = head.length()
         self._timeout = read_timeout
         self._done = False
+        self.doc: Any = None  # the JSON answer taken instead of a stream (open_stream's or_json)
+
+    def set_timeout(self, seconds: float) -> None:
+        self._timeout = max(seconds, 0.001)
 
     async def read(self) -> bytes:
         """The next bytes of the body; b"" at its end. Raises Lost when the connection breaks or no byte
         arrives within the read timeout."""
-        if self._done:
+        if self._done or self.doc is not None:
             return b""
         r = self._c.reader
         if self._chunked:

@@ -225,14 +225,20 @@ class SyncTransport:
                     raise transport_error(req, self.base, e) from e.__cause__
             time.sleep(self.backoff.delay(attempt))
 
-    def open_stream(self, req: Request, read_timeout: float) -> SyncStream:
+    def open_stream(self, req: Request, read_timeout: float, *, or_json: bool = False) -> SyncStream:
         """Opens an event stream: one attempt (the caller reconnects). Raises Unsent or Lost for a
-        transport failure, and the error the daemon answered."""
+        transport failure, and the error the daemon answered. With or_json, a 200 answer in JSON is
+        taken too: the stream returned is empty and its ``doc`` is the answer."""
         c = self._take(self.timeout)
         try:
             head = self._send(c, req)
-            if head.status != 200:
+            if head.status != 200 or (or_json and head.content_type.startswith("application/json")):
                 body, _ = c.read_body(head)
+                if head.status == 200:
+                    s = SyncStream(c, head)
+                    s.doc = decode(req, head.status, head.content_type, body)
+                    s.close()
+                    return s
                 check_stream(req, head.status, head.content_type, lambda: body)
             check_stream(req, head.status, head.content_type, lambda: b"")
             c.sock.settimeout(read_timeout)
@@ -250,6 +256,7 @@ class SyncStream:
         self._chunked = head.chunked()
         self._left = head.length()
         self._done = False
+        self.doc: Any = None  # the JSON answer taken instead of a stream (open_stream's or_json)
 
     def set_timeout(self, seconds: float) -> None:
         self._c.sock.settimeout(max(seconds, 0.001))
@@ -257,7 +264,7 @@ class SyncStream:
     def read(self) -> bytes:
         """The next bytes of the body; b"" at its end. Raises Lost when the connection breaks or no byte
         arrives within the read timeout."""
-        if self._done:
+        if self._done or self.doc is not None:
             return b""
         if self._chunked:
             data = self._c.read_chunk()

@@ -20,6 +20,7 @@ from typing import (
     Any,
     AsyncIterator,
     Awaitable,
+    Callable,
     Deque,
     Dict,
     Generator,
@@ -105,11 +106,14 @@ from .extensions.processes import (
     wait_process,
     write_process_stdin,
 )
-from .extensions.ports import PreviewToken, create_preview_token, port_path
+from .extensions.ports import PreviewToken, create_preview_token, parse_port, port_path
+from .relay import AsyncPortConnection, AsyncPortForward, async_dial
 from .extensions.checkpoints import Checkpoint, checkpoint_list, checkpoint_sandbox, list_checkpoints
 from .extensions.stats import SandboxStats, get_metrics, get_sandbox_stats
 from .extensions.images import (
     ImageInfo,
+    ImageStream,
+    ProgressCallback,
     get_image,
     image_list,
     import_image,
@@ -246,13 +250,51 @@ class AsyncClient:
         """See :meth:`sandboxd.Client.list_images`."""
         return image_list(await self._t.call(list_images()))
 
-    async def pull_image(self, reference: str, *, timeout: float = 600.0) -> ImageInfo:
-        """See :meth:`sandboxd.Client.pull_image`."""
-        return ImageInfo.from_json(await self._t.call(pull_image(reference, timeout)))
+    async def pull_image(
+        self, reference: str, *, timeout: float = 600.0, progress: Optional[ProgressCallback] = None,
+        read_timeout: float = DEFAULT_READ_TIMEOUT,
+    ) -> ImageInfo:  # fmt: skip
+        """See :meth:`sandboxd.Client.pull_image`; ``progress`` is a plain function, called on the loop."""
+        return await self._image_work(pull_image(reference, timeout, progress is not None), progress, timeout, read_timeout)
 
-    async def import_image(self, host_path: str, name: str, *, timeout: float = 600.0) -> ImageInfo:
+    async def import_image(
+        self, host_path: str, name: str, *, timeout: float = 600.0, progress: Optional[ProgressCallback] = None,
+        read_timeout: float = DEFAULT_READ_TIMEOUT,
+    ) -> ImageInfo:  # fmt: skip
         """See :meth:`sandboxd.Client.import_image`."""
-        return ImageInfo.from_json(await self._t.call(import_image(host_path, name, timeout)))
+        return await self._image_work(import_image(host_path, name, timeout, progress is not None), progress, timeout, read_timeout)
+
+    async def _image_work(
+        self, req: Request, progress: Optional[ProgressCallback], timeout: float, read_timeout: float
+    ) -> ImageInfo:
+        if progress is None:
+            return ImageInfo.from_json(await self._t.call(req))
+        deadline = time.monotonic() + timeout
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                return await self._image_stream(req, progress, deadline, read_timeout)
+            except (Unsent, Lost, SandboxdError) as e:
+                ImageStream.retry(req, attempt, self._backoff, e, deadline, timeout)
+            await asyncio.sleep(self._backoff.delay(attempt))
+
+    async def _image_stream(self, req: Request, progress: ProgressCallback, deadline: float, read_timeout: float) -> ImageInfo:
+        s = await self._t.open_stream(req, read_timeout, or_json=True)
+        try:
+            if s.doc is not None:
+                return ImageInfo.from_json(s.doc)
+            st = ImageStream(req.operation)
+            while st.image is None:
+                s.set_timeout(min(read_timeout, deadline - time.monotonic()))
+                chunk = await s.read()
+                if not chunk:
+                    raise Lost() from ConnectionError("the stream ended without its answer")
+                for p in st.feed(chunk):
+                    progress(p)
+            return st.image
+        finally:
+            s.close()
 
     async def get_image(self, digest: str) -> ImageInfo:
         """See :meth:`sandboxd.Client.get_image`."""
@@ -265,6 +307,20 @@ class AsyncClient:
     async def prune_images(self) -> int:
         """See :meth:`sandboxd.Client.prune_images`."""
         return layers_removed(await self._t.call(prune_images()))
+
+    # --- ports (api/extensions.yaml) ---
+
+    async def dial_port(self, sandbox_id: str, port: int, *, read_timeout: float = DEFAULT_READ_TIMEOUT) -> AsyncPortConnection:
+        """See :meth:`sandboxd.Client.dial_port`."""
+        return await async_dial(self._t, sandbox_id, port, read_timeout=read_timeout)
+
+    async def forward_port(
+        self, sandbox_id: str, remote_port: int, local_port: int = 0, *, host: str = "127.0.0.1",
+        on_error: Optional[Callable[[SandboxdError], None]] = None,
+    ) -> AsyncPortForward:  # fmt: skip
+        """See :meth:`sandboxd.Client.forward_port`: a task per connection, on this loop."""
+        parse_port(remote_port)
+        return await AsyncPortForward(lambda: self.dial_port(sandbox_id, remote_port), on_error)._start(host, local_port)
 
     # --- snapshots and templates (api/extensions.yaml) ---
 
@@ -756,6 +812,17 @@ class AsyncSandbox:
     async def preview_token(self, port: int, ttl_seconds: Optional[int] = None) -> PreviewToken:
         """See :meth:`sandboxd.Sandbox.preview_token`."""
         return PreviewToken.from_json(await self.client._call(create_preview_token(self.id, port, ttl_seconds)))
+
+    async def dial_port(self, port: int, *, read_timeout: float = DEFAULT_READ_TIMEOUT) -> AsyncPortConnection:
+        """See :meth:`sandboxd.Sandbox.dial_port`."""
+        return await self.client.dial_port(self.id, port, read_timeout=read_timeout)
+
+    async def forward_port(
+        self, remote_port: int, local_port: int = 0, *, host: str = "127.0.0.1",
+        on_error: Optional[Callable[[SandboxdError], None]] = None,
+    ) -> AsyncPortForward:  # fmt: skip
+        """See :meth:`sandboxd.Sandbox.forward_port`."""
+        return await self.client.forward_port(self.id, remote_port, local_port, host=host, on_error=on_error)
 
     async def network(self) -> NetworkStatus:
         """See :meth:`sandboxd.Sandbox.network`."""

@@ -6,7 +6,7 @@ import collections
 import json
 import threading
 import time
-from typing import TYPE_CHECKING, Any, Deque, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Any, Callable, Deque, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Union
 
 from . import _ops
 from ._common import DEFAULT_READ_TIMEOUT, DEFAULT_WAIT, floor_search
@@ -30,6 +30,8 @@ from .extensions.network import NetworkPolicy
 from .extensions.stats import get_metrics
 from .extensions.images import (
     ImageInfo,
+    ImageStream,
+    ProgressCallback,
     get_image,
     image_list,
     import_image,
@@ -57,6 +59,8 @@ from .extensions.snapshots import (
     template_list,
 )
 from .extensions.volumes import Volume, VolumeMount, create_volume, delete_volume, get_volume, list_volumes, volume_list
+from .extensions.ports import parse_port
+from .relay import PortConnection, PortForward, dial
 from .types import Resources, RuntimeInfo, SandboxEvent, SandboxResource
 
 if TYPE_CHECKING:
@@ -186,19 +190,65 @@ class Client:
         (a provider without images, such as ``host``), ProviderUnavailable."""
         return image_list(self._t.call(list_images()))
 
-    def pull_image(self, reference: str, *, timeout: float = 600.0) -> ImageInfo:
+    def pull_image(
+        self, reference: str, *, timeout: float = 600.0, progress: Optional[ProgressCallback] = None,
+        read_timeout: float = DEFAULT_READ_TIMEOUT,
+    ) -> ImageInfo:  # fmt: skip
         """Fetches an image from its registry (``registry/repository:tag`` or ``...@sha256:...``) and
         names it by that reference; answers once it is in the store, within ``timeout`` seconds. A
-        create's ``image=reference`` then runs on it. Errors: ValidationError, NotFound (no such image
-        in the registry), UnsupportedCapability, ProviderUnavailable."""
-        return ImageInfo.from_json(self._t.call(pull_image(reference, timeout)))
+        create's ``image=reference`` then runs on it.
 
-    def import_image(self, host_path: str, name: str, *, timeout: float = 600.0) -> ImageInfo:
+        With ``progress``, the daemon streams how far it has come, and ``progress`` is called (in this
+        thread) with each :class:`~sandboxd.extensions.ImageProgress`, at most ten a second, the last
+        one the whole image. A stream silent for ``read_timeout`` seconds (the daemon sends a heartbeat
+        while nothing moves) or broken is a lost answer: the pull is asked again, up to ``max_retries``
+        times, and goes on from the layers the store holds. An error the stream ends with is raised as
+        the class of its code, as an answer's would be.
+
+        Errors: ValidationError, NotFound (no such image in the registry), UnsupportedCapability,
+        ProviderUnavailable."""
+        return self._image_work(pull_image(reference, timeout, progress is not None), progress, timeout, read_timeout)
+
+    def import_image(
+        self, host_path: str, name: str, *, timeout: float = 600.0, progress: Optional[ProgressCallback] = None,
+        read_timeout: float = DEFAULT_READ_TIMEOUT,
+    ) -> ImageInfo:  # fmt: skip
         """Adds the image of an OCI layout directory or a docker-save / oci-archive tarball at
         ``host_path`` on the daemon's host (not this client's), named ``name`` (``repository:tag``).
-        Errors: ValidationError (a path or archive the daemon refuses), UnsupportedCapability,
-        ProviderUnavailable."""
-        return ImageInfo.from_json(self._t.call(import_image(host_path, name, timeout)))
+        ``progress`` is told how far it has come, as :meth:`pull_image`'s (the bytes of a docker-save
+        tarball's layers are not counted: ``total_bytes`` is 0). Errors: ValidationError (a path or
+        archive the daemon refuses), UnsupportedCapability, ProviderUnavailable."""
+        return self._image_work(import_image(host_path, name, timeout, progress is not None), progress, timeout, read_timeout)
+
+    def _image_work(self, req: Request, progress: Optional[ProgressCallback], timeout: float, read_timeout: float) -> ImageInfo:
+        if progress is None:
+            return ImageInfo.from_json(self._t.call(req))
+        deadline = time.monotonic() + timeout
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                return self._image_stream(req, progress, deadline, read_timeout)
+            except (Unsent, Lost, SandboxdError) as e:
+                ImageStream.retry(req, attempt, self._backoff, e, deadline, timeout)
+            time.sleep(self._backoff.delay(attempt))
+
+    def _image_stream(self, req: Request, progress: ProgressCallback, deadline: float, read_timeout: float) -> ImageInfo:
+        s = self._t.open_stream(req, read_timeout, or_json=True)
+        try:
+            if s.doc is not None:
+                return ImageInfo.from_json(s.doc)
+            st = ImageStream(req.operation)
+            while st.image is None:
+                s.set_timeout(min(read_timeout, deadline - time.monotonic()))
+                chunk = s.read()
+                if not chunk:
+                    raise Lost() from ConnectionError("the stream ended without its answer")
+                for p in st.feed(chunk):
+                    progress(p)
+            return st.image
+        finally:
+            s.close()
 
     def get_image(self, digest: str) -> ImageInfo:
         """The image of that manifest digest (``sha256:`` and 64 hex digits). Errors: ValidationError,
@@ -215,6 +265,31 @@ class Client:
         """Removes the images no name and no sandbox holds, and the layers no image has; returns the
         number of layers removed. Errors: UnsupportedCapability."""
         return layers_removed(self._t.call(prune_images()))
+
+    # --- ports (api/extensions.yaml) ---
+
+    def dial_port(self, sandbox_id: str, port: int, *, read_timeout: float = DEFAULT_READ_TIMEOUT) -> PortConnection:
+        """A TCP connection to 127.0.0.1:``port`` inside the sandbox, carried over one WebSocket
+        (``GET /v1/sandboxes/{id}/ports/{port}/tcp``): a :class:`~sandboxd.relay.PortConnection` to
+        read, write and close like a socket. The daemon connects before it answers, so nothing
+        listening is an error here, not a connection that ends. ``read_timeout`` bounds how long the
+        connection waits for anything from the daemon, which pings every 15 s. Errors: PortUnreachable
+        (nothing listens on the port), NotFound, InvalidState (not ready), UnsupportedCapability (no
+        ``portForwarding``, such as ``host``), ProviderUnavailable; ValueError for a port that is not
+        1-65535."""
+        return dial(self._t, sandbox_id, port, read_timeout=read_timeout)
+
+    def forward_port(
+        self, sandbox_id: str, remote_port: int, local_port: int = 0, *, host: str = "127.0.0.1",
+        on_error: Optional[Callable[[SandboxdError], None]] = None,
+    ) -> PortForward:  # fmt: skip
+        """Listens on ``host``:``local_port`` (0: a free port; the one taken is ``forward.port``) and
+        relays every connection it accepts to ``remote_port`` inside the sandbox over a
+        :meth:`dial_port` of its own, in a thread per connection, until closed (``with`` closes it).
+        A connection whose relay cannot be opened is closed, its error kept in ``forward.errors`` and
+        passed to ``on_error``. Raises OSError when it cannot listen, ValueError for a bad port."""
+        parse_port(remote_port)
+        return PortForward(lambda: self.dial_port(sandbox_id, remote_port), host, local_port, on_error)
 
     # --- snapshots and templates (api/extensions.yaml) ---
 

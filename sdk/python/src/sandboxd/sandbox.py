@@ -7,7 +7,7 @@ import os
 import posixpath
 import time
 from pathlib import Path
-from typing import Any, Deque, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Deque, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
 from . import _ops
 from ._common import (
@@ -70,6 +70,7 @@ from .extensions.processes import (
     write_process_stdin,
 )
 from .extensions.ports import PreviewToken, create_preview_token, port_path
+from .relay import PortConnection, PortForward
 from .extensions.checkpoints import Checkpoint, checkpoint_list, checkpoint_sandbox, list_checkpoints
 from .extensions.stats import SandboxStats, get_sandbox_stats
 from .extensions.volumes import VolumeMount
@@ -362,6 +363,19 @@ class Sandbox:
         InvalidState (not ready), ValidationError, UnsupportedCapability (no preview listener, or no
         ``portForwarding``, such as ``host``)."""
         return PreviewToken.from_json(self.client._call(create_preview_token(self.id, port, ttl_seconds)))
+
+    def dial_port(self, port: int, *, read_timeout: float = DEFAULT_READ_TIMEOUT) -> PortConnection:
+        """A TCP connection to 127.0.0.1:``port`` inside the sandbox over one WebSocket
+        (:meth:`sandboxd.Client.dial_port`)."""
+        return self.client.dial_port(self.id, port, read_timeout=read_timeout)
+
+    def forward_port(
+        self, remote_port: int, local_port: int = 0, *, host: str = "127.0.0.1",
+        on_error: Optional[Callable[[SandboxdError], None]] = None,
+    ) -> PortForward:  # fmt: skip
+        """A local listener relaying each connection to ``remote_port`` inside the sandbox
+        (:meth:`sandboxd.Client.forward_port`)."""
+        return self.client.forward_port(self.id, remote_port, local_port, host=host, on_error=on_error)
 
     def network(self) -> NetworkStatus:
         """The sandbox's network now (``GET /v1/sandboxes/{id}/network``): the policy that holds (the

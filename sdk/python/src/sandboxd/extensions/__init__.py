@@ -4,8 +4,8 @@ group of that document, each with the group's data types (frozen dataclasses lik
 
 - :mod:`sandboxd.extensions.checkpoints`: checkpoints of a sandbox's memory and processes, and
   ``spec.extensions["sandboxd.checkpoint"]``, a sandbox started from one.
-- :mod:`sandboxd.extensions.images`: ``/v1/images``, the images a provider holds (list, pull,
-  import, inspect, remove, prune); a create's ``image=`` runs on one.
+- :mod:`sandboxd.extensions.images`: ``/v1/images``, the images a provider holds (list, pull and
+  import, with their progress, inspect, remove, prune); a create's ``image=`` runs on one.
 - :mod:`sandboxd.extensions.snapshots`: ``/v1/snapshots`` and ``/v1/templates``, snapshots of a
   sandbox's filesystem, forks of them, and templates (names whose versions are snapshots); a create's
   ``template=`` runs one.
@@ -16,7 +16,8 @@ group of that document, each with the group's data types (frozen dataclasses lik
   ``spec.extensions["sandboxd.volumes"]``, the volumes a sandbox mounts.
 - :mod:`sandboxd.extensions.network`: ``spec.extensions["sandboxd.network"]``, a sandbox's egress
   policy; ``GET|PUT /v1/sandboxes/{sandboxId}/network`` and the stream of its denials.
-- :mod:`sandboxd.extensions.ports`: the proxy to a port inside a sandbox and preview tokens.
+- :mod:`sandboxd.extensions.ports`: the proxy to a port inside a sandbox, the raw TCP relay
+  (:mod:`sandboxd.relay`) and preview tokens.
 - :mod:`sandboxd.extensions.files`: ``/v1/sandboxes/{sandboxId}/files/raw``, files of any size
   streamed in and out with their SHA-256 checked and uploads resumed, and the stream of a
   directory's changes (``.../files/watch``).
@@ -35,7 +36,7 @@ from __future__ import annotations
 
 from .checkpoints import CHECKPOINT_KEY, Checkpoint, from_checkpoint
 from .files import FileChange, RawFileWritten, UploadState
-from .images import ImageInfo, ImageList, ImagePruneResult, ImageRemoved
+from .images import ImageInfo, ImageList, ImageProgress, ImagePruneResult, ImageRemoved
 from .lifetime import LIFETIME_KEY, Lifetime, OnIdle, RecordedLifetime
 from .network import NETWORK_KEY, Egress, NetworkDenial, NetworkDenialsEnd, NetworkPolicy, NetworkStatus
 from .ports import PreviewToken, parse_port
@@ -60,6 +61,7 @@ __all__ = [
     "FileChange",
     "ImageInfo",
     "ImageList",
+    "ImageProgress",
     "ImagePruneResult",
     "ImageRemoved",
     "Lifetime",

@@ -7,14 +7,17 @@ UnsupportedCapability.
 
 from __future__ import annotations
 
+import json
+import time
 from dataclasses import dataclass
-from typing import Any, ClassVar, List, Optional, Tuple
+from typing import Any, Callable, ClassVar, List, Optional, Tuple
 
-from .._transport import Request, Retry, json_body, path
-from ..errors import UnexpectedResponse
+from .._sse import Parser, SSEError
+from .._transport import RESPONSE_HOOKS, Backoff, Request, Retry, json_body, observe, path, should_retry
+from ..errors import ConnectionFailed, SandboxdError, UnexpectedResponse, error_from_response
 from ..types import _obj, _opt, _req, _wire
 
-__all__ = ["ImageInfo", "ImageList", "ImagePruneResult", "ImageRemoved"]
+__all__ = ["ImageInfo", "ImageList", "ImageProgress", "ImagePruneResult", "ImageRemoved", "ProgressCallback"]
 
 
 @dataclass(frozen=True)
@@ -50,6 +53,102 @@ class ImageInfo:
             working_dir=_opt(d, "workingDir", str, w),
             user=_opt(d, "user", str, w),
         )
+
+
+@dataclass(frozen=True)
+class ImageProgress:
+    """How far a pull or an import has come: ``layers`` of ``total_layers`` in the store (one the store
+    held already counts as fetched), ``bytes`` of ``total_bytes`` compressed bytes fetched
+    (``total_bytes`` is 0 where bytes are not counted: a docker-save tarball's layers)."""
+
+    schema: ClassVar[str] = "extensions.yaml#/components/schemas/ImageProgress"
+
+    layers: int = _wire("layers")
+    total_layers: int = _wire("totalLayers")
+    bytes: int = _wire("bytes")
+    total_bytes: int = _wire("totalBytes")
+
+    @classmethod
+    def from_json(cls, v: Any) -> ImageProgress:
+        w = "image progress"
+        d = _obj(v, w)
+        return cls(
+            layers=_req(d, "layers", int, w),
+            total_layers=_req(d, "totalLayers", int, w),
+            bytes=_req(d, "bytes", int, w),
+            total_bytes=_req(d, "totalBytes", int, w),
+        )
+
+
+ProgressCallback = Callable[[ImageProgress], None]
+"""What a pull or an import with ``progress=`` calls with each report."""
+
+
+class ImageStream:
+    """What the bytes of a pull's or an import's stream (``Accept: text/event-stream``) come to: each
+    "progress" event an ImageProgress, then the "done" event's ImageInfo in ``image``, or the "error"
+    event's ErrorResponse raised as the class of its code. The synchronous and asynchronous clients
+    feed it what they read."""
+
+    def __init__(self, operation: str, status: int = 200) -> None:
+        self.operation = operation
+        self.status = status
+        self.image: Optional[ImageInfo] = None
+        self._parser = Parser()
+
+    def feed(self, chunk: bytes) -> List[ImageProgress]:
+        """The reports chunk completes. Raises the error an "error" event carries, ConnectionFailed
+        when the stream ends (b"") before its last event, UnexpectedResponse for what is no such stream."""
+        if self.image is not None:
+            return []
+        if not chunk:
+            raise ConnectionFailed(f"{self.operation}: the stream ended without its answer")
+        try:
+            msgs = self._parser.feed(chunk)
+        except SSEError as e:
+            raise UnexpectedResponse(f"{self.operation}: {e}") from None
+        out: List[ImageProgress] = []
+        for m in msgs:
+            if m.event not in ("progress", "done", "error"):
+                continue  # an event this client does not know
+            try:
+                doc = json.loads(m.data)
+                if m.event == "progress":
+                    p = ImageProgress.from_json(doc)
+                elif m.event == "done":
+                    image = ImageInfo.from_json(doc)
+            except (ValueError, SandboxdError) as e:
+                raise UnexpectedResponse(f"{self.operation}: the data of a {m.event!r} event: {e}") from None
+            if m.event == "error":
+                err = error_from_response(self.status, m.data.encode("utf-8"))
+                if isinstance(err, UnexpectedResponse):
+                    raise UnexpectedResponse(f"{self.operation}: an error event that is not an ErrorResponse") from None
+                if RESPONSE_HOOKS:
+                    observe("imageStreamError", self.status, doc)
+                raise err
+            if RESPONSE_HOOKS:
+                observe(self.operation if m.event == "done" else "imageProgress", self.status, doc)
+            if m.event == "done":
+                self.image = image
+                return out
+            out.append(p)
+        return out
+
+    @staticmethod
+    def retry(req: Request, attempt: int, backoff: Backoff, e: BaseException, deadline: float, timeout: float) -> None:
+        """Returns when the failed attempt of a streamed pull or import may be made again, else raises
+        what the caller gets: the daemon's error, the timeout, or the stream's loss."""
+        if time.monotonic() >= deadline:
+            raise ConnectionFailed(f"{req.operation}: not done within {timeout:g}s") from None
+        if not should_retry(req, attempt, backoff, e):
+            if isinstance(e, SandboxdError):
+                raise e
+            raise ImageStream(req.operation).lost(e) from None
+
+    def lost(self, e: BaseException) -> ConnectionFailed:
+        """The error of a stream whose connection broke or stayed silent past its read timeout."""
+        why = e.__cause__ or "nothing, not even a heartbeat, within the read timeout"
+        return ConnectionFailed(f"{self.operation}: the stream broke: {why}")
 
 
 @dataclass(frozen=True)
@@ -111,15 +210,19 @@ def list_images() -> Request:
     return Request("listImages", "GET", "/v1/images", retry=Retry.SERVER)
 
 
-def pull_image(reference: str, http_timeout: Optional[float]) -> Request:
-    # A pull names the image by its reference whatever came before: safe to repeat.
+STREAM = (("Accept", "text/event-stream"),)
+
+
+def pull_image(reference: str, http_timeout: Optional[float], stream: bool = False) -> Request:
+    # A pull names the image by its reference whatever came before: safe to repeat. What a broken one
+    # had fetched stays in the store for the repeat.
     return Request(
         "pullImage", "POST", "/v1/images/pull", body=json_body({"reference": reference}), retry=Retry.LOST,
-        timeout=http_timeout,
+        timeout=http_timeout, headers=STREAM if stream else (),
     )
 
 
-def import_image(host_path: str, name: str, http_timeout: Optional[float]) -> Request:
+def import_image(host_path: str, name: str, http_timeout: Optional[float], stream: bool = False) -> Request:
     return Request(
         "importImage",
         "POST",
@@ -127,6 +230,7 @@ def import_image(host_path: str, name: str, http_timeout: Optional[float]) -> Re
         body=json_body({"path": host_path, "name": name}),
         retry=Retry.LOST,
         timeout=http_timeout,
+        headers=STREAM if stream else (),
     )
 
 

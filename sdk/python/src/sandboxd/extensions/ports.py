@@ -1,5 +1,7 @@
 """The group "ports" of ``api/extensions.yaml``: the proxy to a port inside a sandbox
-(``/v1/sandboxes/{sandboxId}/ports/{port}/{path...}``, :meth:`sandboxd.Sandbox.port_url`) and preview
+(``/v1/sandboxes/{sandboxId}/ports/{port}/{path...}``, :meth:`sandboxd.Sandbox.port_url`), the raw TCP
+relay (``GET .../ports/{port}/tcp``, a WebSocket: :meth:`sandboxd.Client.dial_port` and
+:meth:`sandboxd.Client.forward_port`, whose connections are in :mod:`sandboxd.relay`) and preview
 tokens (``POST /v1/sandboxes/{sandboxId}/ports/{port}/preview-tokens``,
 :meth:`sandboxd.Sandbox.preview_token`), capability ``portForwarding``.
 
@@ -12,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, ClassVar, Optional
+from typing import Any, ClassVar, Optional, Tuple
 
 from .._transport import Request, Retry, json_body, path
 from ..types import _obj, _req, _time, _wire
@@ -69,6 +71,20 @@ class PreviewToken:
 def port_path(sandbox_id: str, port: int) -> str:
     """The escaped path of the proxy to port of the sandbox, ending in "/"."""
     return path("v1", "sandboxes", sandbox_id, "ports", str(parse_port(port))) + "/"
+
+
+TCP_SUBPROTOCOL = "sandboxd.tcp"
+"""The subprotocol of the TCP relay's WebSocket."""
+
+
+def relay_port(sandbox_id: str, port: int, headers: Tuple[Tuple[str, str], ...]) -> Request:
+    """The upgrade to the TCP relay of port (``GET .../ports/{port}/tcp``). The daemon connects to the
+    port before it upgrades, so a repeat after a lost answer opens one more connection there, which the
+    daemon closes with the socket nobody took: safe to repeat. A 5xx (502 port_unreachable) is not."""
+    return Request(
+        "relayPort", "GET", path("v1", "sandboxes", sandbox_id, "ports", str(parse_port(port)), "tcp"),
+        retry=Retry.LOST, headers=headers,
+    )  # fmt: skip
 
 
 def create_preview_token(sandbox_id: str, port: int, ttl_seconds: Optional[int]) -> Request:
