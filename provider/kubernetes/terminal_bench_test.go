@@ -31,6 +31,8 @@ import (
 //   - provider: the process on the agent's pty, as the terminal attach drives it but without the
 //     daemon's HTTP server and WebSocket: the byte by the provider's WriteStdin, the echo by its
 //     ReadOutput, a long poll always waiting, as the attach's.
+//   - call: one call to the agent that waits for nothing (a read of a silent process's output), for
+//     its round trip through pods/exec, the relay and the agent's HTTP; no floor.
 //   - podsexec: `cat` in the sandbox container on a pods/exec stream of its own, through the API
 //     server, the kubelet and the container runtime, opened as the provider opens its streams to the
 //     agent: the provider's transport with no relay, no agent and no HTTP.
@@ -61,6 +63,22 @@ func BenchmarkTerminalEchoPath(b *testing.B) {
 	b.Run("provider", func(b *testing.B) {
 		w, r := processStream(b, ctx, p, ref)
 		processtest.BenchmarkStreamEcho(b, w, r)
+	})
+	b.Run("call", func(b *testing.B) {
+		proc, err := p.StartProcess(ctx, ref, sandbox.ProcessSpec{Argv: []string{"sleep", "3600"}})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { p.SignalProcess(context.Background(), ref, proc.PID, "KILL") })
+		ds := make([]time.Duration, 0, b.N)
+		for range b.N {
+			start := time.Now()
+			if _, err := p.ReadOutput(ctx, ref, proc.PID, 0, 1, 0); err != nil {
+				b.Fatal(err)
+			}
+			ds = append(ds, time.Since(start))
+		}
+		report(b, ds)
 	})
 	b.Run("podsexec", func(b *testing.B) {
 		w, r := execStream(b, ctx, podExec(b, pod, processtest.StreamEchoArgv, false), false)
