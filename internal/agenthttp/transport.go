@@ -54,6 +54,12 @@ const (
 	maxIdleAge = 60 * time.Second
 )
 
+// oneWriteBytes is the largest body sent in the same write as the request's head. On a socket the
+// two writes are one writev anyway; on a relayed stream (pods/exec) each write is a frame of its own
+// through every hop, and a keystroke's byte would reach the agent one frame after its head
+// (docs/performance.md, "Terminals").
+const oneWriteBytes = 16 << 10
+
 // New returns a transport whose connections come from dial.
 func New(dial func(ctx context.Context) (net.Conn, error)) *Transport {
 	return &Transport{dial: dial}
@@ -94,6 +100,12 @@ func (t *Transport) RoundTrip(ctx context.Context, method, target, accept string
 		head = strconv.AppendInt(head, int64(len(body)), 10)
 	}
 	head = append(head, "\r\n\r\n"...)
+	// A small body goes in the head's write (an empty one is no write at all: it would cost a relayed
+	// stream a frame of its own); a larger one in a write of its own, not copied.
+	first, rest := head, body
+	if len(body) <= oneWriteBytes {
+		first, rest = append(head, body...), nil
+	}
 
 	for attempt := 0; ; attempt++ {
 		pc, err := t.get(ctx)
@@ -103,9 +115,9 @@ func (t *Transport) RoundTrip(ctx context.Context, method, target, accept string
 		// Closing the connection is what ends a blocked read or write on any kind of stream (a relay's
 		// pipes have no deadlines); ctx's own deadline ends it too.
 		stop := context.AfterFunc(ctx, func() { pc.Close() })
-		bufs := net.Buffers{head}
-		if len(body) > 0 {
-			bufs = append(bufs, body) // an empty write would cost a relayed stream a frame of its own
+		bufs := net.Buffers{first}
+		if len(rest) > 0 {
+			bufs = append(bufs, rest)
 		}
 		_, werr := bufs.WriteTo(pc)
 		var a *Answer

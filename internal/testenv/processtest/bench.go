@@ -19,8 +19,12 @@ import (
 	"github.com/sandboxd/sandbox/internal/testenv/stack"
 )
 
-// echoArgv echoes every byte it reads, on a raw terminal, once it said ready.
-var echoArgv = []string{"sh", "-c", "stty raw -echo; echo ready; exec cat"}
+// EchoArgv echoes every byte it reads, on a raw terminal, once it said ready: the program of the echo
+// benchmarks, on a pty.
+var EchoArgv = []string{"sh", "-c", "stty raw -echo; echo ready; exec cat"}
+
+// StreamEchoArgv is EchoArgv on pipes, where there is no line discipline to make raw.
+var StreamEchoArgv = []string{"sh", "-c", "echo ready; exec cat"}
 
 // BenchmarkEcho times a keystroke's round trip through a terminal attach of p's: one byte written to
 // the WebSocket, until its echo by a program on the sandbox's pty comes back on it. Beside it, in the
@@ -29,7 +33,7 @@ var echoArgv = []string{"sh", "-c", "stty raw -echo; echo ready; exec cat"}
 func BenchmarkEcho(b *testing.B, p sandbox.Provider) {
 	floor := echoTimes(b, b.N, localEcho(b))
 	ctx, c, sb := benchSandbox(b, p, stack.API(func(c *httpapi.Config) { c.HeartbeatInterval = time.Second }))
-	proc, err := c.StartProcess(ctx, sb.ID, sb.Generation, sandbox.ProcessSpec{Argv: echoArgv, PTY: &sandbox.TerminalSize{Rows: 24, Cols: 80}})
+	proc, err := c.StartProcess(ctx, sb.ID, sb.Generation, sandbox.ProcessSpec{Argv: EchoArgv, PTY: &sandbox.TerminalSize{Rows: 24, Cols: 80}})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -43,6 +47,19 @@ func BenchmarkEcho(b *testing.B, p sandbox.Provider) {
 	b.StopTimer()
 	reportBeside(b, remote, floor, "floor")
 	c.SignalProcess(ctx, sb.ID, sb.Generation, proc.PID, "KILL")
+}
+
+// BenchmarkStreamEcho is BenchmarkEcho through any stream: w reaches the stdin of a program that
+// echoes every byte (EchoArgv on a pty, or StreamEchoArgv on pipes) and r reads its output, "ready"
+// first. It times one byte written to w until its echo comes back on r, beside the same floor, a
+// local pty's echo, measured in the same run. A provider's benchmarks use it to time the parts of the
+// terminal attach's path on their own.
+func BenchmarkStreamEcho(b *testing.B, w io.Writer, r io.Reader) {
+	floor := echoTimes(b, b.N, localEcho(b))
+	b.ResetTimer()
+	d := echoTimes(b, b.N, echoer{w: w, r: r})
+	b.StopTimer()
+	reportBeside(b, d, floor, "floor")
 }
 
 // benchSandbox starts the daemon's stack over p with opts and one ready sandbox in it, for a
@@ -70,9 +87,9 @@ type echoer struct {
 	r io.Reader
 }
 
-// localEcho starts echoArgv on a local pty.
+// localEcho starts EchoArgv on a local pty.
 func localEcho(b *testing.B) echoer {
-	cmd := exec.Command(echoArgv[0], echoArgv[1:]...)
+	cmd := exec.Command(EchoArgv[0], EchoArgv[1:]...)
 	master, err := pty.Start(cmd)
 	if err != nil {
 		b.Fatal(err)
