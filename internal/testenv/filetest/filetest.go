@@ -891,9 +891,9 @@ func testWatchPauseHolds(t *testing.T, e *Env) {
 		t.Fatal("the watch does not say paused")
 	}
 	// Both watches wait out the pause; the one whose client goes away ends meanwhile.
-	waitUntil(t, "two watches waiting out the pause", func() bool { return testenv.GoroutinesIn(testenv.StreamPaused) == 2 })
+	testenv.WaitFor(t, "two watches waiting out the pause", func() bool { return testenv.GoroutinesIn(testenv.StreamPaused) == 2 })
 	gone.Close()
-	waitUntil(t, "the closed watch's end", func() bool { return testenv.GoroutinesIn(testenv.StreamPaused) == 1 })
+	testenv.WaitFor(t, "the closed watch's end", func() bool { return testenv.GoroutinesIn(testenv.StreamPaused) == 1 })
 	time.Sleep(2 * time.Second)
 	for range 2 {
 		if ev := next(); ev.Kind != "heartbeat" || ev.State != client.StreamPaused {
@@ -925,17 +925,5 @@ func testWatchPauseHolds(t *testing.T, e *Env) {
 	}
 	if ev := watchEnd(t, "terminate while paused", w); ev.Reason != client.ProcessEndTerminated {
 		t.Fatalf("end after a terminate while paused: %+v", ev)
-	}
-}
-
-// waitUntil polls ok until it holds, for up to 20 s.
-func waitUntil(t *testing.T, what string, ok func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !ok() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not in 20 s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
 	}
 }

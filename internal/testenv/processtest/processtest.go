@@ -388,12 +388,12 @@ func pauseHoldsStreams(t *testing.T, pv Provider) {
 	if _, err := c.OpenOutput(ctx, sb.ID, sb.Generation, tick.PID, 0); !errors.Is(err, sandbox.ErrInvalidState) {
 		t.Fatalf("open while paused: %v", err)
 	}
-	waitFor(t, "the reader saying paused", r.Paused)
+	testenv.WaitFor(t, "the reader saying paused", r.Paused)
 	// Three streams wait out the pause (the stream read here, the one closed now, the reader's); the
 	// closed one's goroutine ends although its sandbox stays paused.
-	waitFor(t, "three streams waiting out the pause", func() bool { return testenv.GoroutinesIn(testenv.StreamPaused) == 3 })
+	testenv.WaitFor(t, "three streams waiting out the pause", func() bool { return testenv.GoroutinesIn(testenv.StreamPaused) == 3 })
 	gone.Close()
-	waitFor(t, "the closed stream's end", func() bool { return testenv.GoroutinesIn(testenv.StreamPaused) == 2 })
+	testenv.WaitFor(t, "the closed stream's end", func() bool { return testenv.GoroutinesIn(testenv.StreamPaused) == 2 })
 	time.Sleep(2 * time.Second)
 	// The paused heartbeats come each interval, with the offset reached and no output between them.
 	for range 2 {
