@@ -345,13 +345,22 @@ func pauseHoldsStreams(t *testing.T, pv Provider) {
 	r := c.NewOutputReader(ctx, sb.ID, sb.Generation, tick.PID, 0)
 	defer r.Close()
 	whole := make(chan []byte, 1)
+	reading := make(chan struct{}) // the reader's connection is open: it got its first byte
 	go func() {
-		b, err := io.ReadAll(r)
+		b := make([]byte, 1)
+		_, err := io.ReadFull(r, b)
+		close(reading)
+		if err == nil {
+			var rest []byte
+			rest, err = io.ReadAll(r)
+			b = append(b, rest...)
+		}
 		if err != nil {
 			t.Errorf("reader: %v", err)
 		}
 		whole <- b
 	}()
+	<-reading
 
 	var got []byte
 	next := func() client.OutputEvent {
