@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"os/exec"
 	"strconv"
 	"strings"
@@ -25,7 +26,8 @@ import (
 // in the same run: cat through a pipe into (and out of) the same directory of the sandbox, on the host.
 // The upload's and the download's SHA-256 are computed and checked, as every transfer's are. The
 // sandbox has 4 GiB of memory rather than the default 1 GiB: the page cache of the file it writes is
-// charged to its memory cgroup, and the floor's cat, which runs on the host, has no such limit.
+// charged to its memory cgroup, and the floor's cat, which runs on the host, has no such limit. A
+// second floor runs its cats in the sandbox's CPU cgroup.
 //
 //	go test -run '^$' -bench BenchmarkRawFiles -benchtime 3x ./provider/oci/
 func BenchmarkRawFiles(b *testing.B) {
@@ -69,6 +71,19 @@ func BenchmarkRawFiles(b *testing.B) {
 			}
 		}
 	})
+	// The same floor with its cats in the sandbox's CPU cgroup: on a loaded machine the sandbox (its
+	// agent's copy) gets one cgroup's share of the CPU, while the cats on the host get a share each.
+	procs := cpuCgroupProcs(b, pid)
+	b.Run("floor-upload-cat-sandbox-cpu", func(b *testing.B) {
+		b.SetBytes(size)
+		for b.Loop() {
+			cmd := exec.Command("sh", "-c", "echo $$ > "+procs+" && cat | cat > "+dir+"/floor.bin")
+			cmd.Stdin = io.LimitReader(&pattern{block: block}, size)
+			if out, err := cmd.CombinedOutput(); err != nil {
+				b.Fatalf("%v: %s", err, out)
+			}
+		}
+	})
 	b.Run("download", func(b *testing.B) {
 		b.SetBytes(size)
 		for b.Loop() {
@@ -95,6 +110,35 @@ func BenchmarkRawFiles(b *testing.B) {
 		}
 	})
 	e.Sh("rm -f up.bin floor.bin")
+}
+
+// cpuCgroupProcs is the cgroup.procs file of the CPU cgroup of process pid (cgroup v1's cpu
+// controller, else the unified hierarchy's).
+func cpuCgroupProcs(b *testing.B, pid int) string {
+	b.Helper()
+	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cgroup")
+	if err != nil {
+		b.Fatal(err)
+	}
+	unified := ""
+	for _, line := range strings.Split(strings.TrimSpace(string(data)), "\n") {
+		parts := strings.SplitN(line, ":", 3)
+		if len(parts) != 3 {
+			continue
+		}
+		if parts[1] == "" {
+			unified = "/sys/fs/cgroup" + parts[2] + "/cgroup.procs"
+		}
+		for _, c := range strings.Split(parts[1], ",") {
+			if c == "cpu" {
+				return "/sys/fs/cgroup/" + parts[1] + parts[2] + "/cgroup.procs"
+			}
+		}
+	}
+	if _, err := os.Stat(unified); err != nil {
+		b.Fatalf("no CPU cgroup of process %d: %v", pid, err)
+	}
+	return unified
 }
 
 // BenchmarkContract1MiB: the contract's 1 MiB file write, file read and exec output through the
