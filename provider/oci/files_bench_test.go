@@ -27,7 +27,7 @@ import (
 // The upload's and the download's SHA-256 are computed and checked, as every transfer's are. The
 // sandbox has 4 GiB of memory rather than the default 1 GiB: the page cache of the file it writes is
 // charged to its memory cgroup, and the floor's cat, which runs on the host, has no such limit. A
-// second floor runs its cats in the sandbox's CPU cgroup.
+// second floor runs its cats in the sandbox's cgroups.
 //
 //	go test -run '^$' -bench BenchmarkRawFiles -benchtime 3x ./provider/oci/
 func BenchmarkRawFiles(b *testing.B) {
@@ -71,13 +71,17 @@ func BenchmarkRawFiles(b *testing.B) {
 			}
 		}
 	})
-	// The same floor with its cats in the sandbox's CPU cgroup: on a loaded machine the sandbox (its
-	// agent's copy) gets one cgroup's share of the CPU, while the cats on the host get a share each.
-	procs := cpuCgroupProcs(b, pid)
-	b.Run("floor-upload-cat-sandbox-cpu", func(b *testing.B) {
+	// The same floor with its cats in the sandbox's cgroups: on a loaded machine the sandbox (its
+	// agent's copy) gets one cgroup's share of the CPU, while the cats on the host get a share each,
+	// and the sandbox's memory cgroup bounds the dirty pages of the file it writes.
+	join := ""
+	for _, procs := range cgroupProcs(b, pid) {
+		join += "echo $$ > " + procs + " && "
+	}
+	b.Run("floor-upload-cat-sandbox-cgroups", func(b *testing.B) {
 		b.SetBytes(size)
 		for b.Loop() {
-			cmd := exec.Command("sh", "-c", "echo $$ > "+procs+" && cat | cat > "+dir+"/floor.bin")
+			cmd := exec.Command("sh", "-c", join+"cat | cat > "+dir+"/floor.bin")
 			cmd.Stdin = io.LimitReader(&pattern{block: block}, size)
 			if out, err := cmd.CombinedOutput(); err != nil {
 				b.Fatalf("%v: %s", err, out)
@@ -112,33 +116,37 @@ func BenchmarkRawFiles(b *testing.B) {
 	e.Sh("rm -f up.bin floor.bin")
 }
 
-// cpuCgroupProcs is the cgroup.procs file of the CPU cgroup of process pid (cgroup v1's cpu
-// controller, else the unified hierarchy's).
-func cpuCgroupProcs(b *testing.B, pid int) string {
+// cgroupProcs are the cgroup.procs files of the cgroups of process pid: one a cgroup v1 hierarchy,
+// or the unified hierarchy's.
+func cgroupProcs(b *testing.B, pid int) []string {
 	b.Helper()
 	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cgroup")
 	if err != nil {
 		b.Fatal(err)
 	}
-	unified := ""
+	var files []string
 	for _, line := range strings.Split(strings.TrimSpace(string(data)), "\n") {
 		parts := strings.SplitN(line, ":", 3)
 		if len(parts) != 3 {
 			continue
 		}
+		dir := "/sys/fs/cgroup/" + strings.TrimPrefix(parts[1], "name=") // v1: the hierarchy's mount
 		if parts[1] == "" {
-			unified = "/sys/fs/cgroup" + parts[2] + "/cgroup.procs"
+			dir = "/sys/fs/cgroup" // the unified hierarchy, where it is the only one
 		}
-		for _, c := range strings.Split(parts[1], ",") {
-			if c == "cpu" {
-				return "/sys/fs/cgroup/" + parts[1] + parts[2] + "/cgroup.procs"
-			}
+		if f := dir + parts[2] + "/cgroup.procs"; fileExists(f) {
+			files = append(files, f)
 		}
 	}
-	if _, err := os.Stat(unified); err != nil {
-		b.Fatalf("no CPU cgroup of process %d: %v", pid, err)
+	if len(files) == 0 {
+		b.Fatalf("no cgroup of process %d found", pid)
 	}
-	return unified
+	return files
+}
+
+func fileExists(name string) bool {
+	_, err := os.Stat(name)
+	return err == nil
 }
 
 // BenchmarkContract1MiB: the contract's 1 MiB file write, file read and exec output through the
