@@ -361,8 +361,8 @@ func (c *Client) Watch(ctx context.Context, dir string, recursive bool) (sandbox
 }
 
 // watchSilence is how long a watch waits for a line of the agent's (a change or a heartbeat) before
-// it takes the agent for dead.
-const watchSilence = 3 * protocol.WatchHeartbeatSeconds * time.Second
+// it takes the agent for dead (a variable for the tests).
+var watchSilence = 3 * protocol.WatchHeartbeatSeconds * time.Second
 
 // agentWatch is a watch read from the agent's lines.
 type agentWatch struct {
