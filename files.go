@@ -98,6 +98,13 @@ type FileWatch interface {
 	Close() error
 }
 
+// A WatchHolder is a FileWatch whose provider ends it when the sandbox says nothing for a while (its
+// agent's heartbeats stopped): Hold(true) suspends that bound while the sandbox is paused, its agent
+// frozen, and Hold(false) starts it again, so that a watch outlives a pause of any length.
+type WatchHolder interface {
+	Hold(paused bool)
+}
+
 // Bounds of streamed files.
 const (
 	// MaxWatches bounds the watches open at once on one sandbox; one more is ErrInvalidState.

@@ -17,6 +17,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync/atomic"
 
 	"github.com/sandboxd/sandbox"
 	"github.com/sandboxd/sandbox/api"
@@ -386,22 +387,25 @@ func (c *Client) DownloadArchive(ctx context.Context, id sandbox.ID, gen sandbox
 }
 
 // FileEvent is one event of a watch: Kind is a change's (created, modified, deleted, renamed),
-// "overflow" (changes were dropped: read the directory again), or "end" with Reason (the
-// ProcessEnd... reasons) and Message.
+// "overflow" (changes were dropped: read the directory again), "heartbeat" with State (StreamPaused:
+// the sandbox is paused, and the watch waits for its resume; StreamRunning: it runs again), or "end"
+// with Reason (the ProcessEnd... reasons) and Message.
 type FileEvent struct {
 	Kind    string `json:"kind"`
 	Path    string `json:"path,omitempty"`
 	From    string `json:"from,omitempty"`
 	Dir     bool   `json:"dir,omitempty"`
+	State   string `json:"state,omitempty"`
 	Reason  string `json:"reason,omitempty"`
 	Message string `json:"message,omitempty"`
 }
 
 // FileWatch is an open watch of a directory.
 type FileWatch struct {
-	body io.ReadCloser
-	br   *bufio.Reader
-	done bool
+	body   io.ReadCloser
+	br     *bufio.Reader
+	done   bool
+	paused atomic.Bool
 }
 
 // WatchFiles opens a watch of the directory dir of generation gen (recursive: and every directory
@@ -438,6 +442,9 @@ func (w *FileWatch) Next() (FileEvent, error) {
 		perr = json.Unmarshal([]byte(data), &ev)
 		switch name {
 		case "change", "overflow":
+		case "heartbeat":
+			ev = FileEvent{Kind: name, State: ev.State}
+			w.paused.Store(ev.State == StreamPaused)
 		case "end":
 			ev = FileEvent{Kind: "end", Reason: ev.Reason, Message: ev.Message}
 			w.done = true
@@ -471,6 +478,10 @@ func (w *FileWatch) All() iter.Seq2[FileEvent, error] {
 		}
 	}
 }
+
+// Paused reports whether the watch's last heartbeat said the sandbox was paused. It may be called
+// from any goroutine.
+func (w *FileWatch) Paused() bool { return w.paused.Load() }
 
 // Close ends the watch.
 func (w *FileWatch) Close() error { return w.body.Close() }

@@ -12,6 +12,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/sandboxd/sandbox"
@@ -106,19 +107,29 @@ func (c *Client) SignalProcess(ctx context.Context, id sandbox.ID, gen sandbox.G
 }
 
 // OutputEvent is one event of a process's output stream. Kind "output": Data from offset Offset.
-// "dropped": the bytes from Offset to To are no longer kept; the output goes on at To. "end": the
-// stream ended for Reason (ProcessEnd...), and a new one resumes at Offset.
+// "dropped": the bytes from Offset to To are no longer kept; the output goes on at To. "heartbeat":
+// State says the sandbox is paused (StreamPaused: the stream waits, and goes on from Offset after the
+// resume) or runs again (StreamRunning). "end": the stream ended for Reason (ProcessEnd...), and a new
+// one resumes at Offset.
 type OutputEvent struct {
 	Kind     string
 	Offset   int64
 	Data     []byte
 	To       int64
+	State    string
 	Reason   string
 	ExitCode *int
 	Message  string
 }
 
-// The reasons an output stream ends (OutputEvent.Reason).
+// The states a stream's heartbeat event says (OutputEvent.State, FileEvent.State).
+const (
+	StreamRunning = "running"
+	StreamPaused  = "paused"
+)
+
+// The reasons an output stream ends (OutputEvent.Reason). ProcessEndPaused is an older daemon's: a
+// pause now holds a stream, its heartbeats saying so.
 const (
 	ProcessEndExited         = "exited"
 	ProcessEndPaused         = "paused"
@@ -166,6 +177,13 @@ func (s *OutputStream) Next() (OutputEvent, error) {
 			var v struct{ From, To int64 }
 			perr = json.Unmarshal([]byte(data), &v)
 			ev = OutputEvent{Kind: name, Offset: v.From, To: v.To}
+		case "heartbeat":
+			var v struct {
+				State  string `json:"state"`
+				Offset int64  `json:"offset"`
+			}
+			perr = json.Unmarshal([]byte(data), &v)
+			ev = OutputEvent{Kind: name, Offset: v.Offset, State: v.State}
 		case "end":
 			var v struct {
 				Reason   string `json:"reason"`
@@ -237,7 +255,9 @@ func (e *EndError) Error() string {
 // OutputReader reads a process's output as an io.Reader from an offset, reconnecting from the offset
 // it reached whenever a connection drops, so that it yields every byte the sandbox kept once, in
 // order. It returns io.EOF once the process exited and every byte was read; an *EndError when the
-// stream ended otherwise (a paused sandbox: resume it and read on); an error when it cannot reconnect.
+// stream ended otherwise (terminated, recreated); an error when it cannot reconnect. A pause holds
+// Read until the resume, on the same connection: Paused says so meanwhile (and an older daemon's end
+// of a stream at a pause is an *EndError of ProcessEndPaused: resume the sandbox and read on).
 type OutputReader struct {
 	c        *Client
 	ctx      context.Context
@@ -251,6 +271,7 @@ type OutputReader struct {
 	buf      []byte
 	err      error
 	failures int
+	paused   atomic.Bool // the last heartbeat said the sandbox is paused
 }
 
 // NewOutputReader returns a reader of the process's output from offset after.
@@ -266,6 +287,10 @@ func (r *OutputReader) Dropped() int64 { return r.dropped }
 
 // ExitCode is the process's exit code once Read returned io.EOF.
 func (r *OutputReader) ExitCode() *int { return r.exitCode }
+
+// Paused reports whether the daemon's last heartbeat said the sandbox was paused: Read waits for the
+// resume. It may be called from any goroutine.
+func (r *OutputReader) Paused() bool { return r.paused.Load() }
 
 // Read reads the output.
 func (r *OutputReader) Read(p []byte) (int, error) {
@@ -321,14 +346,18 @@ func (r *OutputReader) next() {
 			return
 		}
 		r.failures = 0
+		r.paused.Store(false)
 		r.buf = ev.Data
 		r.offset += int64(len(ev.Data))
+	case "heartbeat":
+		r.paused.Store(ev.State == StreamPaused)
 	case "dropped":
 		r.dropped += ev.To - r.offset
 		r.offset = ev.To
 	case "end":
 		r.s.Close()
 		r.s = nil
+		r.paused.Store(false)
 		switch ev.Reason {
 		case ProcessEndExited:
 			r.exitCode, r.err = ev.ExitCode, io.EOF

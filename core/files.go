@@ -196,6 +196,13 @@ type watchInUse struct {
 	done func()
 }
 
+// Hold passes a pause on to the provider's watch (sandbox.WatchHolder), when it bounds its silence.
+func (w *watchInUse) Hold(paused bool) {
+	if h, ok := w.FileWatch.(sandbox.WatchHolder); ok {
+		h.Hold(paused)
+	}
+}
+
 func (w *watchInUse) Close() error {
 	err := w.FileWatch.Close()
 	w.once.Do(w.done)

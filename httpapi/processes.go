@@ -216,7 +216,8 @@ type processEndEvent struct {
 // before the first byte are ErrorResponses; after it the stream always ends with an end event, unless
 // the client stops reading (it is dropped after the write timeout, and resumes by offset). The stream
 // polls the sandbox for output, at most a heartbeat interval at a time, and is woken by the runtime's
-// events, so that a pause, terminate or recreate ends it at once.
+// events, so that a terminate or recreate ends it at once; a pause holds it (waitPaused), its heartbeats
+// saying so, until the resume, after which it goes on from where it was.
 func (s *Server) streamProcessOutput(w http.ResponseWriter, r *http.Request, _ []byte) error {
 	gen, err := expectedGeneration(r)
 	if err != nil {
@@ -283,33 +284,43 @@ func (s *Server) streamProcessOutput(w http.ResponseWriter, r *http.Request, _ [
 			}
 			after = next
 		}
-		if chunk.Done {
-			p, err := s.rt.WaitProcess(ctx, id, gen, pid, 0)
-			if err != nil {
-				return end(s.endOf(ctx, id, gen, err))
-			}
-			return end(processEndEvent{Reason: endExited, ExitCode: p.ExitCode})
-		}
-		select {
-		case <-s.done:
-			return end(processEndEvent{Reason: endDaemonStopping})
-		default:
-		}
 		var woken bool
-		chunk, woken, err = s.pollOutput(ctx, wake, id, gen, pid, after)
+		if chunk.Done {
+			p, werr := s.rt.WaitProcess(ctx, id, gen, pid, 0)
+			if werr == nil {
+				return end(processEndEvent{Reason: endExited, ExitCode: p.ExitCode})
+			}
+			err = werr
+		} else {
+			select {
+			case <-s.done:
+				return end(processEndEvent{Reason: endDaemonStopping})
+			default:
+			}
+			chunk, woken, err = s.pollOutput(ctx, wake, id, gen, pid, after)
+		}
 		switch {
 		case ctx.Err() != nil:
 			return nil
 		case err != nil:
-			e := s.endOf(ctx, id, gen, err)
-			if e.Reason == "" && woken { // an event of another kind: poll again
-				chunk = sandbox.OutputChunk{Start: after}
-				continue
+			switch e := s.endOf(ctx, id, gen, err); {
+			case e.Reason == endPaused:
+				e, ok := s.waitPaused(ctx, wake, id, gen, s.heartbeat, func() bool { return send(heartbeatEvent(statePaused, after)) })
+				switch {
+				case !ok:
+					return nil
+				case e.Reason != "":
+					return end(e)
+				case !send(heartbeatEvent(stateRunning, after)):
+					return nil
+				}
+			case e.Reason == "" && woken: // an event of another kind: poll again
+			case e.Reason == "":
+				return end(processEndEvent{Reason: endAgent, Message: err.Error()})
+			default:
+				return end(e)
 			}
-			if e.Reason == "" {
-				e = processEndEvent{Reason: endAgent, Message: err.Error()}
-			}
-			return end(e)
+			chunk = sandbox.OutputChunk{Start: after}
 		case len(chunk.Data) == 0 && !chunk.Done && chunk.Start == after:
 			if !send([]byte(": heartbeat\n\n")) {
 				return nil
@@ -357,7 +368,8 @@ func (s *Server) pollOutput(ctx context.Context, wake <-chan struct{}, id sandbo
 }
 
 // endOf is the end event of a stream whose poll failed with err: what became of the sandbox, or of the
-// server. An empty reason: the sandbox is as it was, and err is the poll's own.
+// server. An empty reason: the sandbox is as it was, and err is the poll's own; endPaused: the sandbox
+// is pausing, paused or resuming, and the stream waits (waitPaused).
 func (s *Server) endOf(ctx context.Context, id sandbox.ID, gen sandbox.Generation, err error) processEndEvent {
 	select {
 	case <-s.done:
@@ -372,8 +384,8 @@ func (s *Server) endOf(ctx context.Context, id sandbox.ID, gen sandbox.Generatio
 		return processEndEvent{Reason: endError, Message: gerr.Error()}
 	case sb.Generation != gen:
 		return processEndEvent{Reason: endRecreated}
-	case sb.State == sandbox.StatePausing || sb.State == sandbox.StatePaused:
-		return processEndEvent{Reason: endPaused}
+	case pausedState(sb.State):
+		return processEndEvent{Reason: endPaused} // not an end: the stream waits the pause out
 	case sb.State == sandbox.StateTerminating || sb.State == sandbox.StateTerminated || sb.State == sandbox.StateFailed:
 		return processEndEvent{Reason: endTerminated}
 	case sb.State != sandbox.StateReady:

@@ -250,8 +250,10 @@ func (s *Server) getArchive(w http.ResponseWriter, r *http.Request, _ []byte) er
 // watchFiles: GET /v1/sandboxes/{sandboxId}/files/watch?path=DIR&expectedGeneration=[&recursive=true].
 // Server-Sent Events: "change" (a FileChangeEvent), "overflow" when changes were dropped, a heartbeat
 // comment every heartbeat interval, and last, always, "end" (a ProcessEndEvent's reasons) when the
-// sandbox is paused, terminated or recreated, the directory goes, the agent stops answering, or the
-// daemon stops.
+// sandbox is terminated or recreated, the directory goes, the agent stops answering, or the daemon
+// stops. A pause holds the watch (waitPaused), its heartbeats saying so, and the changes go on after
+// the resume; a watch the pause broke (the agent's stream) is opened again, with an overflow event,
+// since changes may have been missed.
 func (s *Server) watchFiles(w http.ResponseWriter, r *http.Request, _ []byte) error {
 	gen, err := expectedGeneration(r)
 	if err != nil {
@@ -270,7 +272,7 @@ func (s *Server) watchFiles(w http.ResponseWriter, r *http.Request, _ []byte) er
 	if err != nil {
 		return err
 	}
-	defer fw.Close()
+	defer func() { fw.Close() }()
 	sendSSE := s.startSSE(w)
 	send := func(b []byte) bool {
 		return sendSSE(func() bool {
@@ -286,11 +288,22 @@ func (s *Server) watchFiles(w http.ResponseWriter, r *http.Request, _ []byte) er
 		event("end", e)
 		return nil
 	}
+	// pause waits out a pause, the provider's watch held meanwhile; ok false: the client went away.
+	pause := func() (e processEndEvent, ok bool) {
+		hold(fw, true)
+		defer hold(fw, false)
+		e, ok = s.waitPaused(ctx, wake, id, gen, s.heartbeat, func() bool { return send(heartbeatEvent(statePaused, -1)) })
+		if ok && e.Reason == "" {
+			ok = send(heartbeatEvent(stateRunning, -1))
+		}
+		return e, ok
+	}
 	if !send([]byte(": stream\n\n")) {
 		return nil
 	}
 	beat := time.NewTicker(s.heartbeat)
 	defer beat.Stop()
+	pausedSince := false // a pause came since fw was opened
 	for {
 		select {
 		case <-ctx.Done():
@@ -302,14 +315,46 @@ func (s *Server) watchFiles(w http.ResponseWriter, r *http.Request, _ []byte) er
 				return nil
 			}
 		case <-wake:
-			if e := s.endOf(ctx, id, gen, nil); e.Reason != "" {
+			switch e := s.endOf(ctx, id, gen, nil); e.Reason {
+			case "":
+			case endPaused:
+				pausedSince = true
+				e, ok := pause()
+				if !ok {
+					return nil
+				}
+				if e.Reason != "" {
+					return end(e)
+				}
+			default:
 				return end(e)
 			}
 		case c, ok := <-fw.Changes():
 			if !ok {
 				err := fw.Err()
-				if e := s.endOf(ctx, id, gen, err); e.Reason != "" {
+				e := s.endOf(ctx, id, gen, err)
+				if e.Reason == endPaused {
+					pausedSince = true
+					var alive bool
+					if e, alive = pause(); !alive {
+						return nil
+					}
+				}
+				if e.Reason != "" {
 					return end(e)
+				}
+				if pausedSince && errors.Is(err, sandbox.ErrProviderUnavailable) {
+					// The pause broke the provider's watch: a new one, and word that changes may be lost.
+					fw.Close() // before the new one: it counts against the sandbox's watches
+					nw, werr := s.rt.WatchFiles(ctx, id, gen, dir, recursive)
+					if werr == nil {
+						fw, pausedSince = nw, false
+						if !event("overflow", sandbox.FileChange{Kind: sandbox.FileOverflow}) {
+							return nil
+						}
+						continue
+					}
+					err = werr
 				}
 				reason := endAgent
 				if errors.Is(err, sandbox.ErrNotFound) {
@@ -329,5 +374,12 @@ func (s *Server) watchFiles(w http.ResponseWriter, r *http.Request, _ []byte) er
 				return nil
 			}
 		}
+	}
+}
+
+// hold tells the provider's watch that the sandbox is paused, or runs again (sandbox.WatchHolder).
+func hold(fw sandbox.FileWatch, paused bool) {
+	if h, ok := fw.(sandbox.WatchHolder); ok {
+		h.Hold(paused)
 	}
 }

@@ -293,7 +293,7 @@ func (t *terminal) outputLoop(ctx context.Context, wake <-chan struct{}, chunk s
 				return terminalFrameOut{}, false
 			}
 		case <-beat.C:
-			if !t.send(ctx, terminalFrameOut{Type: "heartbeat", Offset: t.after, State: "running"}) {
+			if !t.send(ctx, terminalFrameOut{Type: "heartbeat", Offset: t.after, State: stateRunning}) {
 				return terminalFrameOut{}, false
 			}
 		case <-s.done:
@@ -309,7 +309,7 @@ func (t *terminal) outputLoop(ctx context.Context, wake <-chan struct{}, chunk s
 		case err != nil:
 			e := s.endOf(ctx, t.id, t.gen, err)
 			if e.Reason == endPaused {
-				if e, ok := t.paused(ctx, wake, beat); !ok || e.Type != "" {
+				if e, ok := t.paused(ctx, wake); !ok || e.Type != "" {
 					return e, ok
 				}
 				chunk = sandbox.OutputChunk{Start: t.after}
@@ -345,36 +345,14 @@ func (t *terminal) endFrame(ctx context.Context, err error) terminalFrameOut {
 
 // paused waits, sending heartbeats that say so, while the sandbox is paused: the attach outlives a
 // pause. It returns an empty frame once the sandbox is ready again, or the frame to end with.
-func (t *terminal) paused(ctx context.Context, wake <-chan struct{}, beat *time.Ticker) (terminalFrameOut, bool) {
-	if !t.send(ctx, terminalFrameOut{Type: "heartbeat", Offset: t.after, State: "paused"}) {
-		return terminalFrameOut{}, false
+func (t *terminal) paused(ctx context.Context, wake <-chan struct{}) (terminalFrameOut, bool) {
+	e, ok := t.s.waitPaused(ctx, wake, t.id, t.gen, t.beat(), func() bool {
+		return t.send(ctx, terminalFrameOut{Type: "heartbeat", Offset: t.after, State: statePaused})
+	})
+	if !ok || e.Reason == "" {
+		return terminalFrameOut{}, ok
 	}
-	for {
-		select {
-		case <-ctx.Done():
-			return terminalFrameOut{}, false
-		case <-t.s.done:
-			return terminalFrameOut{Type: "end", Offset: t.after, Reason: endDaemonStopping}, true
-		case <-wake:
-		case <-beat.C:
-			if !t.send(ctx, terminalFrameOut{Type: "heartbeat", Offset: t.after, State: "paused"}) {
-				return terminalFrameOut{}, false
-			}
-		}
-		// Read the state, not the output: a read of a sandbox that resumes on calls would resume it.
-		sb, err := t.s.rt.Get(ctx, t.id)
-		switch {
-		case err == nil && sb.Generation == t.gen && sb.State == sandbox.StateReady:
-			return terminalFrameOut{}, true
-		case err == nil && sb.Generation == t.gen && (sb.State == sandbox.StatePaused || sb.State == sandbox.StatePausing || sb.State == sandbox.StateResuming):
-		default:
-			e := t.s.endOf(ctx, t.id, t.gen, sandbox.ErrInvalidState)
-			if e.Reason == "" || e.Reason == endPaused {
-				e.Reason = endError
-			}
-			return terminalFrameOut{Type: "end", Offset: t.after, Reason: e.Reason, Message: e.Message}, true
-		}
-	}
+	return terminalFrameOut{Type: "end", Offset: t.after, Reason: e.Reason, Message: e.Message}, true
 }
 
 // poll reads the output after t.after, waiting up to the heartbeat for it; the runtime's events and

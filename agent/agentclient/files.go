@@ -341,7 +341,8 @@ func (c *Client) GetArchive(ctx context.Context, dir string) (io.ReadCloser, err
 }
 
 // Watch opens a watch of dir. The watch ends, with ErrProviderUnavailable, when the agent says
-// nothing for three heartbeats (a paused sandbox, a dead agent) or its stream breaks.
+// nothing for three heartbeats (a dead agent) or its stream breaks; Hold suspends that bound while
+// the sandbox is paused.
 func (c *Client) Watch(ctx context.Context, dir string, recursive bool) (sandbox.FileWatch, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	q := url.Values{"path": {dir}}
@@ -354,9 +355,14 @@ func (c *Client) Watch(ctx context.Context, dir string, recursive bool) (sandbox
 		return nil, err
 	}
 	w := &agentWatch{out: make(chan sandbox.FileChange, 64), done: make(chan struct{}), cancel: cancel}
+	w.silent = time.AfterFunc(watchSilence, func() { resp.Body.Close() })
 	go w.read(ctx, dir, resp.Body)
 	return w, nil
 }
+
+// watchSilence is how long a watch waits for a line of the agent's (a change or a heartbeat) before
+// it takes the agent for dead (a variable for the tests).
+var watchSilence = 3 * protocol.WatchHeartbeatSeconds * time.Second
 
 // agentWatch is a watch read from the agent's lines.
 type agentWatch struct {
@@ -364,6 +370,38 @@ type agentWatch struct {
 	done   chan struct{}
 	cancel context.CancelFunc
 	err    error
+
+	mu     sync.Mutex
+	silent *time.Timer // closes the body when the agent says nothing for watchSilence
+	held   bool        // the sandbox is paused: its silence is no sign of a dead agent
+}
+
+var _ sandbox.WatchHolder = (*agentWatch)(nil)
+
+// Hold stops the silence bound while the sandbox is paused, and starts it afresh after.
+func (w *agentWatch) Hold(paused bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	select {
+	case <-w.done:
+		return // the watch ended: its timer stays stopped
+	default:
+	}
+	w.held = paused
+	if paused {
+		w.silent.Stop()
+	} else {
+		w.silent.Reset(watchSilence)
+	}
+}
+
+// heard restarts the silence bound after a line of the agent's, unless the watch is held.
+func (w *agentWatch) heard() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !w.held {
+		w.silent.Reset(watchSilence)
+	}
 }
 
 func (w *agentWatch) Changes() <-chan sandbox.FileChange { return w.out }
@@ -384,10 +422,11 @@ func (w *agentWatch) read(ctx context.Context, dir string, body io.ReadCloser) {
 		body.Close()
 		w.cancel()
 		close(w.out)
-		close(w.done)
+		w.mu.Lock()
+		w.silent.Stop()
+		close(w.done) // under mu: a Hold after it starts no timer
+		w.mu.Unlock()
 	}()
-	silent := time.AfterFunc(3*protocol.WatchHeartbeatSeconds*time.Second, func() { body.Close() })
-	defer silent.Stop()
 	br := bufio.NewReaderSize(body, protocol.MaxWatchLine)
 	for {
 		line, err := br.ReadSlice('\n')
@@ -401,7 +440,7 @@ func (w *agentWatch) read(ctx context.Context, dir string, body io.ReadCloser) {
 			}
 			return
 		}
-		silent.Reset(3 * protocol.WatchHeartbeatSeconds * time.Second)
+		w.heard()
 		var l protocol.WatchLine
 		if err := json.Unmarshal(line, &l); err != nil {
 			w.err = fmt.Errorf("agent watch of %q: %w", dir, badAnswer("%v", err))

@@ -144,7 +144,8 @@ restarts of the daemon.`,
 		})
 	logs.Long = `Print a process's output from byte offset --from (default 0), following it until the
 process exits; sbx then exits with the process's status. Bytes the sandbox no longer kept are
-said on stderr. When the sandbox is paused or terminated, logs says so and where to resume.`
+said on stderr. While the sandbox is paused, logs waits for its resume; when it is terminated,
+logs says so and where to resume.`
 	logs.Flags().Int64Var(&from, "from", 0, "the byte offset to start from")
 
 	var timeout time.Duration

@@ -1,6 +1,8 @@
 package testenv
 
 import (
+	"bytes"
+	"runtime"
 	"testing"
 	"time"
 
@@ -40,4 +42,29 @@ func NoLeaks(t testing.TB) {
 			t.Errorf("goroutines left running: %v", err)
 		}
 	})
+}
+
+// StreamPaused is the function in which the goroutine of a stream (an output stream, a watch, a
+// terminal attach) waits while its sandbox is paused: GoroutinesIn(StreamPaused) counts such streams.
+const StreamPaused = "github.com/sandboxd/sandbox/httpapi.(*Server).waitPaused"
+
+// GoroutinesIn counts the goroutines of this process whose stack has a frame of the function fn
+// (its full name, as a stack trace writes it: "pkg/path.(*Type).Method").
+func GoroutinesIn(fn string) int {
+	buf := make([]byte, 1<<20)
+	for {
+		n := runtime.Stack(buf, true)
+		if n < len(buf) {
+			buf = buf[:n]
+			break
+		}
+		buf = make([]byte, 2*len(buf))
+	}
+	count := 0
+	for _, g := range bytes.Split(buf, []byte("\n\n")) {
+		if bytes.Contains(g, []byte(fn+"(")) {
+			count++
+		}
+	}
+	return count
 }

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 )
 
 // StateDir returns a fresh directory for a test, removed when the test ends, that the host uids of
@@ -50,5 +51,18 @@ func unmountBelow(dir string) {
 	slices.SortFunc(points, func(a, b string) int { return len(b) - len(a) })
 	for _, p := range points {
 		syscall.Unmount(p, syscall.MNT_DETACH)
+	}
+}
+
+// WaitFor polls ok every 10 ms until it holds, and fails t (saying what it waited for) when it does
+// not within 20 s.
+func WaitFor(t testing.TB, what string, ok func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !ok() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not in 20 s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"os/exec"
 	"strconv"
 	"strings"
@@ -25,7 +26,8 @@ import (
 // in the same run: cat through a pipe into (and out of) the same directory of the sandbox, on the host.
 // The upload's and the download's SHA-256 are computed and checked, as every transfer's are. The
 // sandbox has 4 GiB of memory rather than the default 1 GiB: the page cache of the file it writes is
-// charged to its memory cgroup, and the floor's cat, which runs on the host, has no such limit.
+// charged to its memory cgroup, and the floor's cat, which runs on the host, has no such limit. A
+// second floor runs its cats in the sandbox's cgroups.
 //
 //	go test -run '^$' -bench BenchmarkRawFiles -benchtime 3x ./provider/oci/
 func BenchmarkRawFiles(b *testing.B) {
@@ -69,6 +71,23 @@ func BenchmarkRawFiles(b *testing.B) {
 			}
 		}
 	})
+	// The same floor with its cats in the sandbox's cgroups: on a loaded machine the sandbox (its
+	// agent's copy) gets one cgroup's share of the CPU, while the cats on the host get a share each,
+	// and the sandbox's memory cgroup bounds the dirty pages of the file it writes.
+	join := ""
+	for _, procs := range cgroupProcs(b, pid) {
+		join += "echo $$ > " + procs + " && "
+	}
+	b.Run("floor-upload-cat-sandbox-cgroups", func(b *testing.B) {
+		b.SetBytes(size)
+		for b.Loop() {
+			cmd := exec.Command("sh", "-c", join+"cat | cat > "+dir+"/floor.bin")
+			cmd.Stdin = io.LimitReader(&pattern{block: block}, size)
+			if out, err := cmd.CombinedOutput(); err != nil {
+				b.Fatalf("%v: %s", err, out)
+			}
+		}
+	})
 	b.Run("download", func(b *testing.B) {
 		b.SetBytes(size)
 		for b.Loop() {
@@ -95,6 +114,39 @@ func BenchmarkRawFiles(b *testing.B) {
 		}
 	})
 	e.Sh("rm -f up.bin floor.bin")
+}
+
+// cgroupProcs are the cgroup.procs files of the cgroups of process pid: one a cgroup v1 hierarchy,
+// or the unified hierarchy's.
+func cgroupProcs(b *testing.B, pid int) []string {
+	b.Helper()
+	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cgroup")
+	if err != nil {
+		b.Fatal(err)
+	}
+	var files []string
+	for _, line := range strings.Split(strings.TrimSpace(string(data)), "\n") {
+		parts := strings.SplitN(line, ":", 3)
+		if len(parts) != 3 {
+			continue
+		}
+		dir := "/sys/fs/cgroup/" + strings.TrimPrefix(parts[1], "name=") // v1: the hierarchy's mount
+		if parts[1] == "" {
+			dir = "/sys/fs/cgroup" // the unified hierarchy, where it is the only one
+		}
+		if f := dir + parts[2] + "/cgroup.procs"; fileExists(f) {
+			files = append(files, f)
+		}
+	}
+	if len(files) == 0 {
+		b.Fatalf("no cgroup of process %d found", pid)
+	}
+	return files
+}
+
+func fileExists(name string) bool {
+	_, err := os.Stat(name)
+	return err == nil
 }
 
 // BenchmarkContract1MiB: the contract's 1 MiB file write, file read and exec output through the

@@ -171,6 +171,7 @@ func Run(t *testing.T, newProv func(t *testing.T) sandbox.Provider, killAgent fu
 		{"WatchBound", testWatchBound},
 		{"WatchOverflow", testWatchOverflow},
 		{"WatchNeverHangs", testWatchNeverHangs},
+		{"WatchPauseHolds", testWatchPauseHolds},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			testenv.NoLeaks(t)
@@ -753,9 +754,10 @@ func watchEnd(t *testing.T, what string, w *client.FileWatch) client.FileEvent {
 	}
 }
 
-// testWatchNeverHangs: an idle watch carries a heartbeat comment each interval; a watch ends with an
-// end event saying why, within the heartbeat bound, when its sandbox is paused (where the provider
-// pauses), when its agent is killed (where it has one), and when the daemon's API closes.
+// testWatchNeverHangs: an idle watch carries a heartbeat comment each interval; a pause (where the
+// provider pauses) holds a watch, its heartbeats saying so, until the resume; a watch ends with an end
+// event saying why, within the heartbeat bound, when its agent is killed (where it has one), and when
+// the daemon's API closes.
 func testWatchNeverHangs(t *testing.T, e *Env) {
 	e.Sh("mkdir -p idle")
 	tr := &http.Transport{}
@@ -780,13 +782,13 @@ func testWatchNeverHangs(t *testing.T, e *Env) {
 		if _, err := e.C.Pause(context.Background(), e.SB.ID, e.SB.Generation); err != nil {
 			t.Fatal(err)
 		}
-		if ev := watchEnd(t, "pause", w); ev.Reason != client.ProcessEndPaused {
-			t.Fatalf("end after the pause: %+v", ev)
-		}
+		nextHeartbeat(t, w, client.StreamPaused)
 		if _, err := e.C.Resume(context.Background(), e.SB.ID, e.SB.Generation); err != nil {
 			t.Fatal(err)
 		}
+		nextHeartbeat(t, w, client.StreamRunning)
 		e.WaitFor(e.SB.ID, sandbox.StateReady)
+		w.Close()
 	}
 	if e.KillAgent != nil {
 		w := open(e.SB)
@@ -804,5 +806,124 @@ func testWatchNeverHangs(t *testing.T, e *Env) {
 	e.St.API.Close()
 	if ev := watchEnd(t, "API closed", w); ev.Reason != client.ProcessEndDaemonStopping {
 		t.Fatalf("end after the API closed: %+v", ev)
+	}
+}
+
+// nextHeartbeat reads w until a heartbeat event saying state, passing over changes; an end first
+// fails the test.
+func nextHeartbeat(t *testing.T, w *client.FileWatch, state string) {
+	t.Helper()
+	timer := time.AfterFunc(endBound, func() { w.Close() })
+	defer timer.Stop()
+	ev, err := w.Next()
+	for ; err == nil && ev.Kind != "end" && (ev.Kind != "heartbeat" || ev.State != state); ev, err = w.Next() {
+	}
+	if err != nil || ev.Kind != "heartbeat" {
+		t.Fatalf("waiting for a heartbeat saying %s: %+v, %v", state, ev, err)
+	}
+}
+
+// testWatchPauseHolds: a process in the sandbox makes a file every 10 ms under a watched directory
+// while the sandbox is paused for a while: the watch's heartbeats say paused and no change comes
+// until one says running after the resume, and every file's creation comes once, in order; a watch
+// whose client goes away during the pause ends meanwhile; a terminate while paused ends the watch
+// with its end event within the heartbeat bound.
+func testWatchPauseHolds(t *testing.T, e *Env) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	m, err := e.Prov.Manifest(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !m.Capabilities.PauseResume {
+		if _, err := e.C.Pause(ctx, e.SB.ID, e.SB.Generation); !errors.Is(err, sandbox.ErrUnsupportedCapability) {
+			t.Fatalf("pause where the provider does not pause: %v", err)
+		}
+		return
+	}
+	e.Sh("mkdir -p pw")
+	w, err := e.C.WatchFiles(ctx, e.SB.ID, e.SB.Generation, "pw", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	gone, err := e.C.WatchFiles(ctx, e.SB.ID, e.SB.Generation, "pw", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer gone.Close()
+	const n = 300
+	if _, err := e.C.StartProcess(ctx, e.SB.ID, e.SB.Generation, sandbox.ProcessSpec{Argv: []string{"sh", "-c",
+		fmt.Sprintf("i=0; while [ $i -lt %d ]; do echo $i > pw/f$i; i=$((i+1)); sleep 0.01; done", n)}}); err != nil {
+		t.Fatal(err)
+	}
+	var created []string
+	next := func() client.FileEvent {
+		t.Helper()
+		ev, err := w.Next()
+		if err != nil || ev.Kind == "end" || ev.Kind == "overflow" {
+			t.Fatalf("after %d files: %+v, %v", len(created), ev, err)
+		}
+		if ev.Kind == "created" {
+			if want := fmt.Sprintf("pw/f%d", len(created)); ev.Path != want {
+				t.Fatalf("created %q, want %q", ev.Path, want)
+			}
+			created = append(created, ev.Path)
+		}
+		return ev
+	}
+	for len(created) == 0 {
+		next()
+	}
+	if _, err := e.C.Pause(ctx, e.SB.ID, e.SB.Generation); err != nil {
+		t.Fatal(err)
+	}
+	// Changes the watch passed on before it learnt of the pause may come first; none after its first
+	// heartbeat saying paused.
+	for ev := next(); ev.Kind != "heartbeat" || ev.State != client.StreamPaused; ev = next() {
+		if ev.Kind == "heartbeat" {
+			t.Fatalf("before the paused heartbeat: %+v", ev)
+		}
+	}
+	at := len(created)
+	e.WaitFor(e.SB.ID, sandbox.StatePaused)
+	if !w.Paused() {
+		t.Fatal("the watch does not say paused")
+	}
+	// Both watches wait out the pause; the one whose client goes away ends meanwhile.
+	testenv.WaitFor(t, "two watches waiting out the pause", func() bool { return testenv.GoroutinesIn(testenv.StreamPaused) == 2 })
+	gone.Close()
+	testenv.WaitFor(t, "the closed watch's end", func() bool { return testenv.GoroutinesIn(testenv.StreamPaused) == 1 })
+	time.Sleep(2 * time.Second)
+	for range 2 {
+		if ev := next(); ev.Kind != "heartbeat" || ev.State != client.StreamPaused {
+			t.Fatalf("while paused: %+v", ev)
+		}
+	}
+	if _, err := e.C.Resume(ctx, e.SB.ID, e.SB.Generation); err != nil {
+		t.Fatal(err)
+	}
+	for ev := next(); ev.Kind != "heartbeat" || ev.State != client.StreamRunning; ev = next() {
+		if ev.Kind != "heartbeat" || ev.State != client.StreamPaused {
+			t.Fatalf("before the running heartbeat: %+v", ev)
+		}
+	}
+	for len(created) < n {
+		next()
+	}
+	if at == n || w.Paused() {
+		t.Fatalf("all %d files were made before the pause (paused %v)", at, w.Paused())
+	}
+
+	// A terminate while paused ends the watch.
+	if _, err := e.C.Pause(ctx, e.SB.ID, e.SB.Generation); err != nil {
+		t.Fatal(err)
+	}
+	nextHeartbeat(t, w, client.StreamPaused)
+	if _, err := e.C.Terminate(ctx, e.SB.ID, e.SB.Generation); err != nil {
+		t.Fatal(err)
+	}
+	if ev := watchEnd(t, "terminate while paused", w); ev.Reason != client.ProcessEndTerminated {
+		t.Fatalf("end after a terminate while paused: %+v", ev)
 	}
 }

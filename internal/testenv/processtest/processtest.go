@@ -117,6 +117,7 @@ type Provider struct {
 func Run(t *testing.T, pv Provider) {
 	t.Run("OutputResumes", func(t *testing.T) { outputResumes(t, pv) })
 	t.Run("StreamsNeverHang", func(t *testing.T) { streamsNeverHang(t, pv) })
+	t.Run("PauseHoldsStreams", func(t *testing.T) { pauseHoldsStreams(t, pv) })
 	t.Run("RefusesMalformed", func(t *testing.T) { refusesMalformed(t, pv) })
 }
 
@@ -248,9 +249,10 @@ func wantEnds(t *testing.T, what string, evs []client.OutputEvent, reasons ...st
 }
 
 // streamsNeverHang: an idle process's output stream carries a heartbeat comment each interval; open
-// output streams end with an end event saying why, within the heartbeat bound, when the sandbox is
-// paused where the provider pauses (and resume where they were after the resume), when its agent is
-// killed, when it is terminated, and when the daemon's API closes; no goroutine is left.
+// output streams end with an end event saying why, within the heartbeat bound, when the sandbox's
+// agent is killed, when it is terminated and when the daemon's API closes (both while the sandbox is
+// paused, where the provider pauses: a pause alone holds streams, pauseHoldsStreams); no goroutine is
+// left.
 func streamsNeverHang(t *testing.T, pv Provider) {
 	testenv.NoLeaks(t)
 	p := pv.New(t)
@@ -270,37 +272,28 @@ func streamsNeverHang(t *testing.T, pv Provider) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if m.Capabilities.PauseResume {
-		ticking, ends := openStreams(t, c, sb)
-		if _, err := c.Pause(ctx, sb.ID, sb.Generation); err != nil {
-			t.Fatal(err)
-		}
-		evs := ends()
-		wantEnds(t, "pause", evs, client.ProcessEndPaused)
-		if _, err := c.OpenOutput(ctx, sb.ID, sb.Generation, ticking, 0); !errors.Is(err, sandbox.ErrInvalidState) {
-			t.Fatalf("open while paused: %v", err)
-		}
-		if _, err := c.Resume(ctx, sb.ID, sb.Generation); err != nil {
-			t.Fatal(err)
-		}
-		// The ticking process went on from where it was frozen; its output from the end event's offset on
-		// is there, nothing skipped.
-		r := c.NewOutputReader(ctx, sb.ID, sb.Generation, ticking, evs[1].Offset)
-		buf := make([]byte, 1)
-		if _, err := io.ReadFull(r, buf); err != nil || r.Dropped() != 0 {
-			t.Fatalf("read on after the resume: %v, %d dropped", err, r.Dropped())
-		}
-		r.Close()
-	}
-
 	if pv.KillAgent != nil {
 		_, ends := openStreams(t, c, sb)
 		pv.KillAgent(t, p, sb.Ref())
 		wantEnds(t, "agent killed", ends(), client.ProcessEndAgent, client.ProcessEndTerminated)
 	}
 
+	// A terminate, and the API's close, end streams; where the provider pauses, streams a pause holds.
+	pause := func(sb *sandbox.Sandbox) {
+		t.Helper()
+		if !m.Capabilities.PauseResume {
+			return
+		}
+		if _, err := c.Pause(ctx, sb.ID, sb.Generation); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.WaitState(ctx, sb.ID, sandbox.StatePaused); err != nil {
+			t.Fatal(err)
+		}
+	}
 	other := readySandbox(t, c)
 	_, ends := openStreams(t, c, other)
+	pause(other)
 	if _, err := c.Terminate(ctx, other.ID, other.Generation); err != nil {
 		t.Fatal(err)
 	}
@@ -308,8 +301,141 @@ func streamsNeverHang(t *testing.T, pv Provider) {
 
 	third := readySandbox(t, c)
 	_, ends = openStreams(t, c, third)
+	pause(third)
 	s.API.Close()
 	wantEnds(t, "API closed", ends(), client.ProcessEndDaemonStopping)
+}
+
+// pauseHoldsStreams: a process printing a line every 10 ms is read by an output stream and an
+// OutputReader while its sandbox is paused for a while: the stream's heartbeats say paused and carry
+// no output until one says running after the resume, and both readers get every byte once, in order;
+// a stream opened while paused is refused; a client that goes away during a pause leaves no goroutine.
+func pauseHoldsStreams(t *testing.T, pv Provider) {
+	testenv.NoLeaks(t)
+	p := pv.New(t)
+	_, c, sb := processStack(t, p)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	m, err := p.Manifest(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !m.Capabilities.PauseResume {
+		if _, err := c.Pause(ctx, sb.ID, sb.Generation); !errors.Is(err, sandbox.ErrUnsupportedCapability) {
+			t.Fatalf("pause where the provider does not pause: %v", err)
+		}
+		return
+	}
+	const n = 400
+	tick, err := c.StartProcess(ctx, sb.ID, sb.Generation, sandbox.ProcessSpec{Argv: tickerArgv(n)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := c.OpenOutput(ctx, sb.ID, sb.Generation, tick.PID, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	// A second stream, whose client goes away during the pause.
+	gone, err := c.OpenOutput(ctx, sb.ID, sb.Generation, tick.PID, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer gone.Close()
+	r := c.NewOutputReader(ctx, sb.ID, sb.Generation, tick.PID, 0)
+	defer r.Close()
+	whole := make(chan []byte, 1)
+	reading := make(chan struct{}) // the reader's connection is open: it got its first byte
+	go func() {
+		b := make([]byte, 1)
+		_, err := io.ReadFull(r, b)
+		close(reading)
+		if err == nil {
+			var rest []byte
+			rest, err = io.ReadAll(r)
+			b = append(b, rest...)
+		}
+		if err != nil {
+			t.Errorf("reader: %v", err)
+		}
+		whole <- b
+	}()
+	<-reading
+
+	var got []byte
+	next := func() client.OutputEvent {
+		t.Helper()
+		ev, err := s.Next()
+		if err != nil {
+			t.Fatalf("stream at %d: %v", len(got), err)
+		}
+		if ev.Kind == "output" {
+			if ev.Offset != int64(len(got)) {
+				t.Fatalf("output at %d, want %d", ev.Offset, len(got))
+			}
+			got = append(got, ev.Data...)
+		}
+		return ev
+	}
+	for len(got) == 0 {
+		next()
+	}
+	if _, err := c.Pause(ctx, sb.ID, sb.Generation); err != nil {
+		t.Fatal(err)
+	}
+	// Output sent before the stream learnt of the pause may come first; none after its first
+	// heartbeat saying paused.
+	for ev := next(); ev.Kind != "heartbeat" || ev.State != client.StreamPaused; ev = next() {
+		if ev.Kind != "output" {
+			t.Fatalf("before the paused heartbeat: %+v", ev)
+		}
+	}
+	at := len(got)
+	if _, err := c.WaitState(ctx, sb.ID, sandbox.StatePaused); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.OpenOutput(ctx, sb.ID, sb.Generation, tick.PID, 0); !errors.Is(err, sandbox.ErrInvalidState) {
+		t.Fatalf("open while paused: %v", err)
+	}
+	testenv.WaitFor(t, "the reader saying paused", r.Paused)
+	// Three streams wait out the pause (the stream read here, the one closed now, the reader's); the
+	// closed one's goroutine ends although its sandbox stays paused.
+	testenv.WaitFor(t, "three streams waiting out the pause", func() bool { return testenv.GoroutinesIn(testenv.StreamPaused) == 3 })
+	gone.Close()
+	testenv.WaitFor(t, "the closed stream's end", func() bool { return testenv.GoroutinesIn(testenv.StreamPaused) == 2 })
+	time.Sleep(2 * time.Second)
+	// The paused heartbeats come each interval, with the offset reached and no output between them.
+	for range 2 {
+		if ev := next(); ev.Kind != "heartbeat" || ev.State != client.StreamPaused || ev.Offset != int64(at) {
+			t.Fatalf("while paused: %+v, at %d", ev, at)
+		}
+	}
+	if _, err := c.Resume(ctx, sb.ID, sb.Generation); err != nil {
+		t.Fatal(err)
+	}
+	for ev := next(); ev.Kind != "heartbeat" || ev.State != client.StreamRunning; ev = next() {
+		if ev.Kind != "heartbeat" || ev.State != client.StreamPaused {
+			t.Fatalf("before the running heartbeat: %+v", ev)
+		}
+	}
+	for {
+		ev := next()
+		if ev.Kind == "end" {
+			if ev.Reason != client.ProcessEndExited || ev.Offset != int64(len(got)) {
+				t.Fatalf("end %+v at %d", ev, len(got))
+			}
+			break
+		}
+		if ev.Kind != "output" && ev.Kind != "heartbeat" {
+			t.Fatalf("after the resume: %+v", ev)
+		}
+	}
+	if string(got) != tickerText(n) || at == len(got) {
+		t.Fatalf("the stream got %d bytes (%d before the pause), not the %d printed", len(got), at, len(tickerText(n)))
+	}
+	if b := <-whole; string(b) != tickerText(n) || r.Paused() {
+		t.Fatalf("the reader got %d bytes, not the %d printed (paused %v)", len(b), len(tickerText(n)), r.Paused())
+	}
 }
 
 // refusesMalformed: requests a sandbox cannot honour are refused with the contract's errors before

@@ -324,16 +324,16 @@ func watchAndControl(t *testing.T, pv Provider) {
 	seen.expect(t, 0, "from-42")
 
 	watcher.Write([]byte("echo watcher-$((1+1))\n"))
-	waitFor(t, "the watcher's write refused", func() bool { return strings.Contains(watcher.LastError(), "watches") })
+	testenv.WaitFor(t, "the watcher's write refused", func() bool { return strings.Contains(watcher.LastError(), "watches") })
 	if !watcher.Watching() {
 		t.Fatal("watcher does not say it watches")
 	}
 
 	second := attach(t, ctx, c, sb, p.PID, client.TerminalOptions{})
 	two := newScreen(second)
-	waitFor(t, "the first attach told of the takeover", first.Watching)
+	testenv.WaitFor(t, "the first attach told of the takeover", first.Watching)
 	first.Write([]byte("echo first-$((2+2))\n"))
-	waitFor(t, "the demoted attach's write refused", func() bool { return first.LastError() != "" })
+	testenv.WaitFor(t, "the demoted attach's write refused", func() bool { return first.LastError() != "" })
 	second.Write([]byte("echo second-$((3+3))\n"))
 	two.expect(t, 0, "second-6")
 	at := one.expect(t, 0, "second-6")
@@ -349,17 +349,6 @@ func watchAndControl(t *testing.T, pv Provider) {
 		if err := s.end(t); err != io.EOF {
 			t.Fatalf("end: %v", err)
 		}
-	}
-}
-
-func waitFor(t *testing.T, what string, ok func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !ok() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not in 20 s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
 	}
 }
 
@@ -423,11 +412,11 @@ func terminalNeverHangs(t *testing.T, pv Provider) {
 		if _, err := c.Pause(ctx, sb.ID, sb.Generation); err != nil {
 			t.Fatal(err)
 		}
-		waitFor(t, "a heartbeat saying paused", term.Paused)
+		testenv.WaitFor(t, "a heartbeat saying paused", term.Paused)
 		if _, err := c.Resume(ctx, sb.ID, sb.Generation); err != nil {
 			t.Fatal(err)
 		}
-		waitFor(t, "a heartbeat saying running", func() bool { return !term.Paused() })
+		testenv.WaitFor(t, "a heartbeat saying running", func() bool { return !term.Paused() })
 		term.Write([]byte("echo after\n"))
 		scr.expect(t, at, "after\r\n")
 	}

@@ -511,9 +511,11 @@ export interface paths {
          *     `event: dropped` (a ProcessDroppedEvent) when the bytes asked for are no longer kept; a
          *     `: heartbeat` comment at least every heartbeat interval while nothing comes; and last, always,
          *     `event: end` (a ProcessEndEvent) saying why the stream ended: the process exited and every byte
-         *     was sent, the sandbox was paused, terminated or recreated, its agent did not answer, the daemon is
+         *     was sent, the sandbox was terminated or recreated, its agent did not answer, the daemon is
          *     stopping, or the client fell behind. A client resumes from the last id it got and loses nothing the
-         *     sandbox kept.
+         *     sandbox kept. A pause does not end the stream: while the sandbox is paused it sends `event:
+         *     heartbeat` (a StreamHeartbeatEvent, state paused) at once and every heartbeat interval, no
+         *     output, and one saying running after the resume, from which the output goes on where it was.
          */
         get: operations["streamProcessOutput"];
         put?: never;
@@ -796,9 +798,12 @@ export interface paths {
          *     created, modified, deleted or renamed, its path as the client would pass it back); `event:
          *     overflow` when changes were dropped (read the directory again); a `: heartbeat` comment at
          *     least every heartbeat interval; and last, always, `event: end` (a ProcessEndEvent without
-         *     offset meaning) when the sandbox is paused, terminated or recreated, the directory goes
-         *     (reason error), the agent stops answering, or the daemon stops. At most 8 watches are open on
-         *     one sandbox at once; one more is a 409 invalid_state.
+         *     offset meaning) when the sandbox is terminated or recreated, the directory goes (reason
+         *     error), the agent stops answering, or the daemon stops. A pause does not end the watch: while
+         *     the sandbox is paused it sends `event: heartbeat` (a StreamHeartbeatEvent, state paused) at
+         *     once and every heartbeat interval, and one saying running after the resume, from which the
+         *     changes go on. At most 8 watches are open on one sandbox at once; one more is a 409
+         *     invalid_state.
          */
         get: operations["watchFiles"];
         put?: never;
@@ -1211,8 +1216,21 @@ export interface components {
             /** @description The oldest offset kept, where the output goes on */
             to: number;
         };
-        ProcessEndEvent: {
+        /**
+         * @description The data of `event: heartbeat` on an output stream or a watch, sent while the sandbox is paused
+         *     and once when it runs again; a running stream's heartbeats are `: heartbeat` comments.
+         */
+        StreamHeartbeatEvent: {
             /** @enum {string} */
+            state: "running" | "paused";
+            /** @description An output stream's: where the output goes on */
+            offset?: number;
+        };
+        ProcessEndEvent: {
+            /**
+             * @description paused is an older daemon's: a pause now holds a stream
+             * @enum {string}
+             */
             reason: "exited" | "paused" | "terminated" | "recreated" | "agent_unavailable" | "daemon_stopping" | "slow_client" | "error";
             /** @description Where to resume */
             offset: number;

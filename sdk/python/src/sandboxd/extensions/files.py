@@ -303,7 +303,8 @@ def download(
 
 class FileWatch(Iterator[FileChange]):
     """An open watch (see :func:`watch`): an iterator of :class:`FileChange` that stops after the
-    stream's end event, whose reason is in :attr:`end`."""
+    stream's end event, whose reason is in :attr:`end`. A pause of the sandbox holds it: :attr:`paused`
+    says so (the daemon's heartbeat events), and the changes go on after the resume."""
 
     def __init__(self, resp: http.client.HTTPResponse, conn: http.client.HTTPConnection) -> None:
         self._resp: Optional[http.client.HTTPResponse] = resp
@@ -311,6 +312,7 @@ class FileWatch(Iterator[FileChange]):
         self._parser = Parser()
         self._pending: List[FileChange] = []
         self.end: Optional[Dict[str, Any]] = None
+        self.paused = False
 
     def __iter__(self) -> FileWatch:
         return self
@@ -338,6 +340,9 @@ class FileWatch(Iterator[FileChange]):
                 if m.event == "end":
                     self.end = doc
                     break
+                if m.event == "heartbeat":
+                    self.paused = isinstance(doc, dict) and doc.get("state") == "paused"
+                    continue
                 if m.event not in ("change", "overflow"):
                     raise UnexpectedResponse(f"watch: unknown event {m.event!r}")
                 if RESPONSE_HOOKS:
