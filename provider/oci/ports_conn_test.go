@@ -16,7 +16,8 @@ import (
 // TestPortConnections: the proxy's kept-alive connections to a sandbox's port, on both paths (the
 // daemon's own socket in the sandbox's namespace, and the agent's relay). A connection is reused from
 // one request to the next; a server that resets its connection before its head is a 502 and one that
-// resets it in its body ends the body with an error, neither poisoning the next request; a port
+// resets it in its body cuts the client's answer (its head, or its body, ends in an error), neither
+// poisoning the next request; a port
 // nothing listens on is a 502 that says so; a pause with a connection idle refuses at once and the
 // resume makes a new connection; the generation a recreate makes never gets a connection of the one
 // before.
@@ -64,12 +65,12 @@ func (e *portEnv) testConnections(t *testing.T) {
 		req.Header.Set("Authorization", "Bearer "+portToken)
 		resp, err := e.hc.Do(req)
 		if err != nil {
-			t.Fatal(err)
+			return // the head had not left the daemon yet: the client's connection is cut
 		}
 		b, err := io.ReadAll(resp.Body)
 		resp.Body.Close()
-		if resp.StatusCode != 200 || err == nil || string(b) != "0123456789" {
-			t.Errorf("%d, %q, %v: want 200 and 10 bytes, then an error", resp.StatusCode, b, err)
+		if resp.StatusCode != 200 || err == nil || !strings.HasPrefix("0123456789", string(b)) {
+			t.Errorf("%d, %q, %v: want 200 and at most the 10 bytes, then an error", resp.StatusCode, b, err)
 		}
 	})
 	t.Run("nothing listening", func(t *testing.T) {
