@@ -89,8 +89,10 @@ func BenchmarkPortProxy(b *testing.B) {
 		b.Run(name, func(b *testing.B) {
 			defer oci.RelayPorts(e.p, false)
 			dial := dialer(relay)
+			// At most 300: python3's server accepts slowly behind a backlog of 5, and a connect
+			// past it waits a second for its SYN to be sent again.
 			ds := make([]time.Duration, 0, b.N)
-			for i := 0; i < b.N; i++ {
+			for i := 0; i < min(b.N, 300); i++ {
 				start := time.Now()
 				conn, err := dial(ctxFor(b), "", "")
 				if err != nil {
