@@ -109,7 +109,7 @@ func (pc *portConns) newTransport(t portTarget) *portTransport {
 	dial := func(ctx context.Context) (net.Conn, error) { return pc.s.rt.DialPort(ctx, t.ref, t.port) }
 	pt := &portTransport{gen: t.ref.Generation, since: t.since, lean: &leanConns{dial: dial, timeout: pc.timeout}}
 	pt.t = &http.Transport{
-		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) { return dial(ctx) },
+		DialContext:            func(ctx context.Context, _, _ string) (net.Conn, error) { return dial(ctx) },
 		MaxIdleConns:           16,
 		MaxIdleConnsPerHost:    16,
 		IdleConnTimeout:        portIdleConnTimeout,
