@@ -10,7 +10,6 @@ import (
 
 	"github.com/sandboxd/sandbox"
 	"github.com/sandboxd/sandbox/internal/testenv"
-	"github.com/sandboxd/sandbox/provider/oci"
 )
 
 // TestPortConnections: the proxy's kept-alive connections to a sandbox's port, on both paths (the
@@ -24,16 +23,10 @@ import (
 func TestPortConnections(t *testing.T) {
 	testenv.NoLeaks(t)
 	e := newPortEnv(t)
-	for _, path := range []string{"socket", "relay"} {
-		t.Run(path, func(t *testing.T) {
-			oci.RelayPorts(e.p, path == "relay")
-			defer oci.RelayPorts(e.p, false)
-			e.testConnections(t)
-		})
-	}
+	e.onBothPaths(t, e.testConnections)
 }
 
-func (e *portEnv) testConnections(t *testing.T) {
+func (e *portEnv) testConnections(t *testing.T, _ bool) {
 	sb := e.create(t)
 	e.serve(t, sb, "http", 8000)
 	e.serve(t, sb, "reset", 8001)

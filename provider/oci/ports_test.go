@@ -176,11 +176,17 @@ func errCode(body string) string {
 func TestPorts(t *testing.T) {
 	testenv.NoLeaks(t)
 	e := newPortEnv(t)
+	e.onBothPaths(t, e.testPorts)
+}
+
+// onBothPaths runs f on the daemon's own sockets in the sandbox's network namespace, then through the
+// agent's relay.
+func (e *portEnv) onBothPaths(t *testing.T, f func(t *testing.T, relay bool)) {
 	for _, path := range []string{"socket", "relay"} {
 		t.Run(path, func(t *testing.T) {
 			oci.RelayPorts(e.p, path == "relay")
 			defer oci.RelayPorts(e.p, false)
-			e.testPorts(t, path == "relay")
+			f(t, path == "relay")
 		})
 	}
 }
