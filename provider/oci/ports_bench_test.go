@@ -56,7 +56,8 @@ func hostPortServer(b *testing.B, mode string) string {
 // p50. "proxied" reaches the port on a socket the daemon made in the sandbox's network namespace,
 // "proxied-relay" through the agent's relay (what gVisor's sandboxes use); "socket-only" and
 // "relay-only" are the same GET on a connection of either kind without the daemon's HTTP in front;
-// "dial-socket" and "dial-relay" time a connection's making alone.
+// "dial-socket" and "dial-relay" time a connection's making alone; "paired" takes a request of
+// direct, proxied and proxied-relay in turn.
 func BenchmarkPortProxy(b *testing.B) {
 	e := newPortEnv(b)
 	sb := e.create(b)
@@ -83,6 +84,42 @@ func BenchmarkPortProxy(b *testing.B) {
 	b.Run("relay-only", func(b *testing.B) {
 		defer oci.RelayPorts(e.p, false)
 		timedGets(b, &http.Client{Transport: &http.Transport{DialContext: dialer(true)}}, "http://sandbox/hello", false)
+	})
+	// The same three, one request of each in turn, so that the load of the moment weighs on all
+	// alike: the ratios to read on a shared machine.
+	b.Run("paired", func(b *testing.B) {
+		reqs := []*http.Request{}
+		for _, u := range []string{direct, e.c.PortURL(sb.ID, 8000) + "hello", e.c.PortURL(sb.ID, 8001) + "hello"} {
+			req, _ := http.NewRequest("GET", u, nil)
+			if u != direct {
+				req.Header.Set("Authorization", "Bearer "+portToken)
+			}
+			reqs = append(reqs, req)
+		}
+		ds := make([][]time.Duration, len(reqs))
+		for i := 0; i < b.N; i++ {
+			for k, req := range reqs {
+				oci.RelayPorts(e.p, k == 2) // the relay's port keeps the connections it made
+				start := time.Now()
+				resp, err := e.hc.Do(req)
+				if err != nil {
+					b.Fatal(err)
+				}
+				_, _ = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode != 200 {
+					b.Fatalf("status %d", resp.StatusCode)
+				}
+				ds[k] = append(ds[k], time.Since(start))
+			}
+		}
+		oci.RelayPorts(e.p, false)
+		d, s, r := p50(ds[0]), p50(ds[1]), p50(ds[2])
+		b.ReportMetric(float64(d.Microseconds()), "direct-p50-µs")
+		b.ReportMetric(float64(s.Microseconds()), "proxied-p50-µs")
+		b.ReportMetric(float64(r.Microseconds()), "relay-p50-µs")
+		b.ReportMetric(float64(s)/float64(d), "proxied/direct")
+		b.ReportMetric(float64(r)/float64(d), "relay/direct")
 	})
 	for _, relay := range []bool{false, true} {
 		name := map[bool]string{false: "dial-socket", true: "dial-relay"}[relay]
