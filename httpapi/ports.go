@@ -21,8 +21,9 @@ import (
 )
 
 // The ports group: an HTTP proxy to a port inside a sandbox, a raw TCP relay over a WebSocket, and
-// preview tokens (preview.go). Every connection to a port is made by the sandbox's agent from inside
-// the sandbox (core.Runtime.DialPort), so none needs a network link or an egress rule.
+// preview tokens (preview.go). Every connection to a port is made inside the sandbox's network
+// namespace, by the provider (core.Runtime.DialPort), so none needs a network link or an egress rule;
+// the proxy keeps them alive per sandbox and port (portconns.go).
 
 // DefaultPortResponseTimeout is how long a sandbox's server may take to answer a proxied request's
 // headers when Config.PortResponseTimeout is zero: a server that never ends its headers, or sends them
