@@ -100,17 +100,7 @@ func BenchmarkPortProxy(b *testing.B) {
 		for i := 0; i < b.N; i++ {
 			for k, req := range reqs {
 				oci.RelayPorts(e.p, k == 2) // the relay's port keeps the connections it made
-				start := time.Now()
-				resp, err := e.hc.Do(req)
-				if err != nil {
-					b.Fatal(err)
-				}
-				_, _ = io.Copy(io.Discard, resp.Body)
-				resp.Body.Close()
-				if resp.StatusCode != 200 {
-					b.Fatalf("status %d", resp.StatusCode)
-				}
-				ds[k] = append(ds[k], time.Since(start))
+				ds[k] = append(ds[k], timedGet(b, e.hc, req))
 			}
 		}
 		oci.RelayPorts(e.p, false)
@@ -188,20 +178,26 @@ func timedGets(b *testing.B, hc *http.Client, u string, auth bool) {
 	}
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		start := time.Now()
-		resp, err := hc.Do(req)
-		if err != nil {
-			b.Fatal(err)
-		}
-		_, _ = io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
-		if resp.StatusCode != 200 {
-			b.Fatalf("status %d", resp.StatusCode)
-		}
-		ds = append(ds, time.Since(start))
+		ds = append(ds, timedGet(b, hc, req))
 	}
 	b.StopTimer()
 	b.ReportMetric(float64(p50(ds).Microseconds()), "p50-µs")
+}
+
+// timedGet sends req, reads its answer, and returns how long that took.
+func timedGet(b *testing.B, hc *http.Client, req *http.Request) time.Duration {
+	b.Helper()
+	start := time.Now()
+	resp, err := hc.Do(req)
+	if err != nil {
+		b.Fatal(err)
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		b.Fatalf("status %d", resp.StatusCode)
+	}
+	return time.Since(start)
 }
 
 func readZeros(b *testing.B, conn net.Conn, n int64) {
