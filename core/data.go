@@ -17,23 +17,34 @@ func (r *Runtime) dataPlane(ctx context.Context, id sandbox.ID, gen sandbox.Gene
 	if err != nil {
 		return sandbox.Ref{}, err
 	}
-	if err := r.require(c); err != nil {
+	if sb, err = r.dataPlaneOf(ctx, sb, gen, op, c); err != nil {
 		return sandbox.Ref{}, err
 	}
+	return sb.Ref(), nil
+}
+
+// dataPlaneOf is dataPlane on sb, the sandbox as the store holds it now; it returns the sandbox as it
+// is once ready (resumed, if its lifetime says so).
+func (r *Runtime) dataPlaneOf(ctx context.Context, sb *sandbox.Sandbox, gen sandbox.Generation, op string, c sandbox.Capability) (*sandbox.Sandbox, error) {
+	id := sb.ID
+	var err error
+	if err := r.require(c); err != nil {
+		return nil, err
+	}
 	if err := checkGeneration(sb, op, gen); err != nil {
-		return sandbox.Ref{}, err
+		return nil, err
 	}
 	r.Active(id)() // a data-plane call is use, whoever makes it
 	if lt := LifetimeOf(sb); sb.State == sandbox.StatePaused && lt != nil && lt.ResumeOnCall {
 		// A sandbox whose lifetime pauses it when idle is resumed by the next call that needs it.
 		if sb, err = r.pauseResume(ctx, id, gen, resumeOp, "resumed for "+op); err != nil {
-			return sandbox.Ref{}, err
+			return nil, err
 		}
 	}
 	if sb.State != sandbox.StateReady {
-		return sandbox.Ref{}, fmt.Errorf("%s in sandbox %s: it is %s, not ready: %w", op, id, sb.State, sandbox.ErrInvalidState)
+		return nil, fmt.Errorf("%s in sandbox %s: it is %s, not ready: %w", op, id, sb.State, sandbox.ErrInvalidState)
 	}
-	return sb.Ref(), nil
+	return sb, nil
 }
 
 // providerTrouble schedules a reconcile of ref after the provider failed a data-plane call, so that a

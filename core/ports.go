@@ -19,11 +19,24 @@ const portDialTimeout = 15 * time.Second
 //
 // Errors: ErrNotFound, ErrUnsupportedCapability, ErrInvalidState.
 func (r *Runtime) PortRef(ctx context.Context, id sandbox.ID) (sandbox.Ref, error) {
+	ref, _, err := r.PortTarget(ctx, id)
+	return ref, err
+}
+
+// PortTarget is PortRef with when the sandbox's record last changed (its state, or what the provider
+// says of it): a connection made to one of its ports before that time may lead to a process the
+// sandbox no longer has (paused, resumed, recreated) and is not to be reused. One read of the store.
+//
+// Errors: those of PortRef.
+func (r *Runtime) PortTarget(ctx context.Context, id sandbox.ID) (sandbox.Ref, time.Time, error) {
 	sb, err := r.store.Get(ctx, id)
 	if err != nil {
-		return sandbox.Ref{}, err
+		return sandbox.Ref{}, time.Time{}, err
 	}
-	return r.dataPlane(ctx, id, sb.Generation, "reach a port", sandbox.CapPortForwarding)
+	if sb, err = r.dataPlaneOf(ctx, sb, sb.Generation, "reach a port", sandbox.CapPortForwarding); err != nil {
+		return sandbox.Ref{}, time.Time{}, err
+	}
+	return sb.Ref(), sb.UpdatedAt, nil
 }
 
 // DialPort connects to 127.0.0.1:port inside ref, a generation PortRef returned. The connection is

@@ -2,7 +2,6 @@ package httpapi
 
 import (
 	"context"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -22,8 +21,9 @@ import (
 )
 
 // The ports group: an HTTP proxy to a port inside a sandbox, a raw TCP relay over a WebSocket, and
-// preview tokens (preview.go). Every connection to a port is made by the sandbox's agent from inside
-// the sandbox (core.Runtime.DialPort), so none needs a network link or an egress rule.
+// preview tokens (preview.go). Every connection to a port is made inside the sandbox's network
+// namespace, by the provider (core.Runtime.DialPort), so none needs a network link or an egress rule;
+// the proxy keeps them alive per sandbox and port (portconns.go).
 
 // DefaultPortResponseTimeout is how long a sandbox's server may take to answer a proxied request's
 // headers when Config.PortResponseTimeout is zero: a server that never ends its headers, or sends them
@@ -57,38 +57,16 @@ func (s *Server) portRoutes() []route {
 type portTarget struct {
 	ref  sandbox.Ref
 	port int
+	// since is when the sandbox's record last changed (core.Runtime.PortTarget): connections kept from
+	// before are not reused.
+	since time.Time
 }
 
-// host is the target as the proxy's Transport names it: connections are pooled by it, so each is
-// only ever reused for the port of the generation it was made to.
-func (t portTarget) host() string {
-	return hex.EncodeToString([]byte(string(t.ref.ID)+"/"+strconv.FormatUint(uint64(t.ref.Generation), 10))) +
-		".sandbox:" + strconv.Itoa(t.port)
-}
-
-// parseTargetHost reverses host.
-func parseTargetHost(addr string) (portTarget, error) {
-	h, p, err := net.SplitHostPort(addr)
-	if err != nil {
-		return portTarget{}, err
-	}
-	raw, err := hex.DecodeString(strings.TrimSuffix(h, ".sandbox"))
-	if err != nil {
-		return portTarget{}, err
-	}
-	id, gen, ok := strings.Cut(string(raw), "/")
-	g, gerr := strconv.ParseUint(gen, 10, 64)
-	port, perr := sandbox.ParsePort(p)
-	if !ok || gerr != nil || perr != nil {
-		return portTarget{}, fmt.Errorf("no port target %q", addr)
-	}
-	return portTarget{ref: sandbox.Ref{ID: sandbox.ID(id), Generation: sandbox.Generation(g)}, port: port}, nil
-}
-
-// portProxy passes requests on to sandboxes' ports.
+// portProxy passes requests on to sandboxes' ports, over kept-alive connections of one Transport per
+// sandbox and port (portConns).
 type portProxy struct {
-	rp        *httputil.ReverseProxy
-	transport *http.Transport
+	rp    *httputil.ReverseProxy
+	conns *portConns
 }
 
 type proxyKey struct{}
@@ -110,43 +88,23 @@ func (bufferPool) Get() []byte  { return proxyBuffers.Get().([]byte) }
 func (bufferPool) Put(b []byte) { proxyBuffers.Put(b) } //nolint:staticcheck // a slice header is fine here
 
 func (s *Server) newPortProxy() *portProxy {
-	timeout := s.portResponseTimeout
-	if timeout <= 0 {
-		timeout = DefaultPortResponseTimeout
-	}
-	t := &http.Transport{
-		DialContext: func(ctx context.Context, _, addr string) (net.Conn, error) {
-			target, err := parseTargetHost(addr)
-			if err != nil {
-				return nil, fmt.Errorf("%v: %w", err, sandbox.ErrInvalidRequest)
-			}
-			return s.rt.DialPort(ctx, target.ref, target.port)
-		},
-		MaxIdleConns:           256,
-		MaxIdleConnsPerHost:    16,
-		IdleConnTimeout:        30 * time.Second,
-		ResponseHeaderTimeout:  timeout,
-		ExpectContinueTimeout:  time.Second,
-		MaxResponseHeaderBytes: maxPortHeaderBytes,
-		DisableCompression:     true,
-	}
-	pp := &portProxy{transport: t}
+	pp := &portProxy{conns: newPortConns(s)}
 	pp.rp = &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			p := pr.In.Context().Value(proxyKey{}).(*proxied)
-			pr.Out.URL = &url.URL{Scheme: "http", Host: p.target.host(), RawQuery: p.rawQuery}
+			pr.Out.URL = &url.URL{Scheme: "http", Host: "127.0.0.1:" + strconv.Itoa(p.target.port), RawQuery: p.rawQuery}
 			if path, err := url.PathUnescape(p.path); err == nil {
 				pr.Out.URL.Path, pr.Out.URL.RawPath = path, p.path
 			} else {
 				pr.Out.URL.Path = p.path
 			}
 			pr.SetXForwarded()
-			pr.Out.Host = "127.0.0.1:" + strconv.Itoa(p.target.port)
+			pr.Out.Host = pr.Out.URL.Host
 			if p.strip != nil {
 				p.strip(pr.Out.Header)
 			}
 		},
-		Transport:  t,
+		Transport:  pp.conns,
 		BufferPool: bufferPool{},
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 			if r.Context().Err() != nil {
@@ -169,17 +127,17 @@ func (pp *portProxy) serve(w http.ResponseWriter, r *http.Request, p *proxied) {
 }
 
 // apiTarget reads the sandbox and port of a request to the ports group and finds the generation they
-// are of. Errors: ErrInvalidRequest, those of core.Runtime.PortRef.
+// are of. Errors: ErrInvalidRequest, those of core.Runtime.PortTarget.
 func (s *Server) apiTarget(r *http.Request) (portTarget, error) {
 	port, err := sandbox.ParsePort(r.PathValue("port"))
 	if err != nil {
 		return portTarget{}, err
 	}
-	ref, err := s.rt.PortRef(r.Context(), sandboxID(r))
+	ref, since, err := s.rt.PortTarget(r.Context(), sandboxID(r))
 	if err != nil {
 		return portTarget{}, err
 	}
-	return portTarget{ref: ref, port: port}, nil
+	return portTarget{ref: ref, port: port, since: since}, nil
 }
 
 // proxyPort: any method of /v1/sandboxes/{sandboxId}/ports/{port}/{path...}.

@@ -5,8 +5,11 @@ import (
 	"errors"
 	"io"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -107,4 +110,93 @@ func TestTCPRelayNeverHangs(t *testing.T) {
 		t.Errorf("after the port closed: %v", err)
 	}
 	ws.CloseNow()
+}
+
+// TestPortProxyConnections: the proxy keeps its connection to a port between requests; a terminate
+// closes it, with no request to notice it; the recreated generation gets a connection of its own.
+func TestPortProxyConnections(t *testing.T) {
+	testenv.NoLeaks(t)
+	var mu sync.Mutex
+	open := map[net.Conn]bool{}
+	upstream := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, r.RemoteAddr)
+	}))
+	upstream.Config.ConnState = func(c net.Conn, st http.ConnState) {
+		mu.Lock()
+		defer mu.Unlock()
+		switch st {
+		case http.StateNew:
+			open[c] = true
+		case http.StateClosed, http.StateHijacked:
+			delete(open, c)
+		}
+	}
+	upstream.Start()
+	defer upstream.Close()
+	openConns := func() int { mu.Lock(); defer mu.Unlock(); return len(open) }
+	waitOpen := func(n int) {
+		t.Helper()
+		for i := 0; openConns() != n; i++ {
+			if i > 500 {
+				t.Fatalf("%d connections open, want %d", openConns(), n)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+
+	rt := corestack.New(t, portStub{&stubProvider{refs: map[sandbox.Ref]bool{}}, upstream.Listener.Addr().String()}).Runtime
+	_, srv := serve(t, Config{Runtime: rt})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	ready := func(sb *sandbox.Sandbox, err error) *sandbox.Sandbox {
+		t.Helper()
+		for err == nil && sb.State != sandbox.StateReady {
+			time.Sleep(10 * time.Millisecond)
+			sb, err = rt.Get(ctx, sb.ID)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		return sb
+	}
+	sb := ready(rt.Create(ctx, sandbox.Spec{ClientRequestID: "ports"}))
+	var err error
+	hc := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
+	defer hc.CloseIdleConnections()
+	get := func() string {
+		t.Helper()
+		resp, err := hc.Get(srv.URL + "/v1/sandboxes/" + string(sb.ID) + "/ports/8080/")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode != 200 {
+			t.Fatalf("%d %s", resp.StatusCode, b)
+		}
+		return string(b)
+	}
+
+	first := get()
+	if again := get(); again != first {
+		t.Errorf("the second request came from %s, the first from %s: the connection was not kept", again, first)
+	}
+	waitOpen(1)
+	// A terminate closes the connection, with no request to notice it.
+	if _, err := rt.Terminate(ctx, sb.ID, sb.Generation); err != nil {
+		t.Fatal(err)
+	}
+	waitOpen(0)
+	for sb.State != sandbox.StateTerminated {
+		time.Sleep(10 * time.Millisecond)
+		if sb, err = rt.Get(ctx, sb.ID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	next := ready(rt.Recreate(ctx, sb.ID, sb.Generation, sandbox.Spec{ClientRequestID: "ports again"}))
+	sb = next
+	if after := get(); after == first {
+		t.Errorf("generation %d was served on an earlier generation's connection %s", next.Generation, first)
+	}
+	waitOpen(1)
 }

@@ -230,7 +230,7 @@ func (s *Server) previewRequest(w http.ResponseWriter, r *http.Request) error {
 	}
 	// Verified against the sandbox's current generation: a token of an earlier one is refused. An
 	// unknown sandbox is refused alike, so that a guess learns nothing.
-	ref, err := s.rt.PortRef(r.Context(), id)
+	ref, since, err := s.rt.PortTarget(r.Context(), id)
 	if err != nil {
 		if sandbox.ClassOf(err).Err == sandbox.ErrNotFound {
 			return fmt.Errorf("preview token: no such sandbox: %w", sandbox.ErrUnauthenticated)
@@ -266,7 +266,7 @@ func (s *Server) previewRequest(w http.ResponseWriter, r *http.Request) error {
 	}
 	q.Del(previewParam)
 	s.ports.serve(w, r, &proxied{
-		target:   portTarget{ref: ref, port: port},
+		target:   portTarget{ref: ref, port: port, since: since},
 		path:     path,
 		rawQuery: q.Encode(),
 		strip:    stripPreviewToken,

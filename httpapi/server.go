@@ -277,7 +277,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.handler.S
 func (s *Server) Close() error {
 	s.closeOnce.Do(func() { close(s.done) })
 	if s.ports != nil {
-		s.ports.transport.CloseIdleConnections()
+		s.ports.conns.sweep(time.Now().Add(time.Hour))
 	}
 	return nil
 }

@@ -127,3 +127,7 @@ func SetNextAddr(p *Provider, addr string) {
 	p.net.next = netip.MustParseAddr(addr)
 	p.net.mu.Unlock()
 }
+
+// RelayPorts makes p reach every sandbox's ports through its agent's relay, as on gVisor, instead
+// of a socket of its own in the sandbox's network namespace.
+func RelayPorts(p *Provider, on bool) { p.relayPorts.Store(on) }

@@ -118,7 +118,8 @@ type Provider struct {
 	pool       pool
 	imagePools []*imagePool // the warm pools of images (imagepool.go)
 	spares     spares
-	net        *network // nil: every sandbox on loopback only (network.go)
+	net        *network    // nil: every sandbox on loopback only (network.go)
+	relayPorts atomic.Bool // reach ports through the agents' relays even on runc (ports.go), for the tests
 
 	volMu  sync.Mutex  // the volumes, and which sandboxes mount them (volume.go)
 	images *imageState // nil where the runtime runs no images (image.go)

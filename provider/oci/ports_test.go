@@ -169,10 +169,29 @@ func errCode(body string) string {
 }
 
 // TestPorts: the proxy, the TCP relay and preview URLs on real sandboxes, servers started inside
-// them; the sandbox has no network link (egress deny), so everything goes through its agent.
+// them; the sandbox has no network link (egress deny), so nothing goes through a link.
+//
+// Each runs twice: on the sockets the daemon makes in the sandbox's network namespace, and through the
+// agent's relay (what a gVisor sandbox's ports go through).
 func TestPorts(t *testing.T) {
 	testenv.NoLeaks(t)
 	e := newPortEnv(t)
+	e.onBothPaths(t, e.testPorts)
+}
+
+// onBothPaths runs f on the daemon's own sockets in the sandbox's network namespace, then through the
+// agent's relay.
+func (e *portEnv) onBothPaths(t *testing.T, f func(t *testing.T, relay bool)) {
+	for _, path := range []string{"socket", "relay"} {
+		t.Run(path, func(t *testing.T) {
+			oci.RelayPorts(e.p, path == "relay")
+			defer oci.RelayPorts(e.p, false)
+			f(t, path == "relay")
+		})
+	}
+}
+
+func (e *portEnv) testPorts(t *testing.T, relay bool) {
 	sb := e.create(t)
 	e.serve(t, sb, "http", 8000)
 	checked := &http.Client{Transport: apitest.Transport(t, e.hc.Transport), CheckRedirect: e.hc.CheckRedirect}
@@ -345,9 +364,11 @@ func TestPorts(t *testing.T) {
 		}
 	})
 
-	t.Run("preview", func(t *testing.T) {
-		e.testPreview(t, sb, checked)
-	})
+	if !relay {
+		t.Run("preview", func(t *testing.T) {
+			e.testPreview(t, sb, checked)
+		})
+	}
 }
 
 func isCode(err error, class error) bool {

@@ -1,14 +1,19 @@
 # A server for the ports tests, run inside a sandbox with the host's python3.
 #   portserver.py http PORT      HTTP/1.1: / says hello, /big?n=N sends N bytes, /echo echoes a POST
-#                                body, /headers answers the request's headers, /ws is a WebSocket echo
+#                                body, /headers answers the request's headers, /ws is a WebSocket echo,
+#                                /conn names the server (a random nonce) and the connection's client port
 #   portserver.py garbage PORT   answers every connection with bytes that are no HTTP, then closes
 #   portserver.py endless PORT   answers a status line, then headers that never end
 #   portserver.py slow PORT      answers a status line, then a byte of header every second
 #   portserver.py zeros PORT     reads a decimal count and a newline, sends that many bytes, closes
-import base64, hashlib, json, socket, socketserver, struct, sys, threading, time
+#   portserver.py reset PORT     reads a request, answers half a status line, then resets the connection
+#   portserver.py cut PORT       reads a request, answers a head of 1000 bytes' body and 10 of them,
+#                                then resets the connection
+import base64, hashlib, json, os, socket, socketserver, struct, sys, threading, time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 CHUNK = b"x" * (1 << 20)
+NONCE = os.urandom(8).hex()  # this server's, as /conn names it
 
 class H(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
@@ -43,6 +48,8 @@ class H(BaseHTTPRequestHandler):
                 self.wfile.write(CHUNK[:k])
                 n -= k
             return
+        if path == "/conn":
+            return self.send_body(200, ("%s %d" % (NONCE, self.client_address[1])).encode())
         if path == "/headers":
             return self.send_body(200, json.dumps(dict(self.headers.items())).encode(), "application/json")
         self.send_body(200, ("hello from " + path + (("?" + query) if query else "")).encode())
@@ -104,6 +111,14 @@ class Raw(socketserver.BaseRequestHandler):
                     n -= k
                 s.shutdown(socket.SHUT_WR)
                 s.recv(1)
+            elif mode in ("reset", "cut"):
+                if mode == "reset":
+                    s.sendall(b"HTTP/1.1 2")
+                else:
+                    s.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 1000\r\n\r\n0123456789")
+                time.sleep(0.2)
+                s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                s.close()
             elif mode == "garbage":
                 s.sendall(b"\x00\xff\xfeSSH-2.0-not-http\r\n\r\n\x00")
             elif mode == "endless":
