@@ -3,7 +3,7 @@
 
 import { EventHistoryUnavailable, SandboxdError } from "./errors.js";
 import { EventStream, type EventsOptions } from "./events.js";
-import type { ImageInfo } from "./extensions/images.js";
+import { imageStream, type ImageInfo, type ImageOptions } from "./extensions/images.js";
 import type { ForkSpec, SnapshotInfo, TemplateBuild, TemplateInfo } from "./extensions/snapshots.js";
 import { encodeBase64 } from "./base64.js";
 import type { Volume, VolumeCreate } from "./extensions/volumes.js";
@@ -151,36 +151,46 @@ export class Client {
   /**
    * Fetches an image from its registry (`registry/repository:tag` or `...@sha256:...`) and names it by
    * that reference; answers once it is in the store (the wait is `timeoutMs`, default 10 minutes). A
-   * create's `image: reference` then runs on it. Safe to repeat.
+   * create's `image: reference` then runs on it. Safe to repeat. With `onProgress`, it is told how far
+   * the pull has come ({@link ImageOptions}).
+   *
+   * ```ts
+   * const image = await client.pullImage("registry.example/tools/busybox:1", {
+   *   onProgress: (p) => console.log(`${p.layers}/${p.totalLayers} layers, ${p.bytes}/${p.totalBytes} bytes`),
+   * });
+   * ```
    * @throws {@link ValidationError}, {@link NotFound} (no such image in the registry),
    * {@link UnsupportedCapability}, {@link ProviderUnavailable}
    */
-  pullImage(reference: string, options: CallOptions & { timeoutMs?: number | undefined } = {}): Promise<ImageInfo> {
-    return this.transport.call<ImageInfo>({
-      method: "POST",
-      path: "/v1/images/pull",
-      body: { reference },
-      retry: "safe",
-      signal: options.signal,
-      timeoutMs: options.timeoutMs ?? 600_000,
-    });
+  pullImage(reference: string, options: ImageOptions = {}): Promise<ImageInfo> {
+    return this.#imageWork({ method: "POST", path: "/v1/images/pull", body: { reference } }, options);
   }
 
   /**
    * Adds the image of an OCI layout directory or a docker-save / oci-archive tarball at `hostPath` on
-   * the daemon's host (not this client's), named `name` (`repository:tag`). Safe to repeat.
+   * the daemon's host (not this client's), named `name` (`repository:tag`). Safe to repeat. With
+   * `onProgress`, it is told how far the import has come ({@link ImageOptions}; a docker-save
+   * tarball's bytes are not counted).
    * @throws {@link ValidationError} (a path or archive the daemon refuses), {@link UnsupportedCapability},
    * {@link ProviderUnavailable}
    */
-  importImage(
-    hostPath: string,
-    name: string,
-    options: CallOptions & { timeoutMs?: number | undefined } = {},
-  ): Promise<ImageInfo> {
+  importImage(hostPath: string, name: string, options: ImageOptions = {}): Promise<ImageInfo> {
+    return this.#imageWork({ method: "POST", path: "/v1/images/import", body: { path: hostPath, name } }, options);
+  }
+
+  #imageWork(request: Omit<RequestOptions, "signal" | "headers">, options: ImageOptions): Promise<ImageInfo> {
+    const { onProgress } = options;
+    if (onProgress) {
+      const t = this.transport;
+      const src = {
+        open: (r: RequestOptions) => t.open(r),
+        attempts: t.config.retry.attempts,
+        backoff: (a: number) => t.backoff(a),
+      };
+      return imageStream(src, request, { ...options, onProgress });
+    }
     return this.transport.call<ImageInfo>({
-      method: "POST",
-      path: "/v1/images/import",
-      body: { path: hostPath, name },
+      ...request,
       retry: "safe",
       signal: options.signal,
       timeoutMs: options.timeoutMs ?? 600_000,

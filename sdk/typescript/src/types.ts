@@ -64,7 +64,7 @@ export type { SandboxStats } from "./extensions/stats.js";
 export type { PreviewToken, PreviewTokenOptions } from "./extensions/ports.js";
 export type { Checkpoint } from "./extensions/checkpoints.js";
 export type { Volume, VolumeCreate, VolumeMount } from "./extensions/volumes.js";
-export type { ImageInfo } from "./extensions/images.js";
+export type { ImageInfo, ImageOptions, ImageProgress } from "./extensions/images.js";
 export type {
   ForkSpec,
   SnapshotInfo,

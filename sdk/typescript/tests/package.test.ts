@@ -48,13 +48,26 @@ it("npm pack's tarball installs into a fresh directory and runs the README's fir
   writeFileSync(path.join(app, "package.json"), JSON.stringify({ name: "app", private: true, type: "module" }));
   sh("npm", ["install", "--no-audit", "--no-fund", "--prefer-offline", "--ignore-scripts", "--silent", tarball], app);
 
-  // The library's code reaches for nothing of Node's.
+  // The library's code reaches for nothing of Node's, but the entry point for Node (@sandboxd/sdk/node),
+  // which nothing else imports.
   const dist = path.join(app, "node_modules", "@sandboxd", "sdk", "dist");
   for (const f of readdirSync(dist, { recursive: true }) as string[]) {
-    if (!f.endsWith(".js")) continue;
+    if (!f.endsWith(".js") || f === "node.js") continue;
     const code = readFileSync(path.join(dist, f), "utf8");
-    assert.doesNotMatch(code, /from "node:|require\(|\bBuffer\b|\bprocess\.(?!env)/, `${f} uses Node's own API`);
+    assert.doesNotMatch(
+      code,
+      /from "node:|from "ws"|require\(|\bBuffer\b|\bprocess\.(?!env)/,
+      `${f} uses Node's own API`,
+    );
+    assert.doesNotMatch(code, /from "\.\/node\.js"/, `${f} imports the entry point for Node`);
   }
+  // That entry point resolves, with its dependency, in the installed package.
+  const node = sh(
+    "node",
+    ["-e", 'import("@sandboxd/sdk/node").then((m) => console.log(Object.keys(m).sort().join(" ")))'],
+    app,
+  );
+  assert.equal(node.trim(), "dialPort forwardPort");
 
   const readme = readFileSync(path.join(sdkDir, "README.md"), "utf8");
   const example = /```ts\n([\s\S]*?)```/.exec(readme)?.[1];

@@ -21,6 +21,11 @@ export interface Connection<T> {
   take: (event: string | undefined, data: string, queue: T[]) => void;
   /** Whether the end event came. */
   ended: () => boolean;
+  /**
+   * Reads a 2xx answer that is JSON, not a stream (a daemon that streams nothing), which must end the
+   * stream; without it such an answer is an `unexpected_response`.
+   */
+  json?: ((resp: Response) => Promise<void>) | undefined;
 }
 
 /** The items of one connection, until its end event; a ConnectionError when it ends otherwise. @hidden */
@@ -39,6 +44,10 @@ export async function* connection<T>(c: Connection<T>): AsyncGenerator<T, undefi
       throw e;
     }
     const type = resp.headers.get("Content-Type") ?? "";
+    if (c.json && type.startsWith("application/json")) {
+      await c.json(resp);
+      return;
+    }
     if (!type.startsWith("text/event-stream") || !resp.body) {
       await resp.body?.cancel().catch(() => {});
       throw new SandboxdError(`${what} answered as ${JSON.stringify(type)}`, {

@@ -32,8 +32,14 @@ interface Operation {
   responses: Map<string, Answer>;
 }
 
-/** What an answer of one status is: JSON of a schema, an event stream, text of a schema, or no body. */
-type Answer = ValidateFunction | "stream" | { text: ValidateFunction } | "empty" | "bytes";
+/** What an answer of one status is: JSON of a schema, an event stream, either (by Content-Type), text of a schema, or no body. */
+type Answer =
+  | ValidateFunction
+  | "stream"
+  | { text: ValidateFunction }
+  | { json: ValidateFunction; stream: true }
+  | "empty"
+  | "bytes";
 
 type Json = null | boolean | number | string | Json[] | { [k: string]: Json };
 
@@ -91,6 +97,8 @@ export class Conformance {
     const ext = (name: string) => this.#ajv.compile({ $ref: `sandboxd-extensions#/$defs/${name}` });
     this.#streams = {
       streamNetworkDenials: { denial: ext("NetworkDenial"), end: ext("NetworkDenialsEnd") },
+      pullImage: { progress: ext("ImageProgress"), done: ext("ImageInfo"), error: this.#error },
+      importImage: { progress: ext("ImageProgress"), done: ext("ImageInfo"), error: this.#error },
       watchFiles: { change: ext("FileChangeEvent"), overflow: ext("FileChangeEvent"), end: ext("ProcessEndEvent") },
       streamProcessOutput: {
         output: ext("ProcessOutputEvent"),
@@ -115,7 +123,11 @@ export class Conformance {
           let resp = r as { $ref?: string; content?: Record<string, { schema: Json }> };
           if (resp.$ref) resp = doc.components.responses[resp.$ref.split("/").pop()!] as typeof resp;
           const content = resp.content ?? {};
-          if (content["text/event-stream"]) responses.set(status, "stream");
+          if (content["text/event-stream"] && content["application/json"]) {
+            // Either, by the request's Accept: told apart by the answer's Content-Type.
+            const json = this.#ajv.compile(rewrite(content["application/json"].schema, defs) as object);
+            responses.set(status, { json, stream: true });
+          } else if (content["text/event-stream"]) responses.set(status, "stream");
           else if (content["application/json"]) {
             responses.set(status, this.#ajv.compile(rewrite(content["application/json"].schema, defs) as object));
           } else if (content["text/plain"]) {
@@ -153,7 +165,11 @@ export class Conformance {
       // A route the contract lacks (a probe of 405, say): its error body must still be an ErrorResponse.
       return this.#checkJSON(resp, this.#error, `(no operation) ${resp.status}`, what);
     }
-    const schema = op.responses.get(String(resp.status));
+    let schema = op.responses.get(String(resp.status));
+    if (schema && typeof schema === "object" && "stream" in schema) {
+      const streamed = (resp.headers.get("Content-Type") ?? "").startsWith("text/event-stream");
+      schema = streamed ? "stream" : schema.json;
+    }
     if (schema === "stream") {
       const events = this.#streams[op.id];
       return events

@@ -9,7 +9,8 @@ import { fileURLToPath } from "node:url";
 import { randomBytes } from "node:crypto";
 
 const sdkDir = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "../../..");
-const repoDir = path.resolve(sdkDir, "../..");
+/** The repository the SDK is part of. */
+export const repoDir = path.resolve(sdkDir, "../..");
 
 /** The provider the suite runs against: $SANDBOXD_TEST_PROVIDER, default host. */
 export const provider = process.env["SANDBOXD_TEST_PROVIDER"] ?? "host";
