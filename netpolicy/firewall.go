@@ -74,6 +74,14 @@ func NewFirewall(name string, pool netip.Prefix, ifPrefix string) (*Firewall, er
 	return f, nil
 }
 
+// Ensure makes the table and its base chains unless they are there: from then on, whatever comes from
+// an interface of the sandboxes' prefix whose chains are not in effect is dropped.
+func (f *Firewall) Ensure() error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.ensure()
+}
+
 // ensure makes the table and its base chains unless they are there.
 func (f *Firewall) ensure() error {
 	if f.fwd != nil {

@@ -294,7 +294,11 @@ func (p *Provider) attachNetwork(b *box, rules netpolicy.Rules) error {
 		n.give(addr)
 		return err
 	}
-	// The rules match the host end by name: they are set while the link is made.
+	// The rules match the host end by name: they are set while the link is made, once the table is
+	// there, whose base chains drop what comes from the link until they are.
+	if err := n.fw.Ensure(); err != nil {
+		return err
+	}
 	fwErr := make(chan error, 1)
 	var epoch uint64
 	go func() {

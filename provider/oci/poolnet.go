@@ -1,7 +1,6 @@
 package oci
 
 import (
-	"errors"
 	"fmt"
 
 	"github.com/sandboxd/sandbox/netpolicy"
@@ -61,21 +60,17 @@ func (p *Provider) linkEntry(e *poolEntry) error {
 		return err
 	}
 	e.link = lk // from here on, what is made is recorded: unlinkEntry removes it
-	expect := n.expect.Load()
-	fwErr := make(chan error, 1)
-	go func() {
-		if expect == nil {
-			fwErr <- nil
-			return
-		}
+	// Before the link is up: the base chains drop what it sends until a sandbox's rules are in effect.
+	if expect := n.expect.Load(); expect != nil {
 		epoch, err := n.fw.Hold(lk.st.Iface, addr, *expect)
-		if err == nil {
-			lk.held, lk.epoch = expect, epoch
+		if err != nil {
+			return err
 		}
-		fwErr <- err
-	}()
-	err = n.link(ns, lk.st)
-	return errors.Join(err, <-fwErr)
+		lk.held, lk.epoch = expect, epoch
+	} else if err := n.fw.Ensure(); err != nil {
+		return err
+	}
+	return n.link(ns, lk.st)
 }
 
 // unlinkEntry removes the link of the idle entry e, which it keeps as an entry without one.
