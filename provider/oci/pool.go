@@ -28,6 +28,8 @@ import (
 // container does not notice: its mounts hold the directories, not their paths, and the agent's socket
 // stays bound to the same file. A taken entry is replaced in the background. Entries of an image, kept
 // for sandboxes of that image, are made and taken the same way, on the image's root (imagepool.go).
+// Some entries of the shared root's pool keep a network link made ahead, for sandboxes that need one
+// (poolnet.go).
 //
 // Invariant: an entry is in exactly one place. In p.pool.idle and under <state>/pool while it waits;
 // under <state>/sandboxes, with metadata naming its generation, once taken. A crash between the two
