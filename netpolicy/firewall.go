@@ -27,7 +27,8 @@ import (
 //	postrouting (nat, priority 100): the pool's addresses masqueraded behind the outgoing interface.
 //
 // fwd-X and in-X hold sandbox X's policy (rules); a policy change replaces them in one transaction, so
-// every packet meets the old rules or the new ones. Established connections keep going.
+// every packet meets the old rules or the new ones. Established connections keep going. Chains made
+// ahead (Hold) have no jump to them until Open: until then the base chains drop whatever comes from X.
 type Firewall struct {
 	table    *nftables.Table
 	pool     netip.Prefix
@@ -39,6 +40,7 @@ type Firewall struct {
 	fwd  *nftables.Chain
 	in   *nftables.Chain
 	set  map[string]bool // the interfaces with chains
+	held map[string]bool // those of them whose chains no base chain jumps to yet (Hold)
 	// learned holds, per interface, when each address learned from a resolved name stops being
 	// allowed: the set's own timeouts, kept to tell when an answer extends one.
 	learned map[string]map[netip.Addr]time.Time
@@ -72,6 +74,14 @@ func NewFirewall(name string, pool netip.Prefix, ifPrefix string) (*Firewall, er
 	return f, nil
 }
 
+// Ensure makes the table and its base chains unless they are there: from then on, whatever comes from
+// an interface of the sandboxes' prefix whose chains are not in effect is dropped.
+func (f *Firewall) Ensure() error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.ensure()
+}
+
 // ensure makes the table and its base chains unless they are there.
 func (f *Firewall) ensure() error {
 	if f.fwd != nil {
@@ -98,7 +108,7 @@ func (f *Firewall) ensure() error {
 	if err := conn.Flush(); err != nil {
 		return fmt.Errorf("nftables: table %s: %w", f.table.Name, err)
 	}
-	f.fwd, f.in, f.set, f.epoch = fwd, in, map[string]bool{}, map[string]uint64{}
+	f.fwd, f.in, f.set, f.held, f.epoch = fwd, in, map[string]bool{}, map[string]bool{}, map[string]uint64{}
 	f.learned, f.refused = map[string]map[netip.Addr]time.Time{}, map[string]map[netip.Addr]time.Time{}
 	return nil
 }
@@ -133,6 +143,50 @@ func (f *Firewall) deleteTable() error {
 func (f *Firewall) Set(ifn string, sandboxAddr netip.Addr, rules Rules) (uint64, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	return f.setLocked(ifn, sandboxAddr, rules, true)
+}
+
+// Hold makes the chains of the sandbox on ifname, whose address is sandboxAddr, holding rules, with no
+// jump to them: whatever comes from ifname is still dropped by the base chains (forward and input),
+// and only replies to a connection tracked reach it. Open then makes them its policy in a transaction
+// of two rules; Set replaces them and opens them in one. The epoch returned is the rules' (Set's).
+func (f *Firewall) Hold(ifn string, sandboxAddr netip.Addr, rules Rules) (uint64, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.set[ifn] {
+		return 0, fmt.Errorf("nftables: %s has rules already", ifn)
+	}
+	return f.setLocked(ifn, sandboxAddr, rules, false)
+}
+
+// Open makes the rules Hold made for ifname its policy: the base chains jump to its chains, in one
+// transaction. It returns their epoch.
+func (f *Firewall) Open(ifn string) (uint64, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if !f.set[ifn] || !f.held[ifn] {
+		return 0, fmt.Errorf("nftables: %s has no rules held", ifn)
+	}
+	f.jump(ifn)
+	if err := f.conn.Flush(); err != nil {
+		return 0, fmt.Errorf("nftables: open the rules of %s: %w", ifn, err)
+	}
+	delete(f.held, ifn)
+	return f.epoch[ifn], nil
+}
+
+// jump adds to the transaction the base chains' jumps to ifn's chains.
+func (f *Firewall) jump(ifn string) {
+	me := []byte(ifn + "\x00")
+	f.conn.InsertRule(&nftables.Rule{Table: f.table, Chain: f.fwd, UserData: []byte(ifn),
+		Exprs: join(ifname(expr.MetaKeyIIFNAME, me, true), []expr.Any{&expr.Verdict{Kind: expr.VerdictJump, Chain: "fwd-" + ifn}})})
+	f.conn.InsertRule(&nftables.Rule{Table: f.table, Chain: f.in, UserData: []byte(ifn),
+		Exprs: join(ifname(expr.MetaKeyIIFNAME, me, true), []expr.Any{&expr.Verdict{Kind: expr.VerdictJump, Chain: "in-" + ifn}})})
+}
+
+// setLocked makes or replaces ifn's chains; with open, the base chains jump to them (from the same
+// transaction on, when they did not).
+func (f *Firewall) setLocked(ifn string, sandboxAddr netip.Addr, rules Rules, open bool) (uint64, error) {
 	if err := f.ensure(); err != nil {
 		return 0, err
 	}
@@ -159,11 +213,10 @@ func (f *Firewall) Set(ifn string, sandboxAddr netip.Addr, rules Rules) (uint64,
 		if err := f.conn.AddSet(denials, nil); err != nil {
 			return 0, fmt.Errorf("nftables: %w", err)
 		}
-		me := []byte(ifn + "\x00")
-		f.conn.InsertRule(&nftables.Rule{Table: f.table, Chain: f.fwd, UserData: []byte(ifn),
-			Exprs: join(ifname(expr.MetaKeyIIFNAME, me, true), []expr.Any{&expr.Verdict{Kind: expr.VerdictJump, Chain: fwd.Name}})})
-		f.conn.InsertRule(&nftables.Rule{Table: f.table, Chain: f.in, UserData: []byte(ifn),
-			Exprs: join(ifname(expr.MetaKeyIIFNAME, me, true), []expr.Any{&expr.Verdict{Kind: expr.VerdictJump, Chain: in.Name}})})
+	}
+	jumps := open && (!f.set[ifn] || f.held[ifn])
+	if jumps {
+		f.jump(ifn) // after the chains in the transaction: inserted at the base chains' heads
 	}
 	add := func(c *nftables.Chain, e ...[]expr.Any) {
 		f.conn.AddRule(&nftables.Rule{Table: f.table, Chain: c, Exprs: join(e...)})
@@ -234,6 +287,11 @@ func (f *Firewall) Set(ifn string, sandboxAddr netip.Addr, rules Rules) (uint64,
 	if err := f.conn.Flush(); err != nil {
 		return 0, fmt.Errorf("nftables: rules of %s: %w", ifn, err)
 	}
+	if !f.set[ifn] && !open {
+		f.held[ifn] = true
+	} else if jumps {
+		delete(f.held, ifn)
+	}
 	f.set[ifn] = true
 	return f.epochs, nil
 }
@@ -257,13 +315,15 @@ func (f *Firewall) Remove(ifn string) error {
 	if f.fwd == nil || !f.set[ifn] {
 		return nil
 	}
-	rules, err := f.jumps(ifn)
-	if err != nil || len(rules) == 0 {
-		return err
-	}
-	for _, r := range rules {
-		if err := f.conn.DelRule(r); err != nil {
+	if !f.held[ifn] { // held chains have no jump to them
+		rules, err := f.jumps(ifn)
+		if err != nil || len(rules) == 0 {
 			return err
+		}
+		for _, r := range rules {
+			if err := f.conn.DelRule(r); err != nil {
+				return err
+			}
 		}
 	}
 	f.conn.FlushChain(&nftables.Chain{Name: "fwd-" + ifn, Table: f.table})
@@ -278,6 +338,7 @@ func (f *Firewall) Remove(ifn string) error {
 		return fmt.Errorf("nftables: remove the rules of %s: %w", ifn, err)
 	}
 	delete(f.set, ifn)
+	delete(f.held, ifn)
 	delete(f.learned, ifn)
 	delete(f.refused, ifn)
 	delete(f.epoch, ifn)
@@ -371,8 +432,8 @@ func (f *Firewall) Status(ifn string) (Status, error) {
 func (f *Firewall) Learn(ifn string, epoch uint64, addrs []netip.Addr, ttl time.Duration) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if !f.set[ifn] {
-		return fmt.Errorf("nftables: no rules for %s", ifn)
+	if !f.set[ifn] || f.held[ifn] {
+		return fmt.Errorf("nftables: no rules in effect for %s", ifn)
 	}
 	if f.epoch[ifn] != epoch {
 		return fmt.Errorf("nftables: %s: %w", ifn, ErrStalePolicy)

@@ -14,6 +14,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/netip"
+	"slices"
 	"strings"
 
 	"github.com/sandboxd/sandbox"
@@ -91,6 +92,12 @@ func (r Rules) AllowsIPv6() (netip.Prefix, bool) {
 // Needs reports whether rules need a network at all: a sandbox whose egress is denied and which
 // allows nothing keeps the loopback-only path.
 func (r Rules) Needs() bool { return r.Egress || len(r.Allow) > 0 || len(r.AllowNames) > 0 }
+
+// Equal reports whether r and o are the same rules, in the same order.
+func (r Rules) Equal(o Rules) bool {
+	return r.Egress == o.Egress && slices.Equal(r.Allow, o.Allow) && slices.Equal(r.Deny, o.Deny) &&
+		slices.Equal(r.AllowNames, o.AllowNames) && slices.Equal(r.DenyNames, o.DenyNames)
+}
 
 // Name tells what the rules say of a query for name (lower case, without the final dot): denied
 // when a deny rule matches it, allowed by a rule that names it (named), or by the default egress.

@@ -4,6 +4,7 @@ import (
 	"flag"
 	"fmt"
 	"net/netip"
+	"strconv"
 	"strings"
 
 	"github.com/sandboxd/sandbox/netpolicy"
@@ -16,6 +17,10 @@ type OCINetwork struct {
 	Pool    netip.Prefix
 	Egress  string
 	Uplinks []string
+	// PoolLinks is how many of the warm pool's entries keep a network link made ahead; unset
+	// (poolLinksSet false), poolLinks' default.
+	PoolLinks    int
+	poolLinksSet bool
 }
 
 func (n *OCINetwork) register(fs *flag.FlagSet) {
@@ -35,6 +40,14 @@ func (n *OCINetwork) register(fs *flag.FlagSet) {
 		n.Egress = v
 		return nil
 	})
+	fs.Func("oci-warm-pool-network", "oci provider: how many of --oci-warm-pool's entries keep a network link made ahead, so that a sandbox with a network that takes one is ready as fast as one without (default: all of them under --oci-network-egress allow, else a quarter, rounded up, and never all)", func(v string) error {
+		k, err := strconv.Atoi(v)
+		if err != nil || k < 0 || k > 1000 {
+			return fmt.Errorf("want a number between 0 and 1000")
+		}
+		n.PoolLinks, n.poolLinksSet = k, true
+		return nil
+	})
 	fs.Func("oci-network-uplinks", "oci provider: the interfaces replies to the sandboxes come back through, comma separated, on which IPv4 forwarding is turned on (default: those of the default routes)", func(v string) error {
 		n.Uplinks = nil
 		for _, u := range strings.Split(v, ",") {
@@ -49,6 +62,29 @@ func (n *OCINetwork) register(fs *flag.FlagSet) {
 	})
 }
 
-func (n OCINetwork) config() oci.NetworkConfig {
-	return oci.NetworkConfig{Off: n.Off, Pool: n.Pool, DefaultEgress: n.Egress, Uplinks: n.Uplinks}
+func (n OCINetwork) config(warmPool int) oci.NetworkConfig {
+	return oci.NetworkConfig{Off: n.Off, Pool: n.Pool, DefaultEgress: n.Egress, Uplinks: n.Uplinks,
+		WarmPoolLinks: n.poolLinks(warmPool)}
+}
+
+// poolLinks is how many of warmPool entries keep a link: --oci-warm-pool-network, or by default all of
+// them when a sandbox without a policy gets a network (egress allow), and otherwise a quarter, rounded
+// up, leaving at least one entry without a link for the sandboxes on loopback, which are most of them
+// then (a sandbox never takes an entry of the other kind than it needs).
+func (n OCINetwork) poolLinks(warmPool int) int {
+	switch {
+	case n.poolLinksSet:
+		return n.PoolLinks
+	case n.Egress == netpolicy.EgressAllow:
+		return warmPool
+	}
+	return min((warmPool+3)/4, max(warmPool-1, 0))
+}
+
+// check refuses a count of linked entries past the pool's.
+func (n OCINetwork) check(warmPool int) error {
+	if n.poolLinksSet && n.PoolLinks > warmPool {
+		return fmt.Errorf("--oci-warm-pool-network %d is more than --oci-warm-pool's %d entries", n.PoolLinks, warmPool)
+	}
+	return nil
 }

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/netip"
 	"os"
@@ -424,4 +425,42 @@ func networkFlags(t *testing.T, second byte) (netip.Prefix, []string) {
 	}
 	t.Cleanup(func() { exec.Command("ip", "link", "del", uplink).Run() })
 	return pool, []string{"--provider", "oci", "--oci-warm-pool", "0", "--oci-network-pool", pool.String(), "--oci-network-uplinks", uplink}
+}
+
+// TestOCIWarmPoolNetworkFlag: how many warm pool entries keep a link made ahead, by default and as
+// --oci-warm-pool-network says, and the counts refused.
+func TestOCIWarmPoolNetworkFlag(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want int
+	}{
+		{nil, 1}, // the default pool of 4, egress deny: a quarter
+		{[]string{"--oci-warm-pool", "1"}, 0},
+		{[]string{"--oci-warm-pool", "2"}, 1},
+		{[]string{"--oci-warm-pool", "9"}, 3},
+		{[]string{"--oci-warm-pool", "0"}, 0},
+		{[]string{"--oci-network-egress", "allow"}, 4},
+		{[]string{"--oci-network-egress", "allow", "--oci-warm-pool", "7"}, 7},
+		{[]string{"--oci-network-egress", "allow", "--oci-warm-pool-network", "2"}, 2},
+		{[]string{"--oci-warm-pool-network", "0", "--oci-network-egress", "allow"}, 0},
+		{[]string{"--oci-warm-pool", "3", "--oci-warm-pool-network", "3"}, 3},
+	} {
+		m := NewMain(io.Discard)
+		if err := m.ParseFlags(c.args); err != nil {
+			t.Fatalf("%q: %v", c.args, err)
+		}
+		if got := m.OCINetwork.config(m.OCIWarmPool).WarmPoolLinks; got != c.want {
+			t.Errorf("%q: %d entries with a link, want %d", c.args, got, c.want)
+		}
+	}
+	for _, bad := range [][]string{
+		{"--oci-warm-pool-network", "5"}, // more than the pool's 4
+		{"--oci-warm-pool", "1", "--oci-warm-pool-network", "2"},
+		{"--oci-warm-pool-network", "-1"},
+		{"--oci-warm-pool-network", "x"},
+	} {
+		if err := NewMain(io.Discard).ParseFlags(bad); err == nil {
+			t.Errorf("%q accepted", bad)
+		}
+	}
 }

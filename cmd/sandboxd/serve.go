@@ -239,6 +239,9 @@ func (m *Main) ParseFlags(args []string) error {
 	if m.OCISpares < 0 || m.OCISpares > 1000 {
 		return fmt.Errorf("--oci-spares must be between 0 and 1000, got %d", m.OCISpares)
 	}
+	if err := m.OCINetwork.check(m.OCIWarmPool); err != nil {
+		return err
+	}
 	// Read once by the agent client when the process started (agentclient.DefaultWire).
 	if _, err := agentclient.ParseWire(os.Getenv(agentclient.WireEnv)); err != nil {
 		return err
@@ -473,7 +476,7 @@ var providers = map[string]func(m *Main) (sandbox.Provider, error){
 			MaxMemoryMiB:     m.OCILimits.MaxMemoryMiB,
 			DefaultDiskMiB:   m.OCILimits.DiskMiB,
 			MaxDiskMiB:       m.OCILimits.MaxDiskMiB,
-			Network:          m.OCINetwork.config(),
+			Network:          m.OCINetwork.config(m.OCIWarmPool),
 
 			InsecureRegistries: m.InsecureRegistries,
 		})

@@ -131,3 +131,28 @@ func SetNextAddr(p *Provider, addr string) {
 // RelayPorts makes p reach every sandbox's ports through its agent's relay, as on gVisor, instead
 // of a socket of its own in the sandbox's network namespace.
 func RelayPorts(p *Provider, on bool) { p.relayPorts.Store(on) }
+
+// LinkedEntry is an idle warm pool entry with a network link, for the tests.
+type LinkedEntry struct {
+	Name, Iface, Addr string
+	Pid               int
+	Held              bool // its chains are held in the firewall for the expected policy
+}
+
+// LinkedEntries are the idle entries of the shared root's pool that have a link.
+func LinkedEntries(p *Provider) []LinkedEntry {
+	p.pool.mu.Lock()
+	defer p.pool.mu.Unlock()
+	var out []LinkedEntry
+	for _, e := range p.pool.idle {
+		if e.link == nil {
+			continue
+		}
+		le := LinkedEntry{Name: e.name, Iface: e.link.st.Iface, Addr: e.link.st.Addr.String(), Held: e.link.held != nil}
+		if m, err := readMetaFile(e.l); err == nil {
+			le.Pid, _ = containerPid(e.l, m.CgroupPath)
+		}
+		out = append(out, le)
+	}
+	return out
+}

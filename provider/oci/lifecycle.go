@@ -98,6 +98,9 @@ func (p *Provider) Allocate(ctx context.Context, ref sandbox.Ref, spec sandbox.S
 	}
 	// A create, failed or not, may have taken a spare: replaced once this allocation is done.
 	defer p.refillSpares()
+	// A pool entry taken with its link made ahead has its policy put in effect while the sandbox gets
+	// ready (claim); until then its link lets nothing through.
+	var opening <-chan error
 	if fork != nil {
 		if err := p.createFork(ctx, b, res, *fork); err != nil {
 			if cerr := p.releaseLocked(context.WithoutCancel(ctx), b); cerr != nil {
@@ -108,7 +111,7 @@ func (p *Provider) Allocate(ctx context.Context, ref sandbox.Ref, spec sandbox.S
 			}
 			return sandbox.Observation{}, fmt.Errorf("allocate %s: %v: %w", ref, err, sandbox.ErrProviderUnavailable)
 		}
-	} else if len(vols) == 0 && res.DiskMiB == p.cfg.DefaultDiskMiB && p.claim(ctx, b, res, img) {
+	} else if len(vols) == 0 && res.DiskMiB == p.cfg.DefaultDiskMiB && p.claim(ctx, b, res, img, rules, &opening) {
 		defer p.refill(img)
 	} else if err := p.create(ctx, b, res, vols, img); err != nil {
 		unlockVolumes() // the clean-up gives the volumes back
@@ -118,15 +121,26 @@ func (p *Provider) Allocate(ctx context.Context, ref sandbox.Ref, spec sandbox.S
 		return sandbox.Observation{}, fmt.Errorf("allocate %s: %v: %w", ref, err, sandbox.ErrProviderUnavailable)
 	}
 	unlockVolumes()
-	if err := p.attachNetwork(b, rules); err != nil {
+	failed := func(err error) (sandbox.Observation, error) {
 		if cerr := p.releaseLocked(context.WithoutCancel(ctx), b); cerr != nil {
 			p.log.Error("cleaning up a failed allocation", "sandbox", ref, "err", cerr)
 		}
 		return sandbox.Observation{}, fmt.Errorf("allocate %s: network: %v: %w", ref, err, sandbox.ErrProviderUnavailable)
 	}
+	if opening == nil {
+		if err := p.attachNetwork(b, rules); err != nil {
+			return failed(err)
+		}
+	}
 	b.saw("running")
 	b.gone.Store(false)
-	return p.waitReady(ctx, b)
+	obs, err := p.waitReady(ctx, b)
+	if opening != nil {
+		if oerr := <-opening; oerr != nil {
+			return failed(oerr)
+		}
+	}
+	return obs, err
 }
 
 // ValidateSpec refuses resources past the provider's bounds, before anything is recorded.

@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/miekg/dns"
 	"github.com/vishvananda/netlink"
@@ -56,6 +57,11 @@ type NetworkConfig struct {
 	// Off leaves every sandbox on loopback, whatever its policy asks: a policy that needs a network
 	// is refused (ErrUnsupportedCapability).
 	Off bool
+	// WarmPoolLinks is how many of the warm pool's entries (Config.WarmPool, at most all of them) are
+	// kept with a link made ahead, so that a sandbox that needs a network and takes one only has its
+	// policy put in effect (poolnet.go). Zero: none; such a sandbox gets its link when it takes an
+	// entry without one.
+	WarmPoolLinks int
 }
 
 // defaultPool is NetworkConfig.Pool's default.
@@ -104,6 +110,10 @@ type network struct {
 	ifPrefix string
 	gateway  netip.Addr
 
+	// expect is the policy the entries of the warm pool get their links for (held in the firewall,
+	// poolnet.go): the daemon's default when it needs a network, then the last create's that did.
+	expect atomic.Pointer[netpolicy.Rules]
+
 	mu       sync.Mutex
 	used     map[netip.Addr]bool
 	next     netip.Addr // where take looks first, kept in nextFile
@@ -137,6 +147,9 @@ func (p *Provider) startNetwork() error {
 		nextFile: filepath.Join(p.cfg.StateDir, "net-next"), uplinksFile: filepath.Join(p.cfg.StateDir, "net-uplinks")}
 	n.gateway = cfg.Pool.Addr().Next()
 	n.next = n.firstNext()
+	if rules, _ := netpolicy.Parse(nil, cfg.DefaultEgress); rules.Needs() {
+		n.expect.Store(&rules)
+	}
 	fw, err := netpolicy.NewFirewall("sandboxd_"+p.cgTag, cfg.Pool, n.ifPrefix)
 	if err != nil {
 		return err
@@ -202,6 +215,15 @@ func (p *Provider) startNetwork() error {
 			}
 		}
 	}
+	// The pool's entries an earlier provider left are discarded (discardLeftovers): their links went
+	// above with every host end no sandbox claims, and their addresses' flows with the rest. What
+	// their net.json records is no longer theirs: the addresses may be given again meanwhile.
+	dirs, _ := os.ReadDir(p.pool.dir)
+	for _, e := range dirs {
+		if err := os.Remove(layout{dir: filepath.Join(p.pool.dir, e.Name())}.netFile()); err != nil && !os.IsNotExist(err) {
+			p.log.Warn("forgetting the link of a pool entry left by an earlier run", "entry", e.Name(), "err", err)
+		}
+	}
 	p.net = n
 	return nil
 }
@@ -259,17 +281,9 @@ func (p *Provider) attachNetwork(b *box, rules netpolicy.Rules) error {
 		return nil
 	}
 	n := p.net
-	m, err := readMetaFile(b.l)
+	ns, err := containerNetns(b.l)
 	if err != nil {
 		return err
-	}
-	pid, err := containerPid(b.l, m.CgroupPath)
-	if err != nil {
-		return err
-	}
-	ns, err := netns.GetFromPath("/proc/" + strconv.Itoa(pid) + "/ns/net")
-	if err != nil {
-		return fmt.Errorf("the sandbox's network namespace: %w", err)
 	}
 	defer ns.Close()
 	if err := n.enableUplinks(); err != nil {
@@ -279,14 +293,16 @@ func (p *Provider) attachNetwork(b *box, rules netpolicy.Rules) error {
 	if err != nil {
 		return err
 	}
-	var rnd [4]byte
-	rand.Read(rnd[:])
-	st := netState{Iface: n.ifPrefix + hex.EncodeToString(rnd[:]), Addr: addr, Rules: rules}
+	st := netState{Iface: n.newIface(), Addr: addr, Rules: rules}
 	if err := writeJSONFile(b.l.netFile(), st); err != nil {
 		n.give(addr)
 		return err
 	}
-	// The rules match the host end by name: they are set while the link is made.
+	// The rules match the host end by name: they are set while the link is made, once the table is
+	// there, whose base chains drop what comes from the link until they are.
+	if err := n.fw.Ensure(); err != nil {
+		return err
+	}
 	fwErr := make(chan error, 1)
 	var epoch uint64
 	go func() {
@@ -302,6 +318,30 @@ func (p *Provider) attachNetwork(b *box, rules netpolicy.Rules) error {
 		n.dns.Set(addr, st.Iface, rules, epoch)
 	}
 	return nil
+}
+
+// containerNetns opens the network namespace of the running container in l.
+func containerNetns(l layout) (netns.NsHandle, error) {
+	m, err := readMetaFile(l)
+	if err != nil {
+		return 0, err
+	}
+	pid, err := containerPid(l, m.CgroupPath)
+	if err != nil {
+		return 0, err
+	}
+	ns, err := netns.GetFromPath("/proc/" + strconv.Itoa(pid) + "/ns/net")
+	if err != nil {
+		return 0, fmt.Errorf("the sandbox's network namespace: %w", err)
+	}
+	return ns, nil
+}
+
+// newIface names a new host end.
+func (n *network) newIface() string {
+	var rnd [4]byte
+	rand.Read(rnd[:])
+	return n.ifPrefix + hex.EncodeToString(rnd[:])
 }
 
 // link makes st's veth pair, its host end in the host's namespace and its other end, eth0, in ns.

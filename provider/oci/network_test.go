@@ -271,8 +271,8 @@ func TestNetworkWarmPool(t *testing.T) {
 	mustNotReach(t, p, ref, "http://"+in.other.String()+"/")
 }
 
-// TestNetworkLeaks: networked sandboxes made and released, and a provider that dies with some running,
-// leave nothing behind once the next provider has started and released what was left: no host
+// TestNetworkLeaks: networked sandboxes made and released, and a provider that dies with some running
+// and warm pool entries with their links idle, leave nothing behind once the next provider has started and released what was left: no host
 // interface, no address of the pool, no route to it, no rule, no tracked flow. (100 cycles and a
 // daemon killed with SIGKILL: cmd/sandboxd's TestOCINetworkAcrossDaemonSIGKILL.)
 func TestNetworkLeaks(t *testing.T) {
@@ -290,9 +290,11 @@ func TestNetworkLeaks(t *testing.T) {
 	}
 	checkNoNetwork(t, dir, in.pool(), true)
 
-	// A provider that dies with three networked sandboxes running; two of them die with it.
+	// A provider that dies with three networked sandboxes running; two of them die with it. Its warm
+	// pool's idle entries have their links, with chains held for the policy its sandboxes asked for.
 	cfg := testConfig(t, dir)
 	cfg.Network = in.config()
+	cfg.WarmPool, cfg.Network.WarmPoolLinks = 2, 2
 	dead, err := oci.New(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -304,6 +306,10 @@ func TestNetworkLeaks(t *testing.T) {
 		refs = append(refs, ref)
 	}
 	survivor := refs[0]
+	waitFor(t, func() bool {
+		le := oci.LinkedEntries(dead)
+		return len(le) == 2 && le[0].Held && le[1].Held
+	})
 	oci.Abandon(dead)
 	for _, ref := range refs[1:] {
 		if out, err := exec.Command("runc", "--root", dir+"/runc", "delete", "-f", oci.Container(dead, ref)).CombinedOutput(); err != nil {

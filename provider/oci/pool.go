@@ -15,6 +15,7 @@ import (
 
 	"github.com/sandboxd/sandbox"
 	"github.com/sandboxd/sandbox/agent/agentclient"
+	"github.com/sandboxd/sandbox/netpolicy"
 )
 
 // The warm pool: Config.WarmPool containers started ahead of any request, each in its own directory
@@ -27,6 +28,8 @@ import (
 // container does not notice: its mounts hold the directories, not their paths, and the agent's socket
 // stays bound to the same file. A taken entry is replaced in the background. Entries of an image, kept
 // for sandboxes of that image, are made and taken the same way, on the image's root (imagepool.go).
+// Some entries of the shared root's pool keep a network link made ahead, for sandboxes that need one
+// (poolnet.go).
 //
 // Invariant: an entry is in exactly one place. In p.pool.idle and under <state>/pool while it waits;
 // under <state>/sandboxes, with metadata naming its generation, once taken. A crash between the two
@@ -63,6 +66,7 @@ type poolEntry struct {
 	l      layout
 	client *agentclient.Client
 	img    *imageInfo // the image it runs on (what its metadata records), nil on the shared root
+	link   *entryLink // its network link made ahead (poolnet.go), nil: none
 }
 
 // take removes and returns the first idle entry ok accepts.
@@ -99,6 +103,19 @@ func (q *entries) drain() []poolEntry {
 	idle := q.idle
 	q.idle = nil
 	return idle
+}
+
+// linked is how many idle entries have a link.
+func (q *entries) linked() int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	n := 0
+	for _, e := range q.idle {
+		if e.link != nil {
+			n++
+		}
+	}
+	return n
 }
 
 // count is how many entries are idle.
@@ -159,12 +176,14 @@ func (p *Provider) Close() error {
 	for _, q := range p.imagePools {
 		idle = append(idle, q.drain()...)
 	}
-	errs := []error{p.closeSpares(), p.closeNetwork()}
+	var errs []error
 	for _, e := range idle {
 		if err := p.discardEntry(context.Background(), e); err != nil {
 			errs = append(errs, fmt.Errorf("oci: removing pool entry %s: %w", e.name, err))
 		}
 	}
+	// Once the entries' links are gone: the table goes when no sandbox has rules in it.
+	errs = append(errs, p.closeSpares(), p.closeNetwork())
 	if p.images != nil {
 		errs = append(errs, p.images.store.Close()) // after the entries' holds are given up
 	}
@@ -209,16 +228,31 @@ func (p *Provider) discardLeftovers(ctx context.Context) {
 	}
 }
 
-// fill keeps WarmPool entries idle until ctx ends.
+// fill keeps WarmPool entries idle until ctx ends, NetworkConfig.WarmPoolLinks of them with a link.
 func (p *Provider) fill(ctx context.Context) {
 	p.keepFilled(ctx, "starting a warm pool entry", p.pool.kick, func() bool {
 		return p.pool.count() < p.cfg.WarmPool
 	}, func() error {
+		link := p.wantsLink()
 		e, err := p.warm(ctx, nil)
 		p.refillSpares() // the entry may have taken one
-		if err == nil {
-			p.pool.add(e)
+		if err != nil {
+			return err
 		}
+		if link {
+			if err = p.linkEntry(&e); err != nil {
+				// The entry is kept without a link; the next one tries again, after the back-off.
+				err = fmt.Errorf("its network link: %w", err)
+				if uerr := p.unlinkEntry(&e); uerr != nil {
+					p.log.Error("removing the link of a warm pool entry", "entry", e.name, "err", uerr)
+					if derr := p.discardEntry(context.WithoutCancel(ctx), e); derr != nil {
+						p.log.Error("discarding a pool entry", "entry", e.name, "err", derr)
+					}
+					return err
+				}
+			}
+		}
+		p.pool.add(e)
 		return err
 	})
 }
@@ -305,21 +339,46 @@ func (p *Provider) warm(ctx context.Context, img *imageInfo) (poolEntry, error) 
 // returns false, and b untouched, when no such entry is idle or the one taken does not answer or take
 // the limits; the caller then starts a container of its own. After a true, the caller calls
 // refill(img) once it is done.
-func (p *Provider) claim(ctx context.Context, b *box, res sandbox.Resources, img *imageInfo) bool {
+//
+// A sandbox under rules that need a network takes an entry with a link when one is idle (one whose
+// rules need none never does): its rules are put in effect on the link while the entry is made the
+// sandbox's (openLink), and opening, once claim has returned true, tells when they are, and whether
+// they could not be (then the caller releases the sandbox). Until they are, the link lets nothing
+// through. Otherwise opening stays nil.
+func (p *Provider) claim(ctx context.Context, b *box, res sandbox.Resources, img *imageInfo, rules netpolicy.Rules, opening *<-chan error) bool {
+	p.expectRules(rules)
 	for {
-		e, q, ok := p.takeEntry(img)
+		e, q, ok := p.takeEntry(img, rules.Needs())
 		if !ok {
 			return false
 		}
+		var open chan error
+		var err error
+		if e.link != nil {
+			open = make(chan error, 1)
+			if err = p.recordLink(e, rules); err == nil {
+				go func() { open <- p.openLink(e, rules) }()
+			} else {
+				open <- err
+			}
+		}
 		hctx, cancel := context.WithTimeout(ctx, min(p.cfg.CallTimeout, time.Second))
-		_, err := e.client.Health(hctx)
+		_, err = e.client.Health(hctx)
 		cancel()
-		if err != nil && ctx.Err() != nil {
+		if err != nil && ctx.Err() != nil && open == nil {
 			// The caller gave up, not the entry: it goes back for the next one.
 			q.putBack(e)
 			return false
 		}
 		e.client.Close()
+		if err == nil && open != nil {
+			// A failure to open now, before the directory is the sandbox's, discards the entry.
+			select {
+			case err = <-open:
+				open <- err // for the caller
+			default:
+			}
+		}
 		if err == nil {
 			err = setLimits(p.cgroupPath(e.name), res)
 		}
@@ -345,7 +404,13 @@ func (p *Provider) claim(ctx context.Context, b *box, res sandbox.Resources, img
 			q.hits.Add(1)
 			b.cid.Store(&e.name)
 			p.log.Debug("sandbox takes a warm pool entry", "sandbox", b.ref, "entry", e.name)
+			if open != nil {
+				*opening = open
+			}
 			return true
+		}
+		if open != nil {
+			<-open // before its rules are removed
 		}
 		p.log.Warn("a warm pool entry is unusable; discarding it", "entry", e.name, "err", err)
 		if rerr := p.discardEntry(context.WithoutCancel(ctx), e); rerr != nil {
@@ -359,10 +424,18 @@ func (p *Provider) claim(ctx context.Context, b *box, res sandbox.Resources, img
 }
 
 // takeEntry takes an idle entry for a sandbox of img (nil: the shared root), and returns the entries it
-// came from. Without one, it counts a miss where a pool is there to serve img.
-func (p *Provider) takeEntry(img *imageInfo) (poolEntry, *entries, bool) {
+// came from. Without one, it counts a miss where a pool is there to serve img. A sandbox that needs a
+// network (needs) takes one with a link first; one that needs none never does.
+func (p *Provider) takeEntry(img *imageInfo, needs bool) (poolEntry, *entries, bool) {
 	if img == nil {
-		e, ok := p.pool.take(func(poolEntry) bool { return true })
+		var e poolEntry
+		ok := false
+		if needs {
+			e, ok = p.pool.take(func(e poolEntry) bool { return e.link != nil })
+		}
+		if !ok {
+			e, ok = p.pool.take(func(e poolEntry) bool { return e.link == nil })
+		}
 		if !ok && p.cfg.WarmPool > 0 {
 			p.pool.misses.Add(1)
 		}

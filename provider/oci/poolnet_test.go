@@ -1,0 +1,127 @@
+package oci_test
+
+import (
+	"fmt"
+	"net"
+	"net/netip"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/miekg/dns"
+
+	"github.com/sandboxd/sandbox/internal/testenv"
+	"github.com/sandboxd/sandbox/provider/oci"
+)
+
+// TestNetworkPoolLinks: warm pool entries kept with their link made ahead (WarmPoolLinks). One not
+// taken reaches nothing, neither through its link nor the resolver; a sandbox that needs no network
+// never takes it and keeps loopback alone; a sandbox that takes it has its own policy in effect once it
+// is ready, whether the entry held that policy's rules already or another's; and a provider that closes
+// leaves nothing of them.
+func TestNetworkPoolLinks(t *testing.T) {
+	in := newInternet(t)
+	dir := testenv.StateDir(t)
+	// Runs after the provider's own clean-up (release and Close): nothing of the entries is left.
+	t.Cleanup(func() { checkNoNetwork(t, dir, in.pool(), false) })
+	p := netProvider(t, in, dir, func(c *oci.Config) { c.WarmPool, c.Network.WarmPoolLinks = 2, 1 })
+	full := func() bool { return oci.IdleEntries(p) == 2 && len(oci.LinkedEntries(p)) == 1 }
+	waitFor(t, full)
+	first := oci.LinkedEntries(p)[0]
+
+	t.Run("an entry not taken reaches nothing", func(t *testing.T) {
+		entryReachesNothing(t, in, first)
+	})
+
+	t.Run("a sandbox that needs no network never takes one", func(t *testing.T) {
+		for _, policy := range []string{"", `{"egress":"deny"}`, `{"egress":"deny","deny":["10.0.0.0/8"]}`} {
+			waitFor(t, full)
+			ref := withPolicy(t, p, policy)
+			if c := oci.Container(p, ref); c == first.Name || c == ref.Name() {
+				t.Errorf("policy %q: the sandbox runs in %s, want the entry without a link", policy, c)
+			}
+			if _, ok := oci.NetAddr(p, ref); ok {
+				t.Errorf("policy %q: the sandbox has a link", policy)
+			}
+			if res := sh(t, p, ref, "ls /sys/class/net"); string(res.Stdout) != "lo\n" {
+				t.Errorf("policy %q: the sandbox's interfaces: %q, want lo alone", policy, res.Stdout)
+			}
+			if err := p.Release(ctxFor(t), ref); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if le := oci.LinkedEntries(p); len(le) != 1 || le[0].Name != first.Name {
+			t.Errorf("the entries with a link: %+v, want %s still idle", le, first.Name)
+		}
+	})
+
+	t.Run("the sandbox that takes one has its policy at once", func(t *testing.T) {
+		server := fmt.Sprintf(`{"allow":["%s/32"]}`, in.server)
+		for i, c := range []struct {
+			policy     string
+			held       bool // the entry's chains are held, for the last create's policy
+			reach, not string
+			want       string
+		}{
+			{server, false, "http://" + in.server.String() + "/", "http://" + in.other.String() + "/", "server"},
+			{server, true, "http://" + in.server.String() + "/", "http://" + in.other.String() + "/", "server"},
+			// Rules other than those held, and by name: the resolver knows the sandbox at once.
+			{`{"allow":["other.test"]}`, true, "http://other.test/", "http://" + in.server.String() + "/", "other"},
+		} {
+			waitFor(t, full)
+			e := oci.LinkedEntries(p)[0]
+			if e.Held != c.held {
+				t.Errorf("case %d: the entry's chains held: %v, want %v", i, e.Held, c.held)
+			}
+			if e.Held {
+				// With no jump to its chains, still nothing passes.
+				entryReachesNothing(t, in, e)
+			}
+			ref := withPolicy(t, p, c.policy)
+			if got := oci.Container(p, ref); got != e.Name {
+				t.Fatalf("case %d: the sandbox runs in %s, want the entry with a link %s", i, got, e.Name)
+			}
+			if addr, _ := oci.NetAddr(p, ref); addr != e.Addr {
+				t.Errorf("case %d: the sandbox's address %s, want its entry's %s", i, addr, e.Addr)
+			}
+			mustReach(t, p, ref, c.reach, c.want)
+			mustNotReach(t, p, ref, c.not)
+		}
+	})
+}
+
+// entryReachesNothing fails unless the idle entry e has its link (eth0, with e's address) and nothing
+// it sends through it gets an answer: not the test's server (forwarded), not the gateway (the host), not
+// the resolver. The firewall drops what comes from it, so each try waits out its timeout.
+func entryReachesNothing(t *testing.T, in *internet, e oci.LinkedEntry) {
+	t.Helper()
+	gateway := in.pool().Masked().Addr().Next()
+	inNetns(t, e.Pid, func() {
+		ifc, err := net.InterfaceByName("eth0")
+		if err != nil {
+			t.Fatalf("the entry's link: %v", err)
+		}
+		addrs, _ := ifc.Addrs()
+		var have []string
+		for _, a := range addrs {
+			if ipn, ok := a.(*net.IPNet); ok && ipn.IP.To4() != nil {
+				have = append(have, ipn.IP.String())
+			}
+		}
+		if !slices.Contains(have, e.Addr) {
+			t.Errorf("the entry's eth0 has %q, want %s", have, e.Addr)
+		}
+		for _, to := range []netip.AddrPort{netip.AddrPortFrom(in.server, 80), netip.AddrPortFrom(gateway, 53)} {
+			if c, err := net.DialTimeout("tcp", to.String(), time.Second); err == nil {
+				c.Close()
+				t.Errorf("the idle entry connected to %s", to)
+			}
+		}
+		m := new(dns.Msg)
+		m.SetQuestion("allowed.test.", dns.TypeA)
+		cl := &dns.Client{Net: "udp", Timeout: time.Second}
+		if r, _, err := cl.Exchange(m, netip.AddrPortFrom(gateway, 53).String()); err == nil {
+			t.Errorf("the idle entry's query was answered: %v", r)
+		}
+	})
+}
