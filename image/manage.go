@@ -250,6 +250,22 @@ func (s *Store) Release(digest, user string) error {
 	return nil
 }
 
+// Transfer makes from's hold on digest to's, in one step: the image is held throughout, by one or the
+// other, and a hold to had already stays. Errors: ErrNotFound when from does not hold digest (nothing
+// changed).
+func (s *Store) Transfer(digest, from, to string) error {
+	if !validDigest(digest) || !safeUser(from) || !safeUser(to) {
+		return fmt.Errorf("hold %s: %q to %q: %w", digest, from, to, sandbox.ErrInvalidRequest)
+	}
+	s.lockAll()
+	defer s.unlockAll()
+	err := os.Rename(filepath.Join(s.usersDir(digest), from), filepath.Join(s.usersDir(digest), to))
+	if os.IsNotExist(err) {
+		return fmt.Errorf("hold %s by %q: %w", digest, from, sandbox.ErrNotFound)
+	}
+	return err
+}
+
 // safeUser reports whether user can be a file name in the store.
 func safeUser(user string) bool {
 	return user != "" && user != "." && user != ".." && !strings.ContainsAny(user, "/\x00")
@@ -353,7 +369,7 @@ func (s *Store) Remove(ref string) error {
 			delete(refs, n)
 		}
 	}
-	if err := writeFileAtomic(s.refsPath(), refs); err != nil {
+	if err := s.writeMeta(s.refsPath(), refs); err != nil {
 		return err
 	}
 	if !left {
@@ -361,7 +377,7 @@ func (s *Store) Remove(ref string) error {
 			// A snapshot goes with its template versions, as RemoveSnapshot takes it.
 			return s.removeDigestsLocked([]string{digest}, func(string, version) bool { return true })
 		}
-		return os.Remove(s.recordPath(digest))
+		return s.removeRecord(digest)
 	}
 	return nil
 }
@@ -398,7 +414,7 @@ func (s *Store) Prune() (int, error) {
 			named = named || d == r.Digest
 		}
 		if !named && len(users) == 0 {
-			if err := os.Remove(s.recordPath(r.Digest)); err != nil {
+			if err := s.removeRecord(r.Digest); err != nil {
 				return 0, err
 			}
 			continue

@@ -206,7 +206,7 @@ func (s *Store) SnapshotOf(ctx context.Context, c Capture) (Snapshot, error) {
 	if err := os.Rename(root, s.layerDir(diffID)); err != nil && !errors.Is(err, os.ErrExist) && !errors.Is(err, syscall.ENOTEMPTY) {
 		return Snapshot{}, err
 	}
-	if err := writeFileAtomic(s.recordPath(rec.Digest), rec); err != nil {
+	if err := s.writeMeta(s.recordPath(rec.Digest), rec); err != nil {
 		return Snapshot{}, err
 	}
 	if c.Name != "" {
@@ -256,7 +256,7 @@ func (s *Store) addVersionLocked(name, digest string, created time.Time) error {
 		next = vs[len(vs)-1].Version + 1
 	}
 	m[name] = append(m[name], version{Version: next, Digest: digest, Created: created})
-	return writeFileAtomic(s.templatesPath(), m)
+	return s.writeMeta(s.templatesPath(), m)
 }
 
 func (s *Store) snapshotLocked(r record) (Snapshot, error) {
@@ -354,7 +354,7 @@ func (s *Store) removeDigestsLocked(digests []string, drop func(string, version)
 			m[n] = vs
 		}
 	}
-	if err := writeFileAtomic(s.templatesPath(), m); err != nil {
+	if err := s.writeMeta(s.templatesPath(), m); err != nil {
 		return err
 	}
 	for _, d := range digests {
@@ -365,7 +365,7 @@ func (s *Store) removeDigestsLocked(digests []string, drop func(string, version)
 		if still {
 			continue
 		}
-		if err := os.Remove(s.recordPath(d)); err != nil && !os.IsNotExist(err) {
+		if err := s.removeRecord(d); err != nil {
 			return err
 		}
 	}
@@ -513,5 +513,5 @@ func (s *Store) reconcileTemplates() error {
 	if !changed {
 		return nil
 	}
-	return writeFileAtomic(s.templatesPath(), m)
+	return s.writeMeta(s.templatesPath(), m)
 }

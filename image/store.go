@@ -13,9 +13,12 @@ package image
 
 import (
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"maps"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -72,11 +75,18 @@ type record struct {
 }
 
 // Store is the image store. It is safe for concurrent use, and two processes may share its directory.
+//
+// The names (refs.json) and the image records a Store has read are kept in memory while the
+// generation in the lock file stays what it was when they were read: every change of either moves
+// the generation on, under the lock, before it touches a file (changing), so a Store on the same
+// directory, in this process or another, reads them again at its next look under the lock.
 type Store struct {
 	cfg Config
 
 	mu    sync.Mutex               // guards pulls and the metadata under dir, with the lock file
 	lock  *os.File                 // flock'd while mu is held: a second process's changes wait
+	gen   uint64                   // under mu: the lock file's generation, read when mu was taken
+	cache *cache                   // under mu: what the names and records said at gen; nil when unknown
 	pulls map[string]*pull         // pulls in flight, by image digest or name
 	layer map[string]chan struct{} // layers being unpacked, by diffID
 	// inflight counts, by the hex of a diffID, the adds that want the layer and have not recorded
@@ -85,6 +95,13 @@ type Store struct {
 
 	closeOnce sync.Once
 	closeErr  error
+}
+
+// cache is what refs.json and the image records said at generation gen.
+type cache struct {
+	gen    uint64
+	refs   map[string]string // nil until read
+	images map[string]Image  // by digest
 }
 
 // pull is a fetch of one image in flight, which every concurrent caller waits for.
@@ -137,6 +154,69 @@ func (s *Store) lockAll() {
 	s.mu.Lock()
 	for syscall.Flock(int(s.lock.Fd()), syscall.LOCK_EX) == syscall.EINTR {
 	}
+	gen, err := s.generation()
+	if err != nil || s.cache != nil && s.cache.gen != gen {
+		s.cache = nil // another Store changed the names or the records, or none can tell
+	}
+	if err == nil {
+		s.gen = gen
+	}
+	if s.cache == nil && err == nil {
+		s.cache = &cache{gen: gen, images: map[string]Image{}}
+	}
+}
+
+// generation reads the lock file's generation: how many changes of the names and records the
+// directory has seen (0 for a lock file that has none yet). Called with the lock.
+func (s *Store) generation() (uint64, error) {
+	var b [8]byte
+	n, err := s.lock.ReadAt(b[:], 0)
+	if n == 0 && err == io.EOF {
+		return 0, nil
+	}
+	if n < len(b) {
+		return 0, fmt.Errorf("image: the store's generation: %d bytes: %v", n, err)
+	}
+	return binary.LittleEndian.Uint64(b[:]), nil
+}
+
+// changing moves the lock file's generation on and forgets what this Store read: called with the
+// lock, before any change of refs.json, templates.json or an image record, so that every Store on
+// the directory reads them again (a process killed after it leaves them read again too).
+func (s *Store) changing() error {
+	s.cache = nil
+	gen, err := s.generation()
+	if err != nil {
+		return err
+	}
+	var b [8]byte
+	binary.LittleEndian.PutUint64(b[:], gen+1)
+	if _, err := s.lock.WriteAt(b[:], 0); err != nil {
+		return fmt.Errorf("image: the store's generation: %w", err)
+	}
+	s.gen = gen + 1
+	return nil
+}
+
+// writeMeta replaces the metadata file at path (refs.json, templates.json, an image record) with v,
+// once the generation has moved on.
+func (s *Store) writeMeta(path string, v any) error {
+	if err := s.changing(); err != nil {
+		return err
+	}
+	return writeFileAtomic(path, v)
+}
+
+// removeRecord removes the record of digest, once the generation has moved on. A record that is not
+// there is no error.
+func (s *Store) removeRecord(digest string) error {
+	if err := s.changing(); err != nil {
+		return err
+	}
+	if err := os.Remove(s.recordPath(digest)); err != nil && !os.IsNotExist(err) {
+		return err
+	}
+	return nil
 }
 
 func (s *Store) unlockAll() {
@@ -192,7 +272,7 @@ func (s *Store) reconcile() error {
 	for _, r := range recs {
 		for _, d := range r.DiffIDs {
 			if _, err := os.Stat(s.layerDir(d)); err != nil {
-				if err := os.Remove(s.recordPath(r.Digest)); err != nil && !os.IsNotExist(err) {
+				if err := s.removeRecord(r.Digest); err != nil {
 					return err
 				}
 				break
@@ -235,8 +315,28 @@ func (s *Store) readRecord(digest string) (record, error) {
 	return r, nil
 }
 
-// refs reads the names the store knows, each to its image's digest.
+// refs is the names the store knows, each to its image's digest: a map of the caller's own. Called
+// with the lock.
 func (s *Store) refs() (map[string]string, error) {
+	m, err := s.cachedRefs()
+	return maps.Clone(m), err
+}
+
+// cachedRefs is the names the store knows, as this Store last read them while the generation stays
+// the same: not to be changed.
+func (s *Store) cachedRefs() (map[string]string, error) {
+	if s.cache != nil && s.cache.refs != nil {
+		return s.cache.refs, nil
+	}
+	m, err := s.readRefs()
+	if err == nil && s.cache != nil {
+		s.cache.refs = m
+	}
+	return m, err
+}
+
+// readRefs reads refs.json.
+func (s *Store) readRefs() (map[string]string, error) {
 	raw, err := os.ReadFile(s.refsPath())
 	if os.IsNotExist(err) {
 		return map[string]string{}, nil
@@ -257,7 +357,7 @@ func (s *Store) setRef(nameStr, digest string) error {
 		return err
 	}
 	m[nameStr] = digest
-	return writeFileAtomic(s.refsPath(), m)
+	return s.writeMeta(s.refsPath(), m)
 }
 
 func writeFileAtomic(path string, v any) error {
@@ -338,6 +438,9 @@ func (s *Store) lookupLocked(ref string) (Image, error) {
 	if err != nil {
 		return Image{}, err
 	}
+	if img, ok := s.cachedImage(digest); ok {
+		return img, nil
+	}
 	r, err := s.readRecord(digest)
 	if os.IsNotExist(err) {
 		return Image{}, fmt.Errorf("image %s: %w", ref, sandbox.ErrNotFound)
@@ -345,7 +448,30 @@ func (s *Store) lookupLocked(ref string) (Image, error) {
 	if err != nil {
 		return Image{}, err
 	}
-	return s.image(r)
+	img, err := s.image(r)
+	if err == nil && s.cache != nil {
+		s.cache.images[digest] = img
+	}
+	return copyImage(img), err
+}
+
+// cachedImage is the image of the record of digest as this Store read it at the present generation,
+// if it has.
+func (s *Store) cachedImage(digest string) (Image, bool) {
+	if s.cache == nil {
+		return Image{}, false
+	}
+	img, ok := s.cache.images[digest]
+	return copyImage(img), ok
+}
+
+// copyImage is img with slices of its own, which its caller may change without changing the cache's.
+func copyImage(img Image) Image {
+	img.Layers = slices.Clone(img.Layers)
+	c := &img.Config
+	c.Env, c.Cmd, c.Entrypoint, c.Shell = slices.Clone(c.Env), slices.Clone(c.Cmd), slices.Clone(c.Entrypoint), slices.Clone(c.Shell)
+	c.Labels = maps.Clone(c.Labels)
+	return img
 }
 
 // resolveLocked is the digest ref names in the store, without looking it up.
@@ -360,7 +486,7 @@ func (s *Store) resolveLocked(ref string) (string, error) {
 	if d, ok := r.(name.Digest); ok {
 		return d.DigestStr(), nil
 	}
-	refs, err := s.refs()
+	refs, err := s.cachedRefs()
 	if err != nil {
 		return "", err
 	}
@@ -548,7 +674,7 @@ func (s *Store) add(ctx context.Context, img v1.Image, progress func(Progress), 
 			return Image{}, fmt.Errorf("layer %s went away meanwhile: %w", d, err)
 		}
 	}
-	if err := writeFileAtomic(s.recordPath(rec.Digest), rec); err != nil {
+	if err := s.writeMeta(s.recordPath(rec.Digest), rec); err != nil {
 		return Image{}, err
 	}
 	return s.image(rec)

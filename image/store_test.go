@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -558,5 +559,78 @@ func TestRemoveRefusedWhileHeld(t *testing.T) {
 	}
 	for _, d := range []string{"layers", "images", "users", "tmp"} {
 		assertEmpty(t, filepath.Join(dir, d))
+	}
+}
+
+// TestTwoStoresSeeEachOthersChanges runs two Stores on one directory, as two processes would: each keeps
+// the names and records it has read, and must see the other's changes at its next look, never an
+// image of a name's old digest or one removed. A hold moves from one holder to another in one step, and
+// keeps the image from a Remove of either Store throughout.
+func TestTwoStoresSeeEachOthersChanges(t *testing.T) {
+	needRoot(t)
+	dir := t.TempDir()
+	s1, s2 := openStore(t, dir), openStore(t, dir)
+	ctx := context.Background()
+	a, err := s1.ImportLayout(ctx, writeLayout(t, imagetest.BusyboxImage(t, "a"), "a"), "local/moving:1", "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := s2.Lookup("local/moving:1"); err != nil || got.Digest != a.Digest {
+		t.Fatalf("the second store's lookup: %v %v, want %s", got.Digest, err, a.Digest)
+	}
+	b, err := s1.ImportLayout(ctx, writeLayout(t, imagetest.BusyboxImage(t, "b"), "b"), "local/moving:1", "", nil)
+	if err != nil || b.Digest == a.Digest {
+		t.Fatalf("second import: %v %v", b.Digest, err)
+	}
+	if got, err := s2.Lookup("local/moving:1"); err != nil || got.Digest != b.Digest {
+		t.Fatalf("the second store's lookup after the tag moved: %v %v, want %s", got.Digest, err, b.Digest)
+	}
+	if got, err := s2.Lookup(a.Digest); err != nil || got.Digest != a.Digest || readIn(t, got, "etc/greeting") != "a\n" {
+		t.Fatalf("the old digest from the second store: %v %v", got.Digest, err)
+	}
+	if err := s1.Remove(a.Digest); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s2.Lookup(a.Digest); !errors.Is(err, sandbox.ErrNotFound) {
+		t.Fatalf("lookup of a digest the other store removed: %v, want ErrNotFound", err)
+	}
+	if _, err := s2.Acquire(a.Digest, "sandbox-a"); !errors.Is(err, sandbox.ErrNotFound) {
+		t.Fatalf("hold of a digest the other store removed: %v, want ErrNotFound", err)
+	}
+	// A copy handed out is the caller's: changing it changes no later lookup.
+	got, err := s2.Lookup("local/moving:1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got.Layers[0], got.Config.Env = "elsewhere", append(got.Config.Env[:0], "X=1")
+	if again, err := s2.Lookup(b.Digest); err != nil || again.Layers[0] == "elsewhere" || slices.Contains(again.Config.Env, "X=1") {
+		t.Fatalf("a lookup after its caller changed an earlier one: %+v %v", again, err)
+	}
+
+	if _, err := s2.Acquire(b.Digest, "pool-1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s1.Transfer(b.Digest, "pool-1", "sandbox-1"); err != nil {
+		t.Fatal(err)
+	}
+	if users, err := s2.Users(b.Digest); err != nil || len(users) != 1 || users[0] != "sandbox-1" {
+		t.Fatalf("holders after a transfer: %v %v", users, err)
+	}
+	if err := s1.Transfer(b.Digest, "pool-1", "sandbox-2"); !errors.Is(err, sandbox.ErrNotFound) {
+		t.Fatalf("transfer of a hold that is gone: %v, want ErrNotFound", err)
+	}
+	for _, s := range []*image.Store{s1, s2} {
+		if err := s.Remove("local/moving:1"); !errors.Is(err, image.ErrInUse) {
+			t.Fatalf("remove of an image whose hold was transferred: %v, want ErrInUse", err)
+		}
+	}
+	if err := s2.Release(b.Digest, "sandbox-1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s2.Remove("local/moving:1"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s1.Lookup("local/moving:1"); !errors.Is(err, sandbox.ErrNotFound) {
+		t.Fatalf("lookup of a name the other store removed: %v, want ErrNotFound", err)
 	}
 }

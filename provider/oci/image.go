@@ -36,8 +36,8 @@ import (
 // option string bounds how many an image may have. Files the sandbox writes land in the upper
 // directory, owned by its range as /workspace's are.
 //
-// The digest the sandbox runs is recorded in its metadata and held in the store (Acquire) until its
-// directory is removed, so the image is not removed under it; the store does not pull a name it holds
+// The digest the sandbox runs is recorded in its metadata and held in the store (Acquire, or the hold
+// of the warm pool entry it takes, Transfer) until its directory is removed, so the image is not removed under it; the store does not pull a name it holds
 // again, so a recreate from the same reference runs the same bytes. A sandbox of spec.template runs
 // the same way on a snapshot (snapshots.go).
 
@@ -158,6 +158,52 @@ func (p *Provider) holdImage(ctx context.Context, ref sandbox.Ref, spec sandbox.
 	return nil, &obs
 }
 
+// pooledImage is the image a sandbox of spec runs when an image pool warms entries of it, resolved as
+// holdImage resolves it (the digest the reference names, the one an earlier generation ran, or the one
+// the store names by it now) but neither pulled nor held: the entry the sandbox takes hands its own
+// hold over (claim). nil when no pool serves that digest or it cannot be resolved so; holdImage then
+// finds the image, or says why it cannot.
+func (p *Provider) pooledImage(ref sandbox.Ref, spec sandbox.Spec) *imageInfo {
+	if len(p.imagePools) == 0 {
+		return nil
+	}
+	info := imageInfo{Reference: spec.Image}
+	var err error
+	if spec.Template != "" {
+		info = imageInfo{Reference: spec.Template, Template: true}
+		info.Digest, err = p.templateDigest(ref, spec.Template)
+	} else {
+		info.Digest, _, err = p.imageSource(ref, spec.Image)
+	}
+	if err != nil || info.Digest == "" {
+		return nil
+	}
+	for _, q := range p.imagePools {
+		if q.serves(info.Digest) {
+			return &info
+		}
+	}
+	return nil
+}
+
+// takeEntryHold makes the pool entry e's hold on img the sandbox of ref's, in one step of the store
+// (Transfer), and pins the digest a sandbox of a tag runs (pinImage; a template's is pinned as it is
+// resolved). When the sandbox held img already (held, and pinned by holdImage), the entry's hold just
+// goes. After an error the sandbox holds img only if it held it before.
+func (p *Provider) takeEntryHold(ref sandbox.Ref, e poolEntry, img *imageInfo, held bool) error {
+	if err := p.images.store.Transfer(img.Digest, e.name, ref.Name()); err != nil {
+		return err
+	}
+	if held || img.Template {
+		return nil
+	}
+	if err := p.pinImage(ref, img.Reference, img.Digest); err != nil {
+		p.images.store.Release(img.Digest, ref.Name())
+		return err
+	}
+	return nil
+}
+
 // imageFailure is the failed observation of ref, whose image or template cannot be had because of err.
 func imageFailure(ref sandbox.Ref, spec sandbox.Spec, err error) sandbox.Observation {
 	reason := reasonImagePull
@@ -260,20 +306,32 @@ func (p *Provider) imageExtensions(b *box) map[string]json.RawMessage {
 	name := b.ref.Name()
 	v, ok := p.images.known.Load(name)
 	if !ok {
-		var ext map[string]json.RawMessage
-		if m, err := readMeta(b.l); err == nil && m.Image != nil {
-			raw, _ := json.Marshal(imageInfo{Reference: m.Image.Reference, Digest: m.Image.Digest})
-			key := ImageExtension
-			if m.Image.Template {
-				key = TemplateExtension
-			}
-			ext = map[string]json.RawMessage{key: raw}
-		} else if err != nil {
+		m, err := readMeta(b.l)
+		if err != nil {
 			return nil // not laid out (yet): asked again next time
 		}
-		v, _ = p.images.known.LoadOrStore(name, ext)
+		v, _ = p.images.known.LoadOrStore(name, imageExt(m.Image))
 	}
 	return v.(map[string]json.RawMessage)
+}
+
+// knowImage records that the sandbox named name runs img, as its metadata now says: its observations
+// report it without reading the metadata.
+func (p *Provider) knowImage(name string, img *imageInfo) {
+	p.images.known.Store(name, imageExt(img))
+}
+
+// imageExt is the providerExtensions of a sandbox of img; nil for none.
+func imageExt(img *imageInfo) map[string]json.RawMessage {
+	if img == nil {
+		return nil
+	}
+	raw, _ := json.Marshal(imageInfo{Reference: img.Reference, Digest: img.Digest})
+	key := ImageExtension
+	if img.Template {
+		key = TemplateExtension
+	}
+	return map[string]json.RawMessage{key: raw}
 }
 
 // rootfs is where the image root of a sandbox is mounted on the host until its container has started.

@@ -20,9 +20,13 @@ import (
 // store (pulled when the store lacks it, as a create would: Ensure), a template reference to its
 // newest version (or the one it pins). A create takes an entry when its own spec.image or spec.template
 // resolves to the same digest, however it is spelled, and the rest of its spec is what any pool entry
-// serves (no volumes, the default disk: Allocate); the entry's metadata is rewritten to record the
-// sandbox's reference, and the entry's hold on the image is given up once the sandbox's directory
-// holds it under the sandbox's name. Anything else is a cold create.
+// serves (no volumes, the default disk: Allocate). Such a create resolves its reference without
+// pulling or holding the image (pooledImage) and, when an entry of that digest is idle, takes it: the
+// entry's metadata is rewritten to record the sandbox's reference, the entry's hold on the image
+// becomes the sandbox's in one step of the store (Transfer: the image is held throughout), a tag's
+// digest is pinned for the sandbox's later generations, and then the directory is renamed the
+// sandbox's (claim). Without an idle entry the create finds and holds the image as any other does
+// (holdImage). Anything else is a cold create.
 //
 // A reference that moves (a name pulled or imported anew, a template given a newer version, a name
 // removed) makes the pool resolve it again: every operation of the provider that can move one says so

@@ -360,3 +360,73 @@ func TestImageWarmPoolHostile(t *testing.T) {
 		}
 	}
 }
+
+// TestImageWarmPoolPin: a sandbox that takes an entry of its tag holds the image under its own name,
+// the entry's hold become its own, and is pinned to the entry's digest: once the tag and the pool have
+// moved, a recreate runs the first digest (from no entry), also after its provider died, while a new
+// sandbox of the tag takes an entry of the new one. The first digest cannot be removed while the
+// sandbox holds it.
+func TestImageWarmPoolPin(t *testing.T) {
+	reg := imagetest.StartRegistry(t)
+	tagged, pinned := reg.Push(t, "pin/busybox:1", imagetest.BusyboxImage(t, "first"))
+	digest := digestOf(pinned)
+	cfg := imagePoolConfig(t, testenv.StateDir(t), reg, oci.ImagePool{Ref: tagged, Size: 1})
+	p, err := oci.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := ctxFor(t)
+	idle := waitImageEntries(t, p, 1, digest)
+	ref, obs := fromImage(t, p, tagged)
+	entry := oci.Container(p, ref)
+	if obs.State != sandbox.ObservedReady || idle[entry] == "" {
+		t.Fatalf("%+v, container %s, not one of %v", obs, entry, idle)
+	}
+	if users, err := p.ImageStore().Users(digest); err != nil || !slices.Contains(users, ref.Name()) || slices.Contains(users, entry) {
+		t.Fatalf("holders %v %v: want the sandbox %s, not the entry it took", users, err, ref.Name())
+	}
+
+	_, movedPinned := reg.Push(t, "pin/busybox:1", imagetest.BusyboxImage(t, "moved"))
+	if _, err := p.PullImage(ctx, tagged, nil); err != nil {
+		t.Fatal(err)
+	}
+	waitImageEntries(t, p, 1, digestOf(movedPinned))
+	if err := p.RemoveImage(ctx, digest); !errors.Is(err, sandbox.ErrInvalidState) {
+		t.Fatalf("remove of the digest a pooled sandbox runs: %v, want ErrInvalidState", err)
+	}
+	recreate := func(p *oci.Provider, gen sandbox.Generation) sandbox.Ref {
+		t.Helper()
+		if err := p.Release(ctx, ref); err != nil {
+			t.Fatal(err)
+		}
+		ref = sandbox.Ref{ID: ref.ID, Generation: gen}
+		obs, err := p.Allocate(ctx, ref, sandbox.Spec{ClientRequestID: "t", Image: tagged})
+		if err != nil || obs.State != sandbox.ObservedReady || oci.Container(p, ref) != ref.Name() {
+			t.Fatalf("recreate %d: %+v %v, container %s", gen, obs, err, oci.Container(p, ref))
+		}
+		if res := sh(t, p, ref, "cat /etc/greeting"); res.Stdout != "first\n" {
+			t.Fatalf("recreate %d runs %+v, want the pinned digest", gen, res)
+		}
+		return ref
+	}
+	recreate(p, 2)
+	oci.Abandon(p)
+
+	p2, err := oci.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p2.Close()
+	recreate(p2, 3)
+	waitImageEntries(t, p2, 1, digestOf(movedPinned))
+	fresh, obs := fromImage(t, p2, tagged)
+	if res := sh(t, p2, fresh, "cat /etc/greeting"); obs.State != sandbox.ObservedReady || res.Stdout != "moved\n" ||
+		!strings.HasPrefix(oci.Container(p2, fresh), "pool-") {
+		t.Fatalf("a new sandbox of the moved tag: %+v %+v, container %s", obs, res, oci.Container(p2, fresh))
+	}
+	for _, r := range []sandbox.Ref{ref, fresh} {
+		if err := p2.Release(ctx, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+}

@@ -70,12 +70,21 @@ func (p *Provider) Allocate(ctx context.Context, ref sandbox.Ref, spec sandbox.S
 			return sandbox.Observation{}, fmt.Errorf("allocate %s: clearing a partial allocation: %v: %w", ref, err, sandbox.ErrProviderUnavailable)
 		}
 	}
-	// The image first: a pull must not hold the volumes' lock.
+	// The image first: a pull must not hold the volumes' lock. A create a warm pool may serve looks for
+	// an entry of its image before it holds the image itself: an entry's hold becomes the sandbox's.
 	var img *imageInfo
+	held := false // whether the sandbox holds img in the store
+	poolable := fork == nil && len(vols) == 0 && res.DiskMiB == p.cfg.DefaultDiskMiB
 	if spec.Image != "" || spec.Template != "" {
-		var failed *sandbox.Observation
-		if img, failed = p.holdImage(ctx, ref, spec); failed != nil {
-			return *failed, nil
+		if poolable {
+			img = p.pooledImage(ref, spec)
+		}
+		if img == nil {
+			var failed *sandbox.Observation
+			if img, failed = p.holdImage(ctx, ref, spec); failed != nil {
+				return *failed, nil
+			}
+			held = true
 		}
 	}
 	unlockVolumes := func() {}
@@ -87,7 +96,7 @@ func (p *Provider) Allocate(ctx context.Context, ref sandbox.Ref, spec sandbox.S
 		unlockVolumes = func() { once.Do(p.volMu.Unlock) }
 		defer unlockVolumes()
 		err := p.claimVolumes(ref, vols)
-		if err != nil && img != nil {
+		if err != nil && held {
 			p.images.store.Release(img.Digest, ref.Name()) // nothing laid out records it yet
 		}
 		if errors.Is(err, errVolumeInUse) {
@@ -111,14 +120,23 @@ func (p *Provider) Allocate(ctx context.Context, ref sandbox.Ref, spec sandbox.S
 			}
 			return sandbox.Observation{}, fmt.Errorf("allocate %s: %v: %w", ref, err, sandbox.ErrProviderUnavailable)
 		}
-	} else if len(vols) == 0 && res.DiskMiB == p.cfg.DefaultDiskMiB && p.claim(ctx, b, res, img, rules, &opening) {
+	} else if poolable && p.claim(ctx, b, res, img, held, rules, &opening) {
 		defer p.refill(img)
-	} else if err := p.create(ctx, b, res, vols, img); err != nil {
-		unlockVolumes() // the clean-up gives the volumes back
-		if cerr := p.releaseLocked(context.WithoutCancel(ctx), b); cerr != nil {
-			p.log.Error("cleaning up a failed allocation", "sandbox", ref, "err", cerr)
+	} else {
+		if img != nil && !held {
+			// No entry after all: the image is found, pulled if need be, and held as for any create.
+			var failed *sandbox.Observation
+			if img, failed = p.holdImage(ctx, ref, spec); failed != nil {
+				return *failed, nil
+			}
 		}
-		return sandbox.Observation{}, fmt.Errorf("allocate %s: %v: %w", ref, err, sandbox.ErrProviderUnavailable)
+		if err := p.create(ctx, b, res, vols, img); err != nil {
+			unlockVolumes() // the clean-up gives the volumes back
+			if cerr := p.releaseLocked(context.WithoutCancel(ctx), b); cerr != nil {
+				p.log.Error("cleaning up a failed allocation", "sandbox", ref, "err", cerr)
+			}
+			return sandbox.Observation{}, fmt.Errorf("allocate %s: %v: %w", ref, err, sandbox.ErrProviderUnavailable)
+		}
 	}
 	unlockVolumes()
 	failed := func(err error) (sandbox.Observation, error) {

@@ -335,17 +335,18 @@ func (p *Provider) warm(ctx context.Context, img *imageInfo) (poolEntry, error) 
 
 // claim makes an idle entry the container of b, whose directory does not exist yet, with the memory and
 // CPU limits of res (whose disk is of the default size): an entry of the shared root when img is nil,
-// else one of an image pool whose entries run img's digest (imagepool.go), b holding img already. It
-// returns false, and b untouched, when no such entry is idle or the one taken does not answer or take
-// the limits; the caller then starts a container of its own. After a true, the caller calls
-// refill(img) once it is done.
+// else one of an image pool whose entries run img's digest (imagepool.go), whose hold on the image
+// becomes b's (takeEntryHold; held: b holds img already). It returns false, and b untouched (holding
+// img only if it did), when no such entry is idle or the one taken does not answer or take the limits;
+// the caller then starts a container of its own. After a true, the caller calls refill(img) once it
+// is done.
 //
 // A sandbox under rules that need a network takes an entry with a link when one is idle (one whose
 // rules need none never does): its rules are put in effect on the link while the entry is made the
 // sandbox's (openLink), and opening, once claim has returned true, tells when they are, and whether
 // they could not be (then the caller releases the sandbox). Until they are, the link lets nothing
 // through. Otherwise opening stays nil.
-func (p *Provider) claim(ctx context.Context, b *box, res sandbox.Resources, img *imageInfo, rules netpolicy.Rules, opening *<-chan error) bool {
+func (p *Provider) claim(ctx context.Context, b *box, res sandbox.Resources, img *imageInfo, held bool, rules netpolicy.Rules, opening *<-chan error) bool {
 	p.expectRules(rules)
 	for {
 		e, q, ok := p.takeEntry(img, rules.Needs())
@@ -391,15 +392,22 @@ func (p *Provider) claim(ctx context.Context, b *box, res sandbox.Resources, img
 			if img != nil {
 				m.Image = img // the sandbox's own reference, of the entry's digest
 			}
-			if err = writeJSONFile(e.l.meta(), m); err == nil {
-				err = os.Rename(e.l.dir, b.l.dir)
+			err = writeJSONFile(e.l.meta(), m)
+		}
+		if err == nil && img != nil {
+			// Before the directory is the sandbox's: a crash between leaves a hold by a name no
+			// directory has, which the next start gives up (openImages), and the entry, discarded then.
+			err = p.takeEntryHold(b.ref, e, img, held)
+		}
+		if err == nil {
+			err = os.Rename(e.l.dir, b.l.dir)
+			if err != nil && img != nil && !held {
+				p.images.store.Release(img.Digest, b.ref.Name())
 			}
 		}
 		if err == nil {
-			// The sandbox holds the image under its own name (Allocate): the entry's hold goes. A crash
-			// before leaves a hold by a name no directory has, which the next start gives up (openImages).
-			if rerr := p.releaseEntryImage(e); rerr != nil {
-				p.log.Warn("giving up a taken pool entry's hold on its image", "entry", e.name, "err", rerr)
+			if img != nil {
+				p.knowImage(b.ref.Name(), img)
 			}
 			q.hits.Add(1)
 			b.cid.Store(&e.name)
