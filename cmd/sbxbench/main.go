@@ -150,7 +150,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.burstClients, "burst-clients", 20, "concurrent callers of --burst")
 	fs.BoolVar(&o.images, "images", false, "with --start and the oci provider, also time the image cases: create-to-ready from a cached image, a snapshot of 100 MiB of changes, forks of 10 and of one, (on one more daemon) a create from an image's warm pool, and (on one more) a pull from a registry on loopback against skopeo copy + umoci unpack, each beside its floor")
 	fs.StringVar(&o.pullImage, "pull-image", "", "with --images, the OCI layout (one image) the pull case pushes to its registry and pulls (default: the Debian base the image tests cache, else a busybox image)")
-	fs.IntVar(&o.pullCount, "pull-count", 5, "with --images, at most this many samples of the pull case and of its floor (and --count, --duration)")
+	fs.IntVar(&o.pullCount, "pull-count", 5, "with --images, at most this many samples of the pull case and of its floor (and --count; none begun after --duration or a minute, whichever is longer)")
 	fs.StringVar(&o.ociRuntime, "oci-runtime", "", "the OCI runtime binary of every oci daemon started and of the floors (e.g. a runsc for the gvisor class; default: runc from PATH)")
 	fs.StringVar(&o.baseline, "baseline", "", "with --start, compare --sandboxd with this daemon binary instead: exec (true, 1 MiB of output), file writes and reads of 4 KiB and 1 MiB, get, event delivery and create-to-ready on both, samples taken in alternation")
 	growth := fs.String("growth", "10,100,1000", "live sandbox counts of the growth steps; empty skips them")

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"time"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/layout"
@@ -54,8 +55,9 @@ func pullImage(path, busybox string) (img v1.Image, what, note string, err error
 // `umoci unpack` of it into a bundle, in turn, from a docker-registry it starts on loopback under tmp
 // and pushes the image to (pullImage's). The daemon is one more, started under tmp with the registry
 // as --insecure-registry. A pull and a floor are each done once, untimed, first, so that the
-// registry's files are in the page cache for both. Without skopeo or umoci the case is timed alone
-// and a note says why.
+// registry's files are in the page cache for both. Its samples are at most --pull-count and --count,
+// and none is begun after --duration or a minute, whichever is longer. Without skopeo or umoci the
+// case is timed alone and a note says why.
 func pullCase(ctx context.Context, o options, tmp, busybox string, out *imageResults) error {
 	img, what, note, err := pullImage(o.pullImage, busybox)
 	if err != nil {
@@ -125,7 +127,8 @@ func pullCase(ctx context.Context, o options, tmp, busybox string, out *imageRes
 
 	caseNote := "POST /v1/images/pull of " + what + " from a registry on loopback, into a store without its layers; removed and pruned after each"
 	floorName, floorNote := "floor: skopeo copy + umoci unpack", "`skopeo copy docker://… oci:DIR` and `umoci unpack` of the same image into a bundle, in turn with it"
-	b := Bounds{Count: min(o.bounds.Count, o.pullCount), Duration: o.bounds.Duration}
+	// A pull of the Debian image and its floor take seconds each: the case has a minute at least.
+	b := Bounds{Count: min(o.bounds.Count, o.pullCount), Duration: max(o.bounds.Duration, time.Minute)}
 	if err := firstThen(pull, forget); err != nil {
 		return err
 	}
