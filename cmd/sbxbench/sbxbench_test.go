@@ -197,10 +197,7 @@ func TestImageCases(t *testing.T) {
 	}
 	ctx := context.Background()
 	tmp := testenv.StateDir(t)
-	pullDir := filepath.Join(t.TempDir(), "busybox")
-	if err := busyboxLayout(pullDir, hostBusybox); err != nil {
-		t.Fatal(err)
-	}
+	pullDir := testBusybox(t)
 	o := options{sandboxd: testenv.BuildAgent(t), provider: "oci", start: true, images: true, bounds: Bounds{Count: 2, Duration: time.Minute},
 		pullImage: pullDir, pullCount: 2}
 	dm, err := startDaemon(ctx, o.sandboxd, "oci", filepath.Join(tmp, "daemon"))
@@ -266,6 +263,16 @@ func TestImageCases(t *testing.T) {
 	}
 }
 
+// testBusybox is the busybox layout the image cases import, written under t's temporary directory.
+func testBusybox(t *testing.T) string {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "busybox")
+	if err := busyboxLayout(dir, hostBusybox); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
 // pullTools says whether the pull case's floor can be measured: skopeo and umoci are there.
 func pullTools() bool {
 	_, err1 := exec.LookPath("skopeo")
@@ -282,10 +289,7 @@ func TestPullCase(t *testing.T) {
 	}
 	ctx := context.Background()
 	tmp := testenv.StateDir(t)
-	busybox := filepath.Join(t.TempDir(), "busybox")
-	if err := busyboxLayout(busybox, hostBusybox); err != nil {
-		t.Fatal(err)
-	}
+	busybox := testBusybox(t)
 	o := options{sandboxd: testenv.BuildAgent(t), provider: "oci", bounds: Bounds{Count: 2, Duration: time.Minute}, pullImage: busybox, pullCount: 5}
 	out := &imageResults{}
 	if err := pullCase(ctx, o, tmp, "", out); err != nil {
@@ -312,10 +316,7 @@ func TestPullCase(t *testing.T) {
 // TestPullImage checks which image the pull case takes: the layout given, else the cached Debian
 // base, else the busybox layout with a note.
 func TestPullImage(t *testing.T) {
-	busybox := filepath.Join(t.TempDir(), "busybox")
-	if err := busyboxLayout(busybox, hostBusybox); err != nil {
-		t.Fatal(err)
-	}
+	busybox := testBusybox(t)
 	img, what, note, err := pullImage(busybox, "")
 	if err != nil || img == nil || note != "" || !strings.Contains(what, busybox) {
 		t.Fatalf("%v %q %q %v", img, what, note, err)
