@@ -130,6 +130,7 @@ func busyboxLayout(dir, busybox string) error {
 type imageResults struct {
 	cases, floors []Result
 	ratios        []Ratio
+	notes         []string
 }
 
 func (r *imageResults) pair(c, f Result) {
@@ -143,8 +144,9 @@ func (r *imageResults) pair(c, f Result) {
 // a warm pool, create-to-ready from the cached image against one on the shared root, then a snapshot
 // of a sandbox with 100 MiB of changes against a copy of as many bytes, a fork of 10 and a fork of one
 // against a create from the cached image; then, on one more daemon started under tmp with a warm pool
-// of one for the shared root and one for the image, a create taken from each pool in turn. Everything
-// it makes (sandboxes, snapshots, the image) is removed before it returns.
+// of one for the shared root and one for the image, a create taken from each pool in turn; last, a
+// pull from a registry on loopback against skopeo and umoci (pullCase). Everything it makes
+// (sandboxes, snapshots, the images, the registry) is removed before it returns.
 func imageCases(ctx context.Context, o options, tmp, prefix string, first *daemon) (*imageResults, error) {
 	out := &imageResults{}
 	dir := filepath.Join(tmp, "busybox-oci")
@@ -191,7 +193,10 @@ func imageCases(ctx context.Context, o options, tmp, prefix string, first *daemo
 		out.pair(img, plain)
 	}
 	dm.stop()
-	return out, err
+	if err != nil {
+		return out, err
+	}
+	return out, pullCase(ctx, o, tmp, dir, out)
 }
 
 // removeImage terminates what is left on the daemon, then removes the bench's image and prunes the

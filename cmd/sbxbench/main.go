@@ -12,7 +12,7 @@
 //	sbxbench --start --sandboxd /tmp/new --baseline /tmp/old           # paired: new against old
 //	sbxbench --start --sandboxd /tmp/sandboxd --rounds 7 --growth ''     # medians and ranges over rounds
 //	sbxbench --start --sandboxd /tmp/sandboxd --burst 100 --growth ''    # creates/s, 20 callers, pool of 100
-//	sbxbench --start --sandboxd /tmp/sandboxd --images --growth ''       # images, snapshots, forks, image pools
+//	sbxbench --start --sandboxd /tmp/sandboxd --images --growth ''       # images, snapshots, forks, image pools, pulls
 //
 // `sbxbench agent ...` runs the sandbox agent, so the binary can serve as its own agent for the floors.
 package main
@@ -77,10 +77,10 @@ type Spread struct {
 
 type options struct {
 	url, provider, growthProvider, sandboxd, dataDir string
-	baseline, ociRuntime                             string
+	baseline, ociRuntime, pullImage                  string
 	start, jsonOut, floors, images                   bool
 	pid, warmPool, rounds                            int
-	burst, burstClients                              int
+	burst, burstClients, pullCount                   int
 	bounds                                           Bounds
 	idleWindow                                       time.Duration
 	growth                                           []int
@@ -148,7 +148,9 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.warmPool, "warm-pool", 0, "with --start and the oci provider, also time create-to-ready on a second daemon keeping this many containers warm (--oci-warm-pool)")
 	fs.IntVar(&o.burst, "burst", 0, "with --start and the oci provider, also create this many sandboxes at once (--burst-clients callers) on a daemon keeping as many warm, and report creates per second")
 	fs.IntVar(&o.burstClients, "burst-clients", 20, "concurrent callers of --burst")
-	fs.BoolVar(&o.images, "images", false, "with --start and the oci provider, also time the image cases: create-to-ready from a cached image, a snapshot of 100 MiB of changes, forks of 10 and of one, and (on one more daemon) a create from an image's warm pool, each beside its floor")
+	fs.BoolVar(&o.images, "images", false, "with --start and the oci provider, also time the image cases: create-to-ready from a cached image, a snapshot of 100 MiB of changes, forks of 10 and of one, (on one more daemon) a create from an image's warm pool, and (on one more) a pull from a registry on loopback against skopeo copy + umoci unpack, each beside its floor")
+	fs.StringVar(&o.pullImage, "pull-image", "", "with --images, the OCI layout (one image) the pull case pushes to its registry and pulls (default: the Debian base the image tests cache, else a busybox image)")
+	fs.IntVar(&o.pullCount, "pull-count", 5, "with --images, at most this many samples of the pull case and of its floor (and --count; none begun after --duration or a minute, whichever is longer)")
 	fs.StringVar(&o.ociRuntime, "oci-runtime", "", "the OCI runtime binary of every oci daemon started and of the floors (e.g. a runsc for the gvisor class; default: runc from PATH)")
 	fs.StringVar(&o.baseline, "baseline", "", "with --start, compare --sandboxd with this daemon binary instead: exec (true, 1 MiB of output), file writes and reads of 4 KiB and 1 MiB, get, event delivery and create-to-ready on both, samples taken in alternation")
 	growth := fs.String("growth", "10,100,1000", "live sandbox counts of the growth steps; empty skips them")
@@ -187,6 +189,9 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	}
 	if o.sandboxd == "" {
 		o.sandboxd, _ = exec.LookPath("sandboxd")
+	}
+	if o.pullCount < 1 {
+		return o, errors.New("--pull-count must be positive")
 	}
 	if o.burst < 0 || o.burst > 1000 || o.burstClients < 1 {
 		return o, errors.New("--burst must be between 0 and 1000 (the warm pool's bound), --burst-clients positive")
@@ -310,6 +315,7 @@ func run(ctx context.Context, o options) (*Report, error) {
 		rep.Cases = append(rep.Cases, ir.cases...)
 		rep.Floors = append(rep.Floors, ir.floors...)
 		rep.Ratios = append(rep.Ratios, ir.ratios...)
+		rep.Notes = append(rep.Notes, ir.notes...)
 		if err != nil {
 			return rep, fmt.Errorf("image cases: %w", err)
 		}

@@ -197,7 +197,9 @@ func TestImageCases(t *testing.T) {
 	}
 	ctx := context.Background()
 	tmp := testenv.StateDir(t)
-	o := options{sandboxd: testenv.BuildAgent(t), provider: "oci", start: true, images: true, bounds: Bounds{Count: 2, Duration: time.Minute}}
+	pullDir := testBusybox(t)
+	o := options{sandboxd: testenv.BuildAgent(t), provider: "oci", start: true, images: true, bounds: Bounds{Count: 2, Duration: time.Minute},
+		pullImage: pullDir, pullCount: 2}
 	dm, err := startDaemon(ctx, o.sandboxd, "oci", filepath.Join(tmp, "daemon"))
 	if err != nil {
 		t.Fatal(err)
@@ -208,8 +210,12 @@ func TestImageCases(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := []string{"create-to-ready, cached image", "snapshot, 100 MiB of changes", "fork of 10, until all ready",
-		"fork of one, until ready", "create-to-ready, image's warm pool of 1"}
-	if len(ir.cases) != len(want) || len(ir.floors) != 4 || len(ir.ratios) != 4 {
+		"fork of one, until ready", "create-to-ready, image's warm pool of 1", "pull + unpack"}
+	floors, notes := 5, 0
+	if !pullTools() {
+		floors, notes = 4, 1 // the pull case's floor is not measured, and a note says so
+	}
+	if len(ir.cases) != len(want) || len(ir.floors) != floors || len(ir.ratios) != floors || len(ir.notes) != notes {
 		t.Fatalf("cases %+v, floors %+v, ratios %+v", ir.cases, ir.floors, ir.ratios)
 	}
 	for i, r := range ir.cases {
@@ -254,6 +260,74 @@ func TestImageCases(t *testing.T) {
 	}
 	for _, img := range imgs {
 		t.Errorf("image left: %+v", img)
+	}
+}
+
+// testBusybox is the busybox layout the image cases import, written under t's temporary directory.
+func testBusybox(t *testing.T) string {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "busybox")
+	if err := busyboxLayout(dir, hostBusybox); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// pullTools says whether the pull case's floor can be measured: skopeo and umoci are there.
+func pullTools() bool {
+	_, err1 := exec.LookPath("skopeo")
+	_, err2 := exec.LookPath("umoci")
+	return err1 == nil && err2 == nil
+}
+
+// TestPullCase runs the pull case, two samples, with the busybox image, and checks that the pull and
+// its floor (or, without skopeo and umoci, a note saying why not) are reported with their ratio, and
+// that the floor's directories are gone.
+func TestPullCase(t *testing.T) {
+	if ok, why := oci.Available(); !ok {
+		t.Skip(why)
+	}
+	ctx := context.Background()
+	tmp := testenv.StateDir(t)
+	busybox := testBusybox(t)
+	o := options{sandboxd: testenv.BuildAgent(t), provider: "oci", bounds: Bounds{Count: 2, Duration: time.Minute}, pullImage: busybox, pullCount: 5}
+	out := &imageResults{}
+	if err := pullCase(ctx, o, tmp, "", out); err != nil {
+		t.Fatal(err)
+	}
+	if len(out.cases) != 1 || out.cases[0].Name != "pull + unpack" || out.cases[0].N != 2 || out.cases[0].P50 <= 0 {
+		t.Fatalf("cases %+v", out.cases)
+	}
+	if !pullTools() {
+		if len(out.floors) != 0 || len(out.notes) != 1 || !strings.Contains(out.notes[0], "floor not measured") {
+			t.Fatalf("floors %+v, notes %q", out.floors, out.notes)
+		}
+		return
+	}
+	if len(out.floors) != 1 || out.floors[0].N != 2 || out.floors[0].P50 <= 0 || len(out.notes) != 0 ||
+		len(out.ratios) != 1 || out.ratios[0].Floor != "floor: skopeo copy + umoci unpack" || out.ratios[0].P50 <= 0 {
+		t.Fatalf("floors %+v, ratios %+v, notes %q", out.floors, out.ratios, out.notes)
+	}
+	if _, err := os.Stat(filepath.Join(tmp, "pullfloor")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the floor's directories are left: %v", err)
+	}
+}
+
+// TestPullImage checks which image the pull case takes: the layout given, else the cached Debian
+// base, else the busybox layout with a note.
+func TestPullImage(t *testing.T) {
+	busybox := testBusybox(t)
+	img, what, note, err := pullImage(busybox, "")
+	if err != nil || img == nil || note != "" || !strings.Contains(what, busybox) {
+		t.Fatalf("%v %q %q %v", img, what, note, err)
+	}
+	t.Setenv("SANDBOXD_TEST_IMAGE_CACHE", t.TempDir()) // an empty cache
+	img, what, note, err = pullImage("", busybox)
+	if err != nil || img == nil || !strings.Contains(note, "not in the cache") || !strings.Contains(what, busybox) {
+		t.Fatalf("%v %q %q %v", img, what, note, err)
+	}
+	if _, _, _, err := pullImage(t.TempDir(), busybox); err == nil {
+		t.Fatal("an empty directory taken for a layout")
 	}
 }
 

@@ -112,20 +112,26 @@ func BusyboxLayer(t testing.TB) v1.Layer {
 // Image is an image of layers with the config cfg (its OS and architecture are the host's).
 func Image(t testing.TB, cfg v1.Config, layers ...v1.Layer) v1.Image {
 	t.Helper()
-	img, err := mutate.AppendLayers(empty.Image, layers...)
+	img, err := NewImage(cfg, layers...)
 	if err != nil {
-		t.Fatal(err)
-	}
-	cf, err := img.ConfigFile()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cf = cf.DeepCopy()
-	cf.OS, cf.Architecture, cf.Config = "linux", hostArch(), cfg
-	if img, err = mutate.ConfigFile(img, cf); err != nil {
 		t.Fatal(err)
 	}
 	return img
+}
+
+// NewImage is Image outside a test.
+func NewImage(cfg v1.Config, layers ...v1.Layer) (v1.Image, error) {
+	img, err := mutate.AppendLayers(empty.Image, layers...)
+	if err != nil {
+		return nil, err
+	}
+	cf, err := img.ConfigFile()
+	if err != nil {
+		return nil, err
+	}
+	cf = cf.DeepCopy()
+	cf.OS, cf.Architecture, cf.Config = "linux", hostArch(), cfg
+	return mutate.ConfigFile(img, cf)
 }
 
 // BusyboxImage is an image of busybox, /etc/greeting, and an Env and WorkingDir of its own.
@@ -150,39 +156,49 @@ type Registry struct {
 // StartRegistry starts a registry with an empty store under t's temporary directory; it ends with t.
 func StartRegistry(t testing.TB) *Registry {
 	t.Helper()
-	bin, err := exec.LookPath("docker-registry")
-	if err != nil {
-		t.Fatalf("docker-registry is needed (Debian's docker-registry package): %v", err)
-	}
-	dir := t.TempDir()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	r, err := ServeRegistry(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
+	}
+	t.Cleanup(r.Kill)
+	return r
+}
+
+// ServeRegistry is StartRegistry outside a test: its configuration and store are under dir, and it
+// runs until Kill, which the caller owes it once it answers.
+func ServeRegistry(dir string) (*Registry, error) {
+	bin, err := exec.LookPath("docker-registry")
+	if err != nil {
+		return nil, fmt.Errorf("docker-registry is needed (Debian's docker-registry package): %w", err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
 	}
 	host := ln.Addr().String()
 	ln.Close()
 	cfg := fmt.Sprintf("version: 0.1\nlog:\n  level: error\nstorage:\n  filesystem:\n    rootdirectory: %s\n  delete:\n    enabled: true\nhttp:\n  addr: %s\n", filepath.Join(dir, "data"), host)
 	if err := os.WriteFile(filepath.Join(dir, "config.yml"), []byte(cfg), 0o600); err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	cmd := exec.Command(bin, "serve", filepath.Join(dir, "config.yml"))
 	cmd.Stdout, cmd.Stderr = io.Discard, io.Discard
 	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	r := &Registry{Host: host, cmd: cmd}
-	t.Cleanup(r.Kill)
 	deadline := time.Now().Add(20 * time.Second)
 	for {
 		resp, err := http.Get("http://" + host + "/v2/")
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
-				return r
+				return r, nil
 			}
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("the registry on %s does not answer: %v", host, err)
+			r.Kill()
+			return nil, fmt.Errorf("the registry on %s does not answer: %v", host, err)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -199,21 +215,30 @@ func (r *Registry) Kill() {
 // Push puts img on the registry as repo:tag and returns its reference by tag and by digest.
 func (r *Registry) Push(t testing.TB, repo string, img v1.Image) (tagged, pinned string) {
 	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	tagged, pinned, err := r.PushContext(ctx, repo, img)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tagged, pinned
+}
+
+// PushContext is Push outside a test.
+func (r *Registry) PushContext(ctx context.Context, repo string, img v1.Image) (tagged, pinned string, err error) {
 	tagged = r.Host + "/" + repo
 	ref, err := name.ParseReference(tagged, name.Insecure)
 	if err != nil {
-		t.Fatal(err)
+		return "", "", err
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
 	if err := remote.Write(ref, img, remote.WithContext(ctx)); err != nil {
-		t.Fatal(err)
+		return "", "", err
 	}
 	d, err := img.Digest()
 	if err != nil {
-		t.Fatal(err)
+		return "", "", err
 	}
-	return tagged, ref.Context().Name() + "@" + d.String()
+	return tagged, ref.Context().Name() + "@" + d.String(), nil
 }
 
 func hostArch() string { return runtime.GOARCH }
