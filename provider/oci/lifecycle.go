@@ -110,6 +110,7 @@ func (p *Provider) Allocate(ctx context.Context, ref sandbox.Ref, spec sandbox.S
 	// A pool entry taken with its link made ahead has its policy put in effect while the sandbox gets
 	// ready (claim); until then its link lets nothing through.
 	var opening <-chan error
+	pooled := false // b took a warm pool entry, whose agent claim has just heard answer
 	if fork != nil {
 		if err := p.createFork(ctx, b, res, *fork); err != nil {
 			if cerr := p.releaseLocked(context.WithoutCancel(ctx), b); cerr != nil {
@@ -121,6 +122,7 @@ func (p *Provider) Allocate(ctx context.Context, ref sandbox.Ref, spec sandbox.S
 			return sandbox.Observation{}, fmt.Errorf("allocate %s: %v: %w", ref, err, sandbox.ErrProviderUnavailable)
 		}
 	} else if poolable && p.claim(ctx, b, res, img, held, rules, &opening) {
+		pooled = true
 		defer p.refill(img)
 	} else {
 		if img != nil && !held {
@@ -152,13 +154,21 @@ func (p *Provider) Allocate(ctx context.Context, ref sandbox.Ref, spec sandbox.S
 	}
 	b.saw("running")
 	b.gone.Store(false)
-	obs, err := p.waitReady(ctx, b)
+	var obs sandbox.Observation
+	var werr error
+	if pooled {
+		// claim took the entry only once its agent answered a health check, an instant ago: asking
+		// again through the new directory's socket would only add a dial and a round trip.
+		obs = p.observation(b, sandbox.ObservedReady, "", "")
+	} else {
+		obs, werr = p.waitReady(ctx, b)
+	}
 	if opening != nil {
 		if oerr := <-opening; oerr != nil {
 			return failed(oerr)
 		}
 	}
-	return obs, err
+	return obs, werr
 }
 
 // ValidateSpec refuses resources past the provider's bounds, before anything is recorded.
