@@ -40,7 +40,7 @@ func (n *OCINetwork) register(fs *flag.FlagSet) {
 		n.Egress = v
 		return nil
 	})
-	fs.Func("oci-warm-pool-network", "oci provider: how many of --oci-warm-pool's entries keep a network link made ahead, so that a sandbox with a network that takes one is ready as fast as one without (default: all of them under --oci-network-egress allow, else a quarter, rounded up, and never all)", func(v string) error {
+	fs.Func("oci-warm-pool-network", "oci provider: how many of --oci-warm-pool's entries keep a network link made ahead, so that a sandbox with a network that takes one is only given its policy (default: all of them under --oci-network-egress allow, else none)", func(v string) error {
 		k, err := strconv.Atoi(v)
 		if err != nil || k < 0 || k > 1000 {
 			return fmt.Errorf("want a number between 0 and 1000")
@@ -68,9 +68,9 @@ func (n OCINetwork) config(warmPool int) oci.NetworkConfig {
 }
 
 // poolLinks is how many of warmPool entries keep a link: --oci-warm-pool-network, or by default all of
-// them when a sandbox without a policy gets a network (egress allow), and otherwise a quarter, rounded
-// up, leaving at least one entry without a link for the sandboxes on loopback, which are most of them
-// then (a sandbox never takes an entry of the other kind than it needs).
+// them when a sandbox without a policy gets a network (egress allow), and none otherwise: a sandbox
+// never takes an entry of the other kind than it needs, so entries kept for the few sandboxes that
+// ask for a network would be taken from the many on loopback.
 func (n OCINetwork) poolLinks(warmPool int) int {
 	switch {
 	case n.poolLinksSet:
@@ -78,7 +78,7 @@ func (n OCINetwork) poolLinks(warmPool int) int {
 	case n.Egress == netpolicy.EgressAllow:
 		return warmPool
 	}
-	return min((warmPool+3)/4, max(warmPool-1, 0))
+	return 0
 }
 
 // check refuses a count of linked entries past the pool's.
