@@ -175,6 +175,12 @@ func TestRestartAdopts(t *testing.T) {
 // under its name.
 func TestRestartRemovesUnclaimedContainers(t *testing.T) {
 	dir := testenv.StateDir(t)
+	// Processes measure would count that were there before this test began (a zombie an earlier test
+	// left unreaped) are not this test's.
+	earlier := map[string]bool{}
+	for _, p := range countedProcesses(t, dir) {
+		earlier[strings.Fields(p)[1]] = true
+	}
 	cfg := testConfig(t, dir)
 	cfg.WarmPool = 1
 	p1, err := oci.New(cfg)
@@ -227,13 +233,20 @@ func TestRestartRemovesUnclaimedContainers(t *testing.T) {
 	// binary, so another test's work that ends later (a provider closing, a runc call of its own) is
 	// counted too: give it a bounded while, and name what stays.
 	var f footprint
+	var left []string
 	for i := 0; i < 100; i++ {
-		if f = measure(t, dir); f == (footprint{}) {
+		f, left = measure(t, dir), nil
+		for _, p := range countedProcesses(t, dir) {
+			if !earlier[strings.Fields(p)[1]] {
+				left = append(left, p)
+			}
+		}
+		if f.processes = len(left); f == (footprint{}) {
 			return
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	t.Fatalf("left after releasing everything: %+v; processes counted:\n%s", f, strings.Join(countedProcesses(t, dir), "\n"))
+	t.Fatalf("left after releasing everything: %+v; processes counted:\n%s", f, strings.Join(left, "\n"))
 }
 
 func TestReleaseAfterAgentDeath(t *testing.T) {
@@ -430,7 +443,8 @@ func countedProcesses(t *testing.T, dir string) []string {
 		cg, _ := os.ReadFile("/proc/" + e.Name() + "/cgroup")
 		if (len(fields) > 1 && fields[1] == me) || bytes.Contains(cmd, []byte(testenv.BuildAgent(t))) || bytes.Contains(cmd, []byte(dir)) ||
 			bytes.Contains(cg, []byte("/"+prefix)) {
-			found = append(found, fmt.Sprintf("pid %s state %s ppid %s: %s", e.Name(), fields[0], fields[1],
+			comm := string(stat[bytes.IndexByte(stat, '(')+1 : i])
+			found = append(found, fmt.Sprintf("pid %s (%s) state %s ppid %s: %s", e.Name(), comm, fields[0], fields[1],
 				strings.ReplaceAll(strings.TrimRight(string(cmd), "\x00"), "\x00", " ")))
 		}
 	}

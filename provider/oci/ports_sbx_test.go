@@ -35,7 +35,7 @@ func TestSbxPortForward(t *testing.T) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	defer cmd.Process.Kill()
+	defer func() { cmd.Process.Kill(); cmd.Wait() }() // reaped: no zombie for a later test to count
 	line, err := bufio.NewReader(stderr).ReadString('\n')
 	if err != nil {
 		t.Fatal(err)
