@@ -13,21 +13,14 @@ import (
 // portDialTimeout bounds the connect to a sandbox's port, the provider's handshake included.
 const portDialTimeout = 15 * time.Second
 
-// PortRef returns the current generation of sandbox id when its ports can be reached now: the checks
-// of a data-plane call, on whatever generation is current (a port is reached by URL, with no
-// generation to fence on; a caller that must not cross a recreate compares the answer's).
+// PortTarget returns the current generation of sandbox id when its ports can be reached now (the
+// checks of a data-plane call, on whatever generation is current: a port is reached by URL, with no
+// generation to fence on; a caller that must not cross a recreate compares the answer's), and when
+// the sandbox's record last changed (its state, or what the provider says of it): a connection made
+// to one of its ports before that time may lead to a process the sandbox no longer has (paused,
+// resumed, recreated) and is not to be reused. One read of the store.
 //
 // Errors: ErrNotFound, ErrUnsupportedCapability, ErrInvalidState.
-func (r *Runtime) PortRef(ctx context.Context, id sandbox.ID) (sandbox.Ref, error) {
-	ref, _, err := r.PortTarget(ctx, id)
-	return ref, err
-}
-
-// PortTarget is PortRef with when the sandbox's record last changed (its state, or what the provider
-// says of it): a connection made to one of its ports before that time may lead to a process the
-// sandbox no longer has (paused, resumed, recreated) and is not to be reused. One read of the store.
-//
-// Errors: those of PortRef.
 func (r *Runtime) PortTarget(ctx context.Context, id sandbox.ID) (sandbox.Ref, time.Time, error) {
 	sb, err := r.store.Get(ctx, id)
 	if err != nil {
@@ -39,7 +32,7 @@ func (r *Runtime) PortTarget(ctx context.Context, id sandbox.ID) (sandbox.Ref, t
 	return sb.Ref(), sb.UpdatedAt, nil
 }
 
-// DialPort connects to 127.0.0.1:port inside ref, a generation PortRef returned. The connection is
+// DialPort connects to 127.0.0.1:port inside ref, a generation PortTarget returned. The connection is
 // the caller's to close; the call is bounded by ctx and portDialTimeout, the connection by neither.
 //
 // Errors: ErrNotFound, ErrUnsupportedCapability, ErrInvalidState, ErrPortUnreachable,
