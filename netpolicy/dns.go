@@ -25,13 +25,15 @@ const (
 	maxTTL = time.Hour
 )
 
-// Forwarder is the sandboxes' resolver: one DNS server on the pool's gateway, over UDP and TCP, that
-// tells a sandbox by its source address (which the firewall keeps honest). A query for a name the
+// Forwarder is the sandboxes' resolver: one DNS server on the pool's gateway (and the IPv6 pool's,
+// when there is one), over UDP and TCP, that tells a sandbox by its source address (which the firewall
+// keeps honest). A query for a name the
 // sandbox's rules deny, or which neither a rule nor its default egress allows, is REFUSED; any other
 // goes to the upstream resolvers, and the addresses of an answer for a name an allow rule names are
 // allowed to that sandbox for the answer's TTL (Firewall.Learn). Where those addresses lie does not
 // matter: the firewall never lets a learned address open the host, a link-local address or another
-// sandbox (DNS rebinding). AAAA queries get an empty answer: sandboxes have no IPv6.
+// sandbox (DNS rebinding). AAAA queries of a sandbox with no IPv6 get an empty answer; those of one
+// with IPv6 are forwarded, and the IPv6 addresses of an answer learned as the IPv4 ones are.
 type Forwarder struct {
 	fw        *Firewall
 	upstreams []string
@@ -41,11 +43,12 @@ type Forwarder struct {
 	mu      sync.RWMutex
 	clients map[netip.Addr]forwardee
 
-	udp, tcp *dns.Server
+	servers []*dns.Server
 }
 
 type forwardee struct {
 	ifn   string
+	v6    bool // the sandbox has IPv6: its AAAA queries are answered
 	rules Rules
 	epoch uint64 // the rules' in the firewall
 	seen  *seen
@@ -104,62 +107,99 @@ func (f *Forwarder) Seen(addr netip.Addr) (map[netip.Addr]string, []Refusal) {
 	return maps.Clone(c.seen.names), slices.Clone(c.seen.refused)
 }
 
-// NewForwarder starts the resolver on fw's gateway, port 53, forwarding to upstreams ("host:port").
-// It binds before any link holds the gateway's address (IP_FREEBIND).
+// NewForwarder starts the resolver on fw's gateway, port 53, forwarding to upstreams ("host:port"),
+// and on its IPv6 gateway when it has one. It binds before any link holds the gateway's address
+// (IP_FREEBIND, IPV6_FREEBIND).
 func NewForwarder(fw *Firewall, upstreams []string, log *slog.Logger) (*Forwarder, error) {
 	if len(upstreams) == 0 {
 		return nil, errors.New("dns: no upstream resolver")
 	}
 	f := &Forwarder{fw: fw, upstreams: upstreams, log: log, clients: map[netip.Addr]forwardee{},
 		client: &dns.Client{Timeout: 2 * time.Second}}
-	lc := net.ListenConfig{Control: func(_, _ string, c syscall.RawConn) error {
-		var serr error
-		err := c.Control(func(fd uintptr) { serr = unix.SetsockoptInt(int(fd), unix.IPPROTO_IP, unix.IP_FREEBIND, 1) })
-		return errors.Join(err, serr)
-	}}
-	addr := netip.AddrPortFrom(fw.gateway, 53).String()
-	pc, err := lc.ListenPacket(context.Background(), "udp4", addr)
-	if err != nil {
-		return nil, fmt.Errorf("dns: %w", err)
+	gateways := []netip.Addr{fw.gateway}
+	if fw.gateway6.IsValid() {
+		gateways = append(gateways, fw.gateway6)
 	}
-	ln, err := lc.Listen(context.Background(), "tcp4", addr)
-	if err != nil {
-		pc.Close()
-		return nil, fmt.Errorf("dns: %w", err)
+	for _, gw := range gateways {
+		if err := f.listen(gw); err != nil {
+			f.Close()
+			return nil, err
+		}
 	}
-	f.udp = &dns.Server{PacketConn: pc, Handler: f}
-	f.tcp = &dns.Server{Listener: ln, Handler: f, ReadTimeout: 5 * time.Second, WriteTimeout: 5 * time.Second,
-		IdleTimeout: func() time.Duration { return 5 * time.Second }, MaxTCPQueries: 16}
-	for _, s := range []*dns.Server{f.udp, f.tcp} {
-		go s.ActivateAndServe()
+	if fw.gateway6.IsValid() {
+		fw.mu.Lock()
+		fw.resolver6 = true // before any sandbox's chains: they accept its DNS
+		fw.mu.Unlock()
 	}
 	return f, nil
 }
 
+// listen serves DNS on gw, port 53, over UDP and TCP.
+func (f *Forwarder) listen(gw netip.Addr) error {
+	level, opt, suffix := unix.IPPROTO_IP, unix.IP_FREEBIND, "4"
+	if gw.Is6() {
+		level, opt, suffix = unix.IPPROTO_IPV6, unix.IPV6_FREEBIND, "6"
+	}
+	lc := net.ListenConfig{Control: func(_, _ string, c syscall.RawConn) error {
+		var serr error
+		err := c.Control(func(fd uintptr) { serr = unix.SetsockoptInt(int(fd), level, opt, 1) })
+		return errors.Join(err, serr)
+	}}
+	addr := netip.AddrPortFrom(gw, 53).String()
+	pc, err := lc.ListenPacket(context.Background(), "udp"+suffix, addr)
+	if err != nil {
+		return fmt.Errorf("dns: %w", err)
+	}
+	ln, err := lc.Listen(context.Background(), "tcp"+suffix, addr)
+	if err != nil {
+		pc.Close()
+		return fmt.Errorf("dns: %w", err)
+	}
+	udp := &dns.Server{PacketConn: pc, Handler: f}
+	tcp := &dns.Server{Listener: ln, Handler: f, ReadTimeout: 5 * time.Second, WriteTimeout: 5 * time.Second,
+		IdleTimeout: func() time.Duration { return 5 * time.Second }, MaxTCPQueries: 16}
+	for _, s := range []*dns.Server{udp, tcp} {
+		go s.ActivateAndServe()
+		f.servers = append(f.servers, s)
+	}
+	return nil
+}
+
 // Close stops the resolver.
 func (f *Forwarder) Close() error {
-	return errors.Join(f.udp.Shutdown(), f.tcp.Shutdown())
+	var errs []error
+	for _, s := range f.servers {
+		errs = append(errs, s.Shutdown())
+	}
+	return errors.Join(errs...)
 }
 
 // Set makes rules, whose epoch in the firewall is epoch (Firewall.Set's), those of the sandbox at
-// addr, on host interface ifn. A query let through under the rules before learns nothing once they
+// addrs, on host interface ifn. A query let through under the rules before learns nothing once they
 // are replaced in the firewall: its answer is SERVFAIL, and the sandbox's next query meets the new
-// rules.
-func (f *Forwarder) Set(addr netip.Addr, ifn string, rules Rules, epoch uint64) {
+// rules. The sandbox asks from either of its addresses (IPv6's when the firewall's pool has it).
+func (f *Forwarder) Set(addrs Addrs, ifn string, rules Rules, epoch uint64) {
+	v6 := addrs.V6.IsValid() && f.fw.pool6.IsValid() && f.fw.pool6.Contains(addrs.V6)
 	f.mu.Lock()
-	c, ok := f.clients[addr]
+	c, ok := f.clients[addrs.V4]
 	if !ok || c.ifn != ifn {
 		c = forwardee{ifn: ifn, seen: &seen{names: map[netip.Addr]string{}}}
 	}
-	c.rules, c.epoch = rules, epoch
-	f.clients[addr] = c
+	c.rules, c.epoch, c.v6 = rules, epoch, v6
+	f.clients[addrs.V4] = c
+	if v6 {
+		f.clients[addrs.V6] = c
+	}
 	f.mu.Unlock()
 }
 
-// Remove forgets the sandbox at addr.
-func (f *Forwarder) Remove(addr netip.Addr) {
+// Remove forgets the sandbox at addrs.
+func (f *Forwarder) Remove(addrs Addrs) {
 	f.mu.Lock()
-	delete(f.clients, addr)
+	delete(f.clients, addrs.V4)
+	if addrs.V6.IsValid() {
+		delete(f.clients, addrs.V6)
+	}
 	f.mu.Unlock()
 }
 
@@ -181,7 +221,7 @@ func (f *Forwarder) ServeDNS(w dns.ResponseWriter, req *dns.Msg) {
 		refuse(w, req)
 		return
 	}
-	if q.Qtype == dns.TypeAAAA {
+	if q.Qtype == dns.TypeAAAA && !c.v6 {
 		m := new(dns.Msg)
 		m.SetReply(req)
 		w.WriteMsg(m)
@@ -205,11 +245,19 @@ func (f *Forwarder) ServeDNS(w dns.ResponseWriter, req *dns.Msg) {
 	var addrs []netip.Addr
 	ttl := maxTTL
 	for _, rr := range resp.Answer {
-		if a, ok := rr.(*dns.A); ok {
-			if ip, ok := netip.AddrFromSlice(a.A.To4()); ok {
-				addrs = append(addrs, ip)
-				ttl = min(ttl, time.Duration(a.Hdr.Ttl)*time.Second)
-			}
+		var ip netip.Addr
+		var ok bool
+		switch a := rr.(type) {
+		case *dns.A:
+			ip, ok = netip.AddrFromSlice(a.A.To4())
+		case *dns.AAAA:
+			// An IPv4-mapped address is learned as nothing: the firewall keeps no such address.
+			ip, ok = netip.AddrFromSlice(a.AAAA.To16())
+			ok = ok && c.v6 && !ip.Is4In6()
+		}
+		if ok {
+			addrs = append(addrs, ip)
+			ttl = min(ttl, time.Duration(rr.Header().Ttl)*time.Second)
 		}
 	}
 	c.seen.answer(name, addrs)
@@ -244,11 +292,11 @@ func refuse(w dns.ResponseWriter, req *dns.Msg) {
 func remoteAddr(a net.Addr) (netip.Addr, bool) {
 	switch a := a.(type) {
 	case *net.UDPAddr:
-		ip, ok := netip.AddrFromSlice(a.IP.To4())
-		return ip, ok
+		ip, ok := netip.AddrFromSlice(a.IP)
+		return ip.Unmap(), ok
 	case *net.TCPAddr:
-		ip, ok := netip.AddrFromSlice(a.IP.To4())
-		return ip, ok
+		ip, ok := netip.AddrFromSlice(a.IP)
+		return ip.Unmap(), ok
 	}
 	return netip.Addr{}, false
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"net"
 	"net/netip"
 	"slices"
 	"sync"
@@ -21,10 +22,11 @@ import (
 //
 //	forward (filter, priority 0): per sandbox, iifname X jump fwd-X; then traffic into any sandbox
 //	  interface only when established; anything else from one dropped; anything for an address of
-//	  the pool through an interface not a sandbox's dropped (the replies to a sandbox whose link is
-//	  gone never take the host's default route).
+//	  the pools through an interface not a sandbox's dropped (the replies to a sandbox whose link is
+//	  gone never take the host's default route); with GuardForwarding6, any other IPv6 dropped
+//	  (the host, whose global IPv6 forwarding is on for the sandboxes alone, routes none of it).
 //	input (filter, priority 0): per sandbox, iifname X jump in-X; anything else from one dropped.
-//	postrouting (nat, priority 100): the pool's addresses masqueraded behind the outgoing interface.
+//	postrouting (nat, priority 100): the pools' addresses masqueraded behind the outgoing interface.
 //
 // fwd-X and in-X hold sandbox X's policy (rules); a policy change replaces them in one transaction, so
 // every packet meets the old rules or the new ones. Established connections keep going. Chains made
@@ -33,13 +35,21 @@ type Firewall struct {
 	table    *nftables.Table
 	pool     netip.Prefix
 	gateway  netip.Addr // the pool's first address: the host's end of every link, and the resolver's
+	pool6    netip.Prefix
+	gateway6 netip.Addr // pool6's first address, the host's end of every link over IPv6; invalid: no pool6
 	ifPrefix string
+	// guard6 adds to the base forward chain the rule that drops forwarded IPv6 no sandbox sends or
+	// receives (GuardForwarding6).
+	guard6 bool
+	// resolver6 is set once the resolver listens on gateway6 too: the sandboxes' DNS to it passes.
+	resolver6 bool
 
 	mu   sync.Mutex
 	conn *nftables.Conn
 	fwd  *nftables.Chain
 	in   *nftables.Chain
 	set  map[string]bool // the interfaces with chains
+	v6   map[string]bool // those of them whose sandbox has an IPv6 address (and chains for it)
 	held map[string]bool // those of them whose chains no base chain jumps to yet (Hold)
 	// learned holds, per interface, when each address learned from a resolved name stops being
 	// allowed: the set's own timeouts, kept to tell when an answer extends one.
@@ -59,15 +69,19 @@ var ErrStalePolicy = errors.New("the policy changed since the query was let thro
 
 // NewFirewall returns the firewall of table name, deleting the table when an earlier daemon left one
 // (with every sandbox's rules in it: the caller sets again those of the sandboxes it keeps). The table
-// is made again with the first Set. pool is where the sandboxes' addresses come from; ifPrefix begins
-// the name of every sandbox's host interface.
-func NewFirewall(name string, pool netip.Prefix, ifPrefix string) (*Firewall, error) {
+// is made again with the first Set. pool is where the sandboxes' addresses come from, pool6 their IPv6
+// ones (invalid: none, and IPv6 is dropped); ifPrefix begins the name of every sandbox's host
+// interface.
+func NewFirewall(name string, pool, pool6 netip.Prefix, ifPrefix string) (*Firewall, error) {
 	conn, err := nftables.New()
 	if err != nil {
 		return nil, fmt.Errorf("nftables: %w", err)
 	}
 	f := &Firewall{table: &nftables.Table{Name: name, Family: nftables.TableFamilyINet}, pool: pool.Masked(),
 		gateway: pool.Masked().Addr().Next(), ifPrefix: ifPrefix, conn: conn}
+	if pool6.IsValid() {
+		f.pool6, f.gateway6 = pool6.Masked(), pool6.Masked().Addr().Next()
+	}
 	if err := f.deleteTable(); err != nil {
 		return nil, err
 	}
@@ -101,15 +115,60 @@ func (f *Firewall) ensure() error {
 		ctState(expr.CtStateBitESTABLISHED|expr.CtStateBitRELATED), verdict(expr.VerdictAccept))})
 	conn.AddRule(&nftables.Rule{Table: t, Chain: fwd, Exprs: join(ifname(expr.MetaKeyOIFNAME, sbx, true), verdict(expr.VerdictDrop))})
 	conn.AddRule(&nftables.Rule{Table: t, Chain: fwd, Exprs: join(ifname(expr.MetaKeyIIFNAME, sbx, true), verdict(expr.VerdictDrop))})
-	conn.AddRule(&nftables.Rule{Table: t, Chain: fwd, Exprs: join(ipv4(), addr(16, f.pool, false), verdict(expr.VerdictDrop))})
+	pools := []netip.Prefix{f.pool}
+	if f.pool6.IsValid() {
+		pools = append(pools, f.pool6)
+	}
+	for _, pool := range pools {
+		conn.AddRule(&nftables.Rule{Table: t, Chain: fwd, Exprs: join(daddr(pool, false), verdict(expr.VerdictDrop))})
+	}
+	if f.guard6 {
+		conn.AddRule(f.guard6Rule(fwd))
+	}
 	conn.AddRule(&nftables.Rule{Table: t, Chain: in, Exprs: join(ifname(expr.MetaKeyIIFNAME, sbx, true), verdict(expr.VerdictDrop))})
-	conn.AddRule(&nftables.Rule{Table: t, Chain: post, Exprs: join(ipv4(), addr(12, f.pool, false), addr(16, f.pool, true),
-		ifname(expr.MetaKeyOIFNAME, sbx, false), []expr.Any{&expr.Masq{}})})
+	for _, pool := range pools {
+		conn.AddRule(&nftables.Rule{Table: t, Chain: post, Exprs: join(saddr(pool, false), daddr(pool, true),
+			ifname(expr.MetaKeyOIFNAME, sbx, false), []expr.Any{&expr.Masq{}})})
+	}
 	if err := conn.Flush(); err != nil {
 		return fmt.Errorf("nftables: table %s: %w", f.table.Name, err)
 	}
 	f.fwd, f.in, f.set, f.held, f.epoch = fwd, in, map[string]bool{}, map[string]bool{}, map[string]uint64{}
+	f.v6 = map[string]bool{}
 	f.learned, f.refused = map[string]map[netip.Addr]time.Time{}, map[string]map[netip.Addr]time.Time{}
+	return nil
+}
+
+// guard6Rule drops forwarded IPv6 that neither comes from nor goes to an interface of any daemon's
+// sandboxes ("sx", the prefix every provider's host ends begin with): at the end of the base forward
+// chain, after each sandbox's chains have had their say.
+func (f *Firewall) guard6Rule(fwd *nftables.Chain) *nftables.Rule {
+	return &nftables.Rule{Table: f.table, Chain: fwd, Exprs: join(family(unix.NFPROTO_IPV6),
+		ifname(expr.MetaKeyIIFNAME, []byte(sandboxIfPrefix), false), ifname(expr.MetaKeyOIFNAME, []byte(sandboxIfPrefix), false),
+		verdict(expr.VerdictDrop))}
+}
+
+// sandboxIfPrefix begins the name of every daemon's sandbox interfaces (each its own ifPrefix).
+const sandboxIfPrefix = "sx"
+
+// GuardForwarding6 makes the base forward chain drop forwarded IPv6 that is no sandbox's, from now on
+// and whenever the table is made again: the caller turns the host's global IPv6 forwarding on for the
+// sandboxes, which would make it route IPv6 between its other interfaces too.
+func (f *Firewall) GuardForwarding6() error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.guard6 {
+		return nil
+	}
+	f.guard6 = true
+	if f.fwd == nil {
+		return f.ensure()
+	}
+	f.conn.AddRule(f.guard6Rule(f.fwd))
+	if err := f.conn.Flush(); err != nil {
+		f.guard6 = false
+		return fmt.Errorf("nftables: guard IPv6 forwarding: %w", err)
+	}
 	return nil
 }
 
@@ -137,26 +196,31 @@ func (f *Firewall) deleteTable() error {
 	return nil
 }
 
-// Set makes rules the policy of the sandbox on host interface ifname, whose address is sandboxAddr:
-// its chains are made, or replaced in one transaction when they exist. It returns the policy's epoch,
-// which Learn takes: an answer asked under an earlier policy opens nothing.
-func (f *Firewall) Set(ifn string, sandboxAddr netip.Addr, rules Rules) (uint64, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.setLocked(ifn, sandboxAddr, rules, true)
+// Addrs are a sandbox's addresses: IPv4, and IPv6 (invalid: none, and its IPv6 is dropped).
+type Addrs struct {
+	V4, V6 netip.Addr
 }
 
-// Hold makes the chains of the sandbox on ifname, whose address is sandboxAddr, holding rules, with no
+// Set makes rules the policy of the sandbox on host interface ifname, whose addresses are self:
+// its chains are made, or replaced in one transaction when they exist. It returns the policy's epoch,
+// which Learn takes: an answer asked under an earlier policy opens nothing.
+func (f *Firewall) Set(ifn string, self Addrs, rules Rules) (uint64, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.setLocked(ifn, self, rules, true)
+}
+
+// Hold makes the chains of the sandbox on ifname, whose addresses are self, holding rules, with no
 // jump to them: whatever comes from ifname is still dropped by the base chains (forward and input),
 // and only replies to a connection tracked reach it. Open then makes them its policy in a transaction
 // of two rules; Set replaces them and opens them in one. The epoch returned is the rules' (Set's).
-func (f *Firewall) Hold(ifn string, sandboxAddr netip.Addr, rules Rules) (uint64, error) {
+func (f *Firewall) Hold(ifn string, self Addrs, rules Rules) (uint64, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.set[ifn] {
 		return 0, fmt.Errorf("nftables: %s has rules already", ifn)
 	}
-	return f.setLocked(ifn, sandboxAddr, rules, false)
+	return f.setLocked(ifn, self, rules, false)
 }
 
 // Open makes the rules Hold made for ifname its policy: the base chains jump to its chains, in one
@@ -186,32 +250,43 @@ func (f *Firewall) jump(ifn string) {
 
 // setLocked makes or replaces ifn's chains; with open, the base chains jump to them (from the same
 // transaction on, when they did not).
-func (f *Firewall) setLocked(ifn string, sandboxAddr netip.Addr, rules Rules, open bool) (uint64, error) {
+func (f *Firewall) setLocked(ifn string, self Addrs, rules Rules, open bool) (uint64, error) {
 	if err := f.ensure(); err != nil {
 		return 0, err
+	}
+	// IPv6 is the sandbox's when it has an address of the pool's: the firewall's pool6, which a
+	// provider that has none leaves out.
+	v6 := self.V6.IsValid() && f.pool6.IsValid() && f.pool6.Contains(self.V6)
+	if f.set[ifn] && f.v6[ifn] != v6 {
+		return 0, fmt.Errorf("nftables: %s has rules for another family", ifn)
 	}
 	fwd := &nftables.Chain{Name: "fwd-" + ifn, Table: f.table}
 	in := &nftables.Chain{Name: "in-" + ifn, Table: f.table}
 	rej := &nftables.Chain{Name: "rej-" + ifn, Table: f.table}
-	allowed := &nftables.Set{Table: f.table, Name: "a-" + ifn, KeyType: nftables.TypeIPAddr, HasTimeout: true}
-	denials := &nftables.Set{Table: f.table, Name: "x-" + ifn, KeyType: nftables.TypeIPAddr, HasTimeout: true,
-		Dynamic: true, Timeout: denialMemory, Size: maxDenials}
+	allowed, denials := learnedSet(f.table, ifn, false), denialSet(f.table, ifn, false)
+	sets := []*nftables.Set{allowed, denials}
+	if v6 {
+		sets = append(sets, learnedSet(f.table, ifn, true), denialSet(f.table, ifn, true))
+	}
 	if f.set[ifn] {
 		// What was learned under the old rules is learned again under the new ones; the denials stay.
 		f.conn.FlushChain(fwd)
 		f.conn.FlushChain(in)
 		f.conn.FlushChain(rej)
-		f.conn.FlushSet(allowed)
+		for _, s := range sets {
+			if !s.Dynamic {
+				f.conn.FlushSet(s)
+			}
+		}
 		delete(f.learned, ifn)
 	} else {
 		f.conn.AddChain(fwd)
 		f.conn.AddChain(in)
 		f.conn.AddChain(rej)
-		if err := f.conn.AddSet(allowed, nil); err != nil {
-			return 0, fmt.Errorf("nftables: %w", err)
-		}
-		if err := f.conn.AddSet(denials, nil); err != nil {
-			return 0, fmt.Errorf("nftables: %w", err)
+		for _, s := range sets {
+			if err := f.conn.AddSet(s, nil); err != nil {
+				return 0, fmt.Errorf("nftables: %w", err)
+			}
 		}
 	}
 	jumps := open && (!f.set[ifn] || f.held[ifn])
@@ -221,29 +296,74 @@ func (f *Firewall) setLocked(ifn string, sandboxAddr netip.Addr, rules Rules, op
 	add := func(c *nftables.Chain, e ...[]expr.Any) {
 		f.conn.AddRule(&nftables.Rule{Table: f.table, Chain: c, Exprs: join(e...)})
 	}
+	// The families the chains pass: IPv4, and IPv6 when the sandbox has it. Their rules only.
+	fams := []bool{false}
+	if v6 {
+		fams = append(fams, true)
+	}
+	ofFams := func(prs []netip.Prefix) []netip.Prefix {
+		var out []netip.Prefix
+		for _, pr := range prs {
+			if pr.Addr().Is4() || v6 {
+				out = append(out, pr)
+			}
+		}
+		return out
+	}
 	// Every refusal goes to rej-X: the destination is recorded in the denials' set, its time of
 	// last refusal told by the element's timeout, then the packet is counted and refused. The record
 	// is a rule of its own: when the set is full it fails, and the refusal that follows holds anyway.
-	add(rej, []expr.Any{
-		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: 16, Len: 4},
-		&expr.Dynset{SrcRegKey: 1, SetName: denials.Name, SetID: denials.ID, Operation: unix.NFT_DYNSET_OP_UPDATE, Timeout: denialMemory},
-	})
+	for _, is6 := range fams {
+		set := denialSet(f.table, ifn, is6)
+		off, n, fam := uint32(16), uint32(4), byte(unix.NFPROTO_IPV4)
+		if is6 {
+			off, n, fam = 24, 16, unix.NFPROTO_IPV6
+		}
+		add(rej, family(fam), []expr.Any{
+			&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: off, Len: n},
+			&expr.Dynset{SrcRegKey: 1, SetName: set.Name, SetID: set.ID, Operation: unix.NFT_DYNSET_OP_UPDATE, Timeout: denialMemory},
+		})
+	}
 	add(rej, []expr.Any{&expr.Counter{}, &expr.Reject{Type: unix.NFT_REJECT_ICMPX_UNREACH, Code: unix.NFT_REJECT_ICMPX_ADMIN_PROHIBITED}})
 	reject := func() []expr.Any { return []expr.Any{&expr.Verdict{Kind: expr.VerdictGoto, Chain: rej.Name}} }
-	self := netip.PrefixFrom(sandboxAddr, 32)
+	selves := []netip.Prefix{netip.PrefixFrom(self.V4, 32)}
+	pools := []netip.Prefix{f.pool}
+	gateways := []netip.Addr{f.gateway}
+	if v6 {
+		selves = append(selves, netip.PrefixFrom(self.V6, 128))
+		pools = append(pools, f.pool6)
+		gateways = append(gateways, f.gateway6)
+	}
 	for _, c := range []*nftables.Chain{fwd, in} {
-		add(c, notIPv4(), verdict(expr.VerdictDrop))            // IPv6 and the rest: denied
-		add(c, addr(12, self, true), verdict(expr.VerdictDrop)) // a forged source
+		if !v6 {
+			add(c, notIPv4(), verdict(expr.VerdictDrop)) // IPv6: denied
+		} else if c == in {
+			// Neighbour discovery with the host's end of the link (hop limit 255: from the link itself),
+			// from the sandbox's address, its link-local one or none (duplicate detection).
+			add(c, neighbourDiscovery(), verdict(expr.VerdictAccept))
+		}
+		for _, pr := range selves {
+			add(c, saddr(pr, true), verdict(expr.VerdictDrop)) // a forged source, or a link-local one
+		}
+		if v6 && c == in {
+			// Multicast to the link (listener reports and the like): dropped quietly, no denial.
+			add(c, daddr(multicast6, false), verdict(expr.VerdictDrop))
+		}
 		add(c, ctState(expr.CtStateBitESTABLISHED|expr.CtStateBitRELATED), verdict(expr.VerdictAccept))
 		if c == in {
 			// The daemon's resolver on the gateway: the one server a sandbox's DNS goes to.
-			gw := netip.PrefixFrom(f.gateway, 32)
-			// At most dnsRate packets a second (a burst of dnsBurst) from each sandbox: every query is
-			// the daemon's work, an upstream query and an nftables transaction; past it, refused.
-			for _, proto := range []byte{unix.IPPROTO_UDP, unix.IPPROTO_TCP} {
-				add(c, addr(16, gw, false), port(proto, 53),
-					[]expr.Any{&expr.Limit{Type: expr.LimitTypePkts, Rate: dnsRate, Unit: expr.LimitTimeSecond, Burst: dnsBurst}},
-					verdict(expr.VerdictAccept))
+			// At most dnsRate packets a second (a burst of dnsBurst) from each sandbox and family:
+			// every query is the daemon's work, an upstream query and an nftables transaction; past
+			// it, refused.
+			for _, gw := range gateways {
+				if gw.Is6() && !f.resolver6 {
+					continue
+				}
+				for _, proto := range []byte{unix.IPPROTO_UDP, unix.IPPROTO_TCP} {
+					add(c, daddr(netip.PrefixFrom(gw, gw.BitLen()), false), port(proto, 53),
+						[]expr.Any{&expr.Limit{Type: expr.LimitTypePkts, Rate: dnsRate, Unit: expr.LimitTimeSecond, Burst: dnsBurst}},
+						verdict(expr.VerdictAccept))
+				}
 			}
 		} else {
 			// DNS (and DNS over TLS) to anything else is refused, whatever the rules.
@@ -254,26 +374,47 @@ func (f *Firewall) setLocked(ifn string, sandboxAddr netip.Addr, rules Rules, op
 				add(c, port(pp.proto, pp.port), reject())
 			}
 		}
-		add(c, addr(16, f.pool, false), reject()) // another sandbox, whatever the rules
-		for _, pr := range v4(rules.Deny) {
-			add(c, addr(16, pr, false), reject())
+		for _, pr := range pools {
+			add(c, daddr(pr, false), reject()) // another sandbox, whatever the rules
 		}
-		for _, pr := range v4(rules.Allow) {
+		for _, pr := range ofFams(rules.Deny) {
+			add(c, daddr(pr, false), reject())
+		}
+		for _, pr := range ofFams(rules.Allow) {
 			if Explicit(pr) {
-				add(c, addr(16, pr, false), counted(expr.VerdictAccept))
+				add(c, daddr(pr, false), counted(expr.VerdictAccept))
 			}
 		}
 	}
 	// Beyond this point only the forward chain: whatever the input chain has not accepted is the host.
 	add(in, reject())
-	for _, pr := range append([]netip.Prefix{linkLocal}, never...) {
-		add(fwd, addr(16, pr, false), reject())
+	refused := append([]netip.Prefix{linkLocal}, never...)
+	if v6 {
+		refused = append(refused, never6...)
 	}
-	add(fwd, daddrIn(allowed), counted(expr.VerdictAccept)) // addresses of allowed names
-	for _, pr := range v4(rules.Allow) {
-		if !Explicit(pr) {
-			add(fwd, addr(16, pr, false), counted(expr.VerdictAccept))
+	for _, pr := range refused {
+		add(fwd, daddr(pr, false), reject())
+	}
+	var other []netip.Prefix // the allow rules not yet written
+	for _, pr := range ofFams(rules.Allow) {
+		switch {
+		case Explicit(pr):
+		case pr.Addr().Is6() && uniqueLocal6.Bits() <= pr.Bits() && uniqueLocal6.Contains(pr.Addr()):
+			// Unique local addresses are opened by a rule inside fc00::/7 only (never by ::/0, nor
+			// by an answer).
+			add(fwd, daddr(pr, false), counted(expr.VerdictAccept))
+		default:
+			other = append(other, pr)
 		}
+	}
+	if v6 {
+		add(fwd, daddr(uniqueLocal6, false), reject())
+	}
+	for _, is6 := range fams {
+		add(fwd, daddrIn(learnedSet(f.table, ifn, is6)), counted(expr.VerdictAccept)) // addresses of allowed names
+	}
+	for _, pr := range other {
+		add(fwd, daddr(pr, false), counted(expr.VerdictAccept))
 	}
 	if rules.Egress {
 		add(fwd, counted(expr.VerdictAccept))
@@ -293,19 +434,26 @@ func (f *Firewall) setLocked(ifn string, sandboxAddr netip.Addr, rules Rules, op
 		delete(f.held, ifn)
 	}
 	f.set[ifn] = true
+	f.v6[ifn] = v6
 	return f.epochs, nil
 }
 
-// v4 are the IPv4 rules of prs. The chains hold no others: IPv6 is dropped before any rule, and a
-// provider refuses an IPv6 allow rule it cannot keep (Rules.AllowsIPv6).
-func v4(prs []netip.Prefix) []netip.Prefix {
-	var out []netip.Prefix
-	for _, pr := range prs {
-		if pr.Addr().Is4() {
-			out = append(out, pr)
-		}
+// learnedSet is the set of the addresses of the family (IPv6 with is6) the sandbox on ifn learned
+// from answers for allowed names; denialSet that of its refused destinations.
+func learnedSet(t *nftables.Table, ifn string, is6 bool) *nftables.Set {
+	if is6 {
+		return &nftables.Set{Table: t, Name: "a6-" + ifn, KeyType: nftables.TypeIP6Addr, HasTimeout: true}
 	}
-	return out
+	return &nftables.Set{Table: t, Name: "a-" + ifn, KeyType: nftables.TypeIPAddr, HasTimeout: true}
+}
+
+func denialSet(t *nftables.Table, ifn string, is6 bool) *nftables.Set {
+	s := &nftables.Set{Table: t, Name: "x-" + ifn, KeyType: nftables.TypeIPAddr, HasTimeout: true,
+		Dynamic: true, Timeout: denialMemory, Size: maxDenials}
+	if is6 {
+		s.Name, s.KeyType = "x6-"+ifn, nftables.TypeIP6Addr
+	}
+	return s
 }
 
 // Remove deletes the rules of the sandbox on ifname; none is no error.
@@ -334,6 +482,10 @@ func (f *Firewall) Remove(ifn string) error {
 	f.conn.DelChain(&nftables.Chain{Name: "rej-" + ifn, Table: f.table})
 	f.conn.DelSet(&nftables.Set{Table: f.table, Name: "a-" + ifn})
 	f.conn.DelSet(&nftables.Set{Table: f.table, Name: "x-" + ifn})
+	if f.v6[ifn] {
+		f.conn.DelSet(&nftables.Set{Table: f.table, Name: "a6-" + ifn})
+		f.conn.DelSet(&nftables.Set{Table: f.table, Name: "x6-" + ifn})
+	}
 	if err := f.conn.Flush(); err != nil {
 		return fmt.Errorf("nftables: remove the rules of %s: %w", ifn, err)
 	}
@@ -342,6 +494,7 @@ func (f *Firewall) Remove(ifn string) error {
 	delete(f.learned, ifn)
 	delete(f.refused, ifn)
 	delete(f.epoch, ifn)
+	delete(f.v6, ifn)
 	return nil
 }
 
@@ -400,9 +553,16 @@ func (f *Firewall) Status(ifn string) (Status, error) {
 			}
 		}
 	}
-	els, err := f.conn.GetSetElements(&nftables.Set{Table: f.table, Name: "x-" + ifn, KeyType: nftables.TypeIPAddr})
-	if err != nil {
-		return st, fmt.Errorf("nftables: %w", err)
+	var els []nftables.SetElement
+	for _, is6 := range []bool{false, true} {
+		if is6 && !f.v6[ifn] {
+			continue
+		}
+		some, err := f.conn.GetSetElements(denialSet(f.table, ifn, is6))
+		if err != nil {
+			return st, fmt.Errorf("nftables: %w", err)
+		}
+		els = append(els, some...)
 	}
 	now := time.Now()
 	told := f.refused[ifn]
@@ -438,8 +598,6 @@ func (f *Firewall) Learn(ifn string, epoch uint64, addrs []netip.Addr, ttl time.
 	if f.epoch[ifn] != epoch {
 		return fmt.Errorf("nftables: %s: %w", ifn, ErrStalePolicy)
 	}
-	name := "a-" + ifn
-	set := &nftables.Set{Table: f.table, Name: name, KeyType: nftables.TypeIPAddr, HasTimeout: true}
 	known := f.learned[ifn]
 	if known == nil {
 		known = map[netip.Addr]time.Time{}
@@ -447,39 +605,42 @@ func (f *Firewall) Learn(ifn string, epoch uint64, addrs []netip.Addr, ttl time.
 	}
 	now := time.Now()
 	until := now.Add(ttl)
-	var fresh, renew []nftables.SetElement
+	fresh, renew := map[bool][]nftables.SetElement{}, map[bool][]nftables.SetElement{}
 	for _, a := range addrs {
-		if !a.Is4() {
+		if !a.Is4() && !(a.Is6() && !a.Is4In6() && f.v6[ifn]) {
 			continue
 		}
 		el := nftables.SetElement{Key: a.AsSlice(), Timeout: ttl}
 		switch old, ok := known[a]; {
 		case !ok || now.After(old):
-			fresh = append(fresh, el)
+			fresh[a.Is6()] = append(fresh[a.Is6()], el)
 		case until.After(old.Add(time.Second)):
-			renew = append(renew, el)
+			renew[a.Is6()] = append(renew[a.Is6()], el)
 		default:
 			continue
 		}
 		known[a] = until
 	}
-	if len(renew) > 0 {
-		// An element's timeout is its own: the longer one replaces it.
-		if err := f.conn.SetDeleteElements(set, renew); err != nil {
+	for _, is6 := range []bool{false, true} {
+		set := learnedSet(f.table, ifn, is6)
+		if len(renew[is6]) > 0 {
+			// An element's timeout is its own: the longer one replaces it.
+			if err := f.conn.SetDeleteElements(set, renew[is6]); err != nil {
+				return err
+			}
+			if err := f.conn.Flush(); err != nil {
+				return fmt.Errorf("nftables: renew in %s: %w", set.Name, err)
+			}
+		}
+		if len(fresh[is6])+len(renew[is6]) == 0 {
+			continue
+		}
+		if err := f.conn.SetAddElements(set, append(fresh[is6], renew[is6]...)); err != nil {
 			return err
 		}
 		if err := f.conn.Flush(); err != nil {
-			return fmt.Errorf("nftables: renew in %s: %w", name, err)
+			return fmt.Errorf("nftables: learn in %s: %w", set.Name, err)
 		}
-	}
-	if len(fresh)+len(renew) == 0 {
-		return nil
-	}
-	if err := f.conn.SetAddElements(set, append(fresh, renew...)); err != nil {
-		return err
-	}
-	if err := f.conn.Flush(); err != nil {
-		return fmt.Errorf("nftables: learn in %s: %w", name, err)
 	}
 	return nil
 }
@@ -514,12 +675,16 @@ func port(proto byte, p uint16) []expr.Any {
 	}
 }
 
-// daddrIn matches an IPv4 destination in set.
+// daddrIn matches a destination in set, of the set's family.
 func daddrIn(set *nftables.Set) []expr.Any {
-	return []expr.Any{
-		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: 16, Len: 4},
-		&expr.Lookup{SourceRegister: 1, SetName: set.Name, SetID: set.ID},
+	off, n, fam := uint32(16), uint32(4), byte(unix.NFPROTO_IPV4)
+	if set.KeyType == nftables.TypeIP6Addr {
+		off, n, fam = 24, 16, unix.NFPROTO_IPV6
 	}
+	return join(family(fam), []expr.Any{
+		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: off, Len: n},
+		&expr.Lookup{SourceRegister: 1, SetName: set.Name, SetID: set.ID},
+	})
 }
 
 func join(parts ...[]expr.Any) []expr.Any {
@@ -539,42 +704,57 @@ func ifname(key expr.MetaKey, name []byte, eq bool) []expr.Any {
 	return []expr.Any{&expr.Meta{Key: key, Register: 1}, &expr.Cmp{Op: op, Register: 1, Data: name}}
 }
 
-func ipv4() []expr.Any {
-	return []expr.Any{&expr.Meta{Key: expr.MetaKeyNFPROTO, Register: 1}, &expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{unix.NFPROTO_IPV4}}}
+// family matches the packets of one family (unix.NFPROTO_IPV4 or NFPROTO_IPV6).
+func family(fam byte) []expr.Any {
+	return []expr.Any{&expr.Meta{Key: expr.MetaKeyNFPROTO, Register: 1}, &expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{fam}}}
 }
 
 func notIPv4() []expr.Any {
 	return []expr.Any{&expr.Meta{Key: expr.MetaKeyNFPROTO, Register: 1}, &expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: []byte{unix.NFPROTO_IPV4}}}
 }
 
-// addr matches the IPv4 header's source (offset 12) or destination (16) address inside pr, or
-// outside it with not.
-func addr(offset uint32, pr netip.Prefix, not bool) []expr.Any {
-	mask := net4Mask(pr.Bits())
-	net := pr.Masked().Addr().As4()
+// saddr matches a packet of pr's family whose source address is inside pr, or outside it with not;
+// daddr its destination address. A packet of the other family never matches.
+func saddr(pr netip.Prefix, not bool) []expr.Any { return addr(true, pr, not) }
+func daddr(pr netip.Prefix, not bool) []expr.Any { return addr(false, pr, not) }
+
+func addr(src bool, pr netip.Prefix, not bool) []expr.Any {
+	off, fam := uint32(16), byte(unix.NFPROTO_IPV4) // the IPv4 header's destination; its source at 12
+	if src {
+		off = 12
+	}
+	if pr.Addr().Is6() {
+		off, fam = 24, unix.NFPROTO_IPV6 // the IPv6 header's destination; its source at 8
+		if src {
+			off = 8
+		}
+	}
+	a := pr.Masked().Addr().AsSlice()
+	n := uint32(len(a))
 	op := expr.CmpOpEq
 	if not {
 		op = expr.CmpOpNeq
 	}
-	return []expr.Any{
-		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: offset, Len: 4},
-		&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4, Mask: mask[:], Xor: []byte{0, 0, 0, 0}},
-		&expr.Cmp{Op: op, Register: 1, Data: net[:]},
+	out := join(family(fam), []expr.Any{&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: off, Len: n}})
+	if pr.Bits() < pr.Addr().BitLen() {
+		out = append(out, &expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: n,
+			Mask: net.CIDRMask(pr.Bits(), pr.Addr().BitLen()), Xor: make([]byte, n)})
 	}
+	return append(out, &expr.Cmp{Op: op, Register: 1, Data: a})
 }
 
-func net4Mask(bits int) [4]byte {
-	var m [4]byte
-	for i := range 4 {
-		switch {
-		case bits >= 8:
-			m[i] = 0xff
-		case bits > 0:
-			m[i] = byte(0xff << (8 - bits))
-		}
-		bits -= 8
-	}
-	return m
+// neighbourDiscovery matches ICMPv6 router solicitations, neighbour solicitations and advertisements
+// (and router advertisements, which the host's end of a link does not accept) with a hop limit of
+// 255: sent on the link itself.
+func neighbourDiscovery() []expr.Any {
+	return join(family(unix.NFPROTO_IPV6), []expr.Any{
+		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: 7, Len: 1},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{255}},
+		&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: 1},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{unix.IPPROTO_ICMPV6}},
+		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseTransportHeader, Offset: 0, Len: 1},
+		&expr.Range{Op: expr.CmpOpEq, Register: 1, FromData: []byte{133}, ToData: []byte{136}},
+	})
 }
 
 func ctState(bits uint32) []expr.Any {

@@ -5,8 +5,9 @@
 // beats allow. Whatever it says, a sandbox never reaches another sandbox, and it reaches the host
 // (its own addresses, the daemon) or a link-local address (169.254.0.0/16, where clouds serve their
 // metadata) only through an allow rule that names it: a single address (/32) or a range inside
-// 169.254.0.0/16. A rule may name IPv6 destinations; IPv6 is denied unless the provider gives its
-// sandboxes IPv6, and one that does not refuses a policy allowing an IPv6 destination (AllowsIPv6).
+// 169.254.0.0/16 (fe80::/10). A rule may name IPv6 destinations; IPv6 is denied unless the provider
+// gives its sandboxes IPv6, and one that does not refuses a policy allowing an IPv6 destination
+// (AllowsIPv6).
 package netpolicy
 
 import (
@@ -66,6 +67,29 @@ var never = []netip.Prefix{
 	netip.MustParsePrefix("224.0.0.0/3"),
 }
 
+// never6 are IPv6's: link-local (fe80::/10, with the clouds' fe80::a9fe:a9fe) and the metadata
+// address fd00:ec2::254, both opened only by a rule naming them (Explicit) as 169.254.0.0/16 is;
+// loopback and the unspecified address; multicast; and the ranges that translate to IPv4 (NAT64's
+// 64:ff9b::/96 and 64:ff9b:1::/48, IPv4-mapped ::ffff:0:0/96), so that no translation reaches an IPv4
+// address the IPv4 rules refuse.
+var never6 = []netip.Prefix{
+	linkLocal6,
+	netip.MustParsePrefix("fd00:ec2::254/128"),
+	netip.MustParsePrefix("::1/128"),
+	netip.MustParsePrefix("::/128"),
+	multicast6,
+	netip.MustParsePrefix("64:ff9b::/96"),
+	netip.MustParsePrefix("64:ff9b:1::/48"),
+	netip.MustParsePrefix("::ffff:0:0/96"),
+}
+
+// multicast6 is IPv6's multicast.
+var multicast6 = netip.MustParsePrefix("ff00::/8")
+
+// uniqueLocal6 are IPv6's private addresses (ULA), where the sandboxes' pool is too: opened only by a
+// rule inside it, never by a wider one (::/0) nor by a name's answer.
+var uniqueLocal6 = netip.MustParsePrefix("fc00::/7")
+
 // Explicit reports whether an allow rule for pr names its destination explicitly enough to open the
 // host or a link-local address: one address, or a range inside 169.254.0.0/16 (fe80::/10).
 func Explicit(pr netip.Prefix) bool {
@@ -78,8 +102,9 @@ func Explicit(pr netip.Prefix) bool {
 }
 
 // AllowsIPv6 returns the first allow rule for IPv6 destinations; false when there is none. A provider
-// whose sandboxes have no IPv6 cannot keep such a rule, and refuses it (ErrUnsupportedCapability)
-// rather than let it deny silently. A deny rule for IPv6 needs nothing: IPv6 is denied there anyway.
+// whose sandboxes have no IPv6 (no IPv6 pool) cannot keep such a rule, and refuses it
+// (ErrUnsupportedCapability) rather than let it deny silently. A deny rule for IPv6 needs nothing
+// there: IPv6 is denied anyway.
 func (r Rules) AllowsIPv6() (netip.Prefix, bool) {
 	for _, pr := range r.Allow {
 		if pr.Addr().Is6() {

@@ -107,6 +107,12 @@ func NetAddr(p *Provider, ref sandbox.Ref) (string, bool) {
 	return st.Addr.String(), err == nil
 }
 
+// NetAddr6 is the IPv6 address of ref's end of its network link; false when it has none.
+func NetAddr6(p *Provider, ref sandbox.Ref) (string, bool) {
+	st, err := readNetState(p.box(ref).l)
+	return st.Addr6.String(), err == nil && st.Addr6.IsValid()
+}
+
 // NetIface is the name of the host's end of ref's link; false when it has none.
 func NetIface(p *Provider, ref sandbox.Ref) (string, bool) {
 	st, err := readNetState(p.box(ref).l)

@@ -92,9 +92,9 @@ func (p *Provider) SetNetworkPolicy(ctx context.Context, ref sandbox.Ref, spec s
 		// The firewall first: its new epoch voids what a query let through under the old rules
 		// would learn, before and after the resolver has the new ones.
 		var epoch uint64
-		if epoch, err = p.net.fw.Set(st.Iface, st.Addr, rules); err == nil {
+		if epoch, err = p.net.fw.Set(st.Iface, st.addrs(), rules); err == nil {
 			if p.net.dns != nil {
-				p.net.dns.Set(st.Addr, st.Iface, rules, epoch)
+				p.net.dns.Set(st.addrs(), st.Iface, rules, epoch)
 			}
 			st.Rules = rules
 			err = writeJSONFile(b.l.netFile(), st)

@@ -32,6 +32,13 @@ import (
 //	a second server at 198.19.K.2, routed through the namespace, for rules that tell two nets apart
 //	169.254.169.254, the cloud metadata address, routed to the namespace too: a rule that failed
 //	open would reach the test's server there, never a real one.
+//
+// And over IPv6, in the documentation prefix:
+//
+//	host end: 2001:db8:K::1/64                the namespace's end: 2001:db8:K::2/64 (server6)
+//	other6 at 2001:db8:K:1::2, routed through the namespace; the clouds' IPv6 metadata address
+//	fd00:ec2::254 and translated, the NAT64 form of the server's IPv4 address (64:ff9b::198.18.K.2),
+//	routed to it too, each with a server of its own.
 type internet struct {
 	ns       string
 	uplink   string // the host's end
@@ -39,7 +46,10 @@ type internet struct {
 	server   netip.Addr // 198.18.K.2
 	other    netip.Addr // 198.19.K.2
 	metadata netip.Addr
-	k        byte
+
+	hostAddr6, server6, other6, metadata6, translated netip.Addr
+
+	k byte
 	// A query for slow.test is told on slowAsked (which holds one), then answered once a test sends
 	// on slowGo, or after 1.5 s: an upstream that is slow when a test wants it to be.
 	slowAsked, slowGo chan struct{}
@@ -67,20 +77,31 @@ func newInternet(t testing.TB) *internet {
 		hostAddr: netip.AddrFrom4([4]byte{198, 18, k, 1}), server: netip.AddrFrom4([4]byte{198, 18, k, 2}),
 		other: netip.AddrFrom4([4]byte{198, 19, k, 2}), metadata: netip.MustParseAddr("169.254.169.254"),
 		slowAsked: make(chan struct{}, 1), slowGo: make(chan struct{})}
+	in.hostAddr6 = netip.AddrFrom16([16]byte{0x20, 0x01, 0x0d, 0xb8, 0, k, 15: 1})
+	in.server6 = netip.AddrFrom16([16]byte{0x20, 0x01, 0x0d, 0xb8, 0, k, 15: 2})
+	in.other6 = netip.AddrFrom16([16]byte{0x20, 0x01, 0x0d, 0xb8, 0, k, 0, 1, 15: 2})
+	in.metadata6 = netip.MustParseAddr("fd00:ec2::254")
+	in.translated = netip.AddrFrom16([16]byte{0, 0x64, 0xff, 0x9b, 12: 198, 18, k, 2})
 	ipCmd(t, "netns", "add", in.ns)
 	t.Cleanup(func() { exec.Command("ip", "netns", "del", in.ns).Run() })
 	ipCmd(t, "link", "add", in.uplink, "type", "veth", "peer", "name", "eth0", "netns", in.ns)
 	t.Cleanup(func() { exec.Command("ip", "link", "del", in.uplink).Run() })
 	ipCmd(t, "addr", "add", in.hostAddr.String()+"/30", "dev", in.uplink)
+	ipCmd(t, "addr", "add", in.hostAddr6.String()+"/64", "dev", in.uplink, "nodad")
 	ipCmd(t, "link", "set", in.uplink, "up")
 	for _, args := range [][]string{
 		{"addr", "add", in.server.String() + "/30", "dev", "eth0"},
 		{"addr", "add", in.other.String() + "/32", "dev", "eth0"},
 		{"addr", "add", in.metadata.String() + "/32", "dev", "eth0"},
+		{"addr", "add", in.server6.String() + "/64", "dev", "eth0", "nodad"},
+		{"addr", "add", in.other6.String() + "/128", "dev", "eth0", "nodad"},
+		{"addr", "add", in.metadata6.String() + "/128", "dev", "eth0", "nodad"},
+		{"addr", "add", in.translated.String() + "/128", "dev", "eth0", "nodad"},
 		{"link", "set", "eth0", "up"},
 		{"link", "set", "lo", "up"},
 		// Replies to the sandboxes' masqueraded connections go back to the host's end.
 		{"route", "add", "default", "via", in.hostAddr.String()},
+		{"-6", "route", "add", "default", "via", in.hostAddr6.String()},
 	} {
 		ipCmd(t, append([]string{"-n", in.ns}, args...)...)
 	}
@@ -90,7 +111,12 @@ func newInternet(t testing.TB) *internet {
 	})
 	ipCmd(t, "route", "add", in.metadata.String()+"/32", "via", in.server.String(), "dev", in.uplink)
 	t.Cleanup(func() { exec.Command("ip", "route", "del", in.metadata.String()+"/32").Run() })
-	for name, a := range map[string]netip.Addr{"server": in.server, "other": in.other, "metadata": in.metadata} {
+	for _, a := range []netip.Addr{in.other6, in.metadata6, in.translated} {
+		// replace: the metadata address's route may be another test's, whose uplink takes it along.
+		ipCmd(t, "-6", "route", "replace", a.String()+"/128", "via", in.server6.String(), "dev", in.uplink)
+	}
+	for name, a := range map[string]netip.Addr{"server": in.server, "other": in.other, "metadata": in.metadata,
+		"server6": in.server6, "other6": in.other6, "metadata6": in.metadata6, "translated": in.translated} {
 		in.serve(t, name, netip.AddrPortFrom(a, 80))
 	}
 	in.serveDNS(t)
@@ -228,9 +254,13 @@ func hostServer(t testing.TB, name, addr string) int {
 	return ln.Addr().(*net.TCPAddr).Port
 }
 
-// pool is a test provider's address pool, apart from the internet's.
+// pool is a test provider's address pool, apart from the internet's; pool6 its IPv6 one.
 func (in *internet) pool() netip.Prefix {
 	return netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 231, in.k, 0}), 24)
+}
+
+func (in *internet) pool6() netip.Prefix {
+	return netip.PrefixFrom(netip.AddrFrom16([16]byte{0xfd, 0xb5, 0x5b, 0x0a, 0, 0, 0, in.k}), 64)
 }
 
 // inNetns runs fn on a thread in the network namespace of process pid.
@@ -267,7 +297,7 @@ func inNamespace(t testing.TB, target netns.NsHandle, fn func()) {
 
 // config is the network configuration of a provider whose world outside is in.
 func (in *internet) config() oci.NetworkConfig {
-	return oci.NetworkConfig{Pool: in.pool(), Uplinks: []string{in.uplink},
+	return oci.NetworkConfig{Pool: in.pool(), Pool6: in.pool6(), Uplinks: []string{in.uplink},
 		Resolvers: []string{netip.AddrPortFrom(in.server, 53).String()}}
 }
 

@@ -54,6 +54,14 @@ type NetworkConfig struct {
 	// Resolvers are the upstream DNS servers ("host:port") the sandboxes' resolver forwards to;
 	// default the nameservers of the host's /etc/resolv.conf.
 	Resolvers []string
+	// Pool6 is where the sandboxes' IPv6 addresses come from: a unique local prefix (inside fc00::/7)
+	// holding at least as many addresses as Pool. A sandbox's IPv6 address is Pool6's at the offset
+	// of its IPv4 one in Pool; the gateway is Pool6's first address. Unset: none (the sandboxes have
+	// IPv4 only, and an IPv6 allow rule is refused), unless AutoPool6.
+	Pool6 netip.Prefix
+	// AutoPool6, when Pool6 is unset and the host has an IPv6 default route, takes a random unique
+	// local /64 for Pool6 once and keeps it in the state directory (net-pool6).
+	AutoPool6 bool
 	// Off leaves every sandbox on loopback, whatever its policy asks: a policy that needs a network
 	// is refused (ErrUnsupportedCapability).
 	Off bool
@@ -68,15 +76,20 @@ type NetworkConfig struct {
 var defaultPool = netip.MustParsePrefix("10.203.0.0/16")
 
 // networkEtc are the sandboxes' /etc files that name their resolver, the daemon's on the gateway
-// (netpolicy.Forwarder); a sandbox on loopback only cannot reach it, and a name fails at once.
+// (netpolicy.Forwarder), and on the IPv6 gateway with an IPv6 pool; a sandbox on loopback only
+// cannot reach it, and a name fails at once.
 func (p *Provider) networkEtc() map[string]string {
 	cfg := p.cfg.Network
 	if cfg.Off || p.runc.class != classRunc {
 		return nil
 	}
 	pool := cmpPrefix(cfg.Pool, defaultPool)
+	servers := "nameserver " + pool.Masked().Addr().Next().String() + "\n"
+	if cfg.Pool6.IsValid() {
+		servers += "nameserver " + cfg.Pool6.Masked().Addr().Next().String() + "\n"
+	}
 	return map[string]string{
-		"resolv.conf":   "nameserver " + pool.Masked().Addr().Next().String() + "\noptions timeout:2 attempts:2\n",
+		"resolv.conf":   servers + "options timeout:2 attempts:2\n",
 		"nsswitch.conf": "passwd: files\ngroup: files\nhosts: files dns\n",
 	}
 }
@@ -96,8 +109,12 @@ const guestIface = "eth0"
 type netState struct {
 	Iface string          `json:"iface"`
 	Addr  netip.Addr      `json:"addr"`
+	Addr6 netip.Addr      `json:"addr6,omitzero"` // none when the provider has no IPv6 pool
 	Rules netpolicy.Rules `json:"rules"`
 }
+
+// addrs are st's addresses, as the firewall takes them.
+func (st netState) addrs() netpolicy.Addrs { return netpolicy.Addrs{V4: st.Addr, V6: st.Addr6} }
 
 func (l layout) netFile() string { return filepath.Join(l.dir, "net.json") }
 func (l layout) pidFile() string { return filepath.Join(l.dir, "init.pid") }
@@ -109,6 +126,8 @@ type network struct {
 	dns      *netpolicy.Forwarder // nil: no rules by name
 	ifPrefix string
 	gateway  netip.Addr
+	pool6    netip.Prefix // invalid: no IPv6
+	gateway6 netip.Addr
 
 	// expect is the policy the entries of the warm pool get their links for (held in the firewall,
 	// poolnet.go): the daemon's default when it needs a network, then the last create's that did.
@@ -120,8 +139,9 @@ type network struct {
 	nextFile string
 	uplinkOn bool
 	// uplinksFile lists the uplinks whose forwarding a provider on this state directory turned on:
-	// the provider that closes with no sandbox on a network turns it off again.
-	uplinksFile string
+	// the provider that closes with no sandbox on a network turns it off again. ipv6File records
+	// what it changed of the host's IPv6 settings to turn IPv6 forwarding on (forwarding6).
+	uplinksFile, ipv6File string
 }
 
 // startNetwork makes the provider's table afresh, sets again the rules of the sandboxes an earlier
@@ -144,13 +164,21 @@ func (p *Provider) startNetwork() error {
 	}
 	cfg.Pool = cfg.Pool.Masked()
 	n := &network{cfg: cfg, ifPrefix: "sx" + p.cgTag[:4], used: map[netip.Addr]bool{},
-		nextFile: filepath.Join(p.cfg.StateDir, "net-next"), uplinksFile: filepath.Join(p.cfg.StateDir, "net-uplinks")}
+		nextFile: filepath.Join(p.cfg.StateDir, "net-next"), uplinksFile: filepath.Join(p.cfg.StateDir, "net-uplinks"),
+		ipv6File: filepath.Join(p.cfg.StateDir, "net-ipv6")}
 	n.gateway = cfg.Pool.Addr().Next()
+	pool6, err := pickPool6(cfg, filepath.Join(p.cfg.StateDir, "net-pool6"))
+	if err != nil {
+		return err
+	}
+	if pool6.IsValid() {
+		n.pool6, n.gateway6 = pool6, pool6.Addr().Next()
+	}
 	n.next = n.firstNext()
 	if rules, _ := netpolicy.Parse(nil, cfg.DefaultEgress); rules.Needs() {
 		n.expect.Store(&rules)
 	}
-	fw, err := netpolicy.NewFirewall("sandboxd_"+p.cgTag, cfg.Pool, n.ifPrefix)
+	fw, err := netpolicy.NewFirewall("sandboxd_"+p.cgTag, cfg.Pool, n.pool6, n.ifPrefix)
 	if err != nil {
 		return err
 	}
@@ -160,6 +188,7 @@ func (p *Provider) startNetwork() error {
 		p.log.Warn("the sandboxes' resolver did not start; policies with names are refused", "err", err)
 	}
 	kept := map[string]bool{}
+	used6 := map[netip.Addr]bool{}
 	ents, _ := os.ReadDir(p.boxDir)
 	for _, e := range ents {
 		l := layout{dir: filepath.Join(p.boxDir, e.Name())}
@@ -182,25 +211,41 @@ func (p *Provider) startNetwork() error {
 		if _, err := netlink.LinkByName(st.Iface); err != nil {
 			continue
 		}
-		epoch, err := fw.Set(st.Iface, st.Addr, st.Rules)
+		epoch, err := fw.Set(st.Iface, st.addrs(), st.Rules)
 		if err != nil {
 			p.log.Warn("setting again the rules of a running sandbox", "dir", e.Name(), "err", err)
 			continue
 		}
 		n.used[st.Addr] = true
+		used6[st.Addr6] = true
 		kept[st.Iface] = true
 		if n.dns != nil {
-			n.dns.Set(st.Addr, st.Iface, st.Rules, epoch)
+			n.dns.Set(st.addrs(), st.Iface, st.Rules, epoch)
 		}
 	}
 	// What the host's connection tracking still holds of an address no running sandbox has is an
 	// earlier sandbox's: a sandbox given the address again would receive its replies and send on its
 	// flows as established.
-	if err := forgetFlows(func(a netip.Addr) bool { return cfg.Pool.Contains(a) && a != n.gateway && !n.used[a] }); err != nil {
+	stale := func(a netip.Addr) bool {
+		return cfg.Pool.Contains(a) && a != n.gateway && !n.used[a] || n.pool6.Contains(a) && a != n.gateway6 && !used6[a]
+	}
+	if err := forgetFlows(stale, n.pool6.IsValid()); err != nil {
 		if n.dns != nil {
 			n.dns.Close()
 		}
 		return err
+	}
+	// The host's IPv6 forwarding an earlier provider turned on: off again when none of its sandboxes
+	// is left, and otherwise guarded (what no sandbox sends or receives is not forwarded).
+	if _, err := os.Stat(n.ipv6File); err == nil {
+		if len(n.used) == 0 {
+			err = n.restoreIPv6()
+		} else {
+			err = fw.GuardForwarding6()
+		}
+		if err != nil {
+			p.log.Error("the host's IPv6 forwarding an earlier provider turned on", "err", err)
+		}
 	}
 	links, err := netlink.LinkList()
 	if err != nil {
@@ -242,13 +287,14 @@ func (p *Provider) closeNetwork() error {
 	if len(p.net.used) > 0 {
 		return nil
 	}
-	return errors.Join(p.net.fw.Close(), p.net.restoreUplinks())
+	// The host's forwarding first: while the table is there, it guards what forwarding lets through.
+	return errors.Join(p.net.restoreUplinks(), p.net.restoreIPv6(), p.net.fw.Close())
 }
 
 // networkRules are the checked policy of spec, with the daemon's default for what it leaves out.
 // Errors: ErrInvalidRequest for a malformed policy, ErrUnsupportedCapability for one this provider
 // cannot enforce (names, until the sandboxes have a resolver; any network on a provider without one;
-// an IPv6 destination allowed, as sandboxes have no IPv6).
+// an IPv6 destination allowed, where the sandboxes have no IPv6).
 func (p *Provider) networkRules(spec sandbox.Spec) (netpolicy.Rules, error) {
 	rules, err := netpolicy.Parse(spec.Extensions[netpolicy.ExtensionKey], p.defaultEgress())
 	if err != nil {
@@ -257,7 +303,7 @@ func (p *Provider) networkRules(spec sandbox.Spec) (netpolicy.Rules, error) {
 	if rules.Needs() && p.net == nil {
 		return rules, fmt.Errorf("%s: this provider runs sandboxes on loopback only: %w", netpolicy.ExtensionKey, sandbox.ErrUnsupportedCapability)
 	}
-	if pr, ok := rules.AllowsIPv6(); ok {
+	if pr, ok := rules.AllowsIPv6(); ok && (p.net == nil || !p.net.pool6.IsValid()) {
 		return rules, fmt.Errorf("%s: allow rule %s: this provider gives its sandboxes no IPv6 (IPv4 only): %w", netpolicy.ExtensionKey, pr, sandbox.ErrUnsupportedCapability)
 	}
 	if names := slices.Concat(rules.AllowNames, rules.DenyNames); len(names) > 0 && (p.net == nil || p.net.dns == nil) {
@@ -293,7 +339,7 @@ func (p *Provider) attachNetwork(b *box, rules netpolicy.Rules) error {
 	if err != nil {
 		return err
 	}
-	st := netState{Iface: n.newIface(), Addr: addr, Rules: rules}
+	st := netState{Iface: n.newIface(), Addr: addr, Addr6: n.addr6(addr), Rules: rules}
 	if err := writeJSONFile(b.l.netFile(), st); err != nil {
 		n.give(addr)
 		return err
@@ -307,7 +353,7 @@ func (p *Provider) attachNetwork(b *box, rules netpolicy.Rules) error {
 	var epoch uint64
 	go func() {
 		var err error
-		epoch, err = n.fw.Set(st.Iface, addr, rules)
+		epoch, err = n.fw.Set(st.Iface, st.addrs(), rules)
 		fwErr <- err
 	}()
 	err = n.link(ns, st)
@@ -315,7 +361,7 @@ func (p *Provider) attachNetwork(b *box, rules netpolicy.Rules) error {
 		return err
 	}
 	if n.dns != nil {
-		n.dns.Set(addr, st.Iface, rules, epoch)
+		n.dns.Set(st.addrs(), st.Iface, rules, epoch)
 	}
 	return nil
 }
@@ -353,18 +399,23 @@ func (n *network) link(ns netns.NsHandle, st netState) error {
 	if err := n.hostEnd(st); err != nil {
 		return err
 	}
-	return n.guestEnd(ns, st.Addr)
+	return n.guestEnd(ns, st)
 }
 
 // hostEnd configures the host's end of st's link: the gateway's address with the sandbox's as its
-// peer, no IPv6, forwarding.
+// peer, forwarding, and IPv6 off unless the sandbox has an IPv6 address (then the IPv6 gateway's and a
+// route to the sandbox's through the link, and no router advertisements accepted).
 func (n *network) hostEnd(st netState) error {
 	link, err := netlink.LinkByName(st.Iface)
 	if err != nil {
 		return err
 	}
-	for key, val := range map[string]string{"ipv6/conf/%s/disable_ipv6": "1", "ipv4/conf/%s/forwarding": "1"} {
-		if err := writeSysctl(fmt.Sprintf(key, st.Iface), val); err != nil {
+	sysctls := [][2]string{{"ipv6/conf/%s/disable_ipv6", "1"}, {"ipv4/conf/%s/forwarding", "1"}}
+	if st.Addr6.IsValid() {
+		sysctls = [][2]string{{"ipv6/conf/%s/accept_ra", "0"}, {"ipv6/conf/%s/disable_ipv6", "0"}, {"ipv4/conf/%s/forwarding", "1"}}
+	}
+	for _, kv := range sysctls {
+		if err := writeSysctl(fmt.Sprintf(kv[0], st.Iface), kv[1]); err != nil {
 			return err
 		}
 	}
@@ -372,11 +423,26 @@ func (n *network) hostEnd(st netState) error {
 	if err := netlink.AddrAdd(link, &netlink.Addr{IPNet: hostNet(n.gateway), Peer: hostNet(st.Addr)}); err != nil {
 		return fmt.Errorf("address of %s: %w", st.Iface, err)
 	}
-	return netlink.LinkSetUp(link)
+	if st.Addr6.IsValid() {
+		// IPv6 has no peer address: the gateway's /128, and a route to the sandbox's through the link.
+		if err := netlink.AddrAdd(link, &netlink.Addr{IPNet: hostNet(n.gateway6), Flags: unix.IFA_F_NODAD}); err != nil {
+			return fmt.Errorf("IPv6 address of %s: %w", st.Iface, err)
+		}
+	}
+	if err := netlink.LinkSetUp(link); err != nil {
+		return err
+	}
+	if st.Addr6.IsValid() {
+		if err := netlink.RouteAdd(&netlink.Route{LinkIndex: link.Attrs().Index, Dst: hostNet(st.Addr6), Scope: netlink.SCOPE_LINK}); err != nil {
+			return fmt.Errorf("IPv6 route to %s: %w", st.Iface, err)
+		}
+	}
+	return nil
 }
 
-// guestEnd configures the sandbox's end: its address, up, and its default route through the gateway.
-func (n *network) guestEnd(ns netns.NsHandle, addr netip.Addr) error {
+// guestEnd configures the sandbox's end: its addresses, up, and its default routes through the
+// gateway.
+func (n *network) guestEnd(ns netns.NsHandle, st netState) error {
 	h, err := netlink.NewHandleAt(ns)
 	if err != nil {
 		return err
@@ -386,13 +452,25 @@ func (n *network) guestEnd(ns netns.NsHandle, addr netip.Addr) error {
 	if err != nil {
 		return err
 	}
-	if err := h.AddrAdd(link, &netlink.Addr{IPNet: hostNet(addr), Peer: hostNet(n.gateway)}); err != nil {
+	if err := h.AddrAdd(link, &netlink.Addr{IPNet: hostNet(st.Addr), Peer: hostNet(n.gateway)}); err != nil {
 		return err
+	}
+	if st.Addr6.IsValid() {
+		if err := h.AddrAdd(link, &netlink.Addr{IPNet: hostNet(st.Addr6), Flags: unix.IFA_F_NODAD}); err != nil {
+			return err
+		}
 	}
 	if err := h.LinkSetUp(link); err != nil {
 		return err
 	}
-	return h.RouteAdd(&netlink.Route{LinkIndex: link.Attrs().Index, Gw: net.IP(n.gateway.AsSlice())})
+	if err := h.RouteAdd(&netlink.Route{LinkIndex: link.Attrs().Index, Gw: net.IP(n.gateway.AsSlice())}); err != nil {
+		return err
+	}
+	if st.Addr6.IsValid() {
+		// The gateway is on the link (onlink): no route to it of its own.
+		return h.RouteAdd(&netlink.Route{LinkIndex: link.Attrs().Index, Gw: net.IP(n.gateway6.AsSlice()), Flags: int(netlink.FLAG_ONLINK)})
+	}
+	return nil
 }
 
 // detachNetwork removes what attachNetwork added for the sandbox in l: its rules, its host end (gone
@@ -410,7 +488,7 @@ func (p *Provider) detachNetwork(l layout) error {
 		return os.Remove(l.netFile())
 	}
 	if p.net.dns != nil {
-		p.net.dns.Remove(st.Addr)
+		p.net.dns.Remove(st.addrs())
 	}
 	if err := p.net.fw.Remove(st.Iface); err != nil {
 		return err
@@ -422,7 +500,7 @@ func (p *Provider) detachNetwork(l layout) error {
 	}
 	// Once the link is gone nothing adds a flow of the address; those there go before the address
 	// can be another sandbox's.
-	if err := forgetFlows(func(a netip.Addr) bool { return a == st.Addr }); err != nil {
+	if err := forgetFlows(func(a netip.Addr) bool { return a == st.Addr || st.Addr6.IsValid() && a == st.Addr6 }, st.Addr6.IsValid()); err != nil {
 		return err
 	}
 	p.net.give(st.Addr)
@@ -474,18 +552,24 @@ func (n *network) firstNext() netip.Addr {
 	return netip.AddrFrom4([4]byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v)})
 }
 
-// forgetFlows deletes the host's connection tracking entries of the IPv4 flows one of whose addresses
-// stale reports.
-func forgetFlows(stale func(netip.Addr) bool) error {
-	var err error
-	for range 3 { // a dump the kernel interrupted is done again
-		_, err = netlink.ConntrackDeleteFilters(netlink.ConntrackTable, unix.AF_INET, flowFilter(stale))
-		if !errors.Is(err, netlink.ErrDumpInterrupted) {
-			break
-		}
+// forgetFlows deletes the host's connection tracking entries of the IPv4 flows (and, with v6, the
+// IPv6 ones) one of whose addresses stale reports.
+func forgetFlows(stale func(netip.Addr) bool, v6 bool) error {
+	fams := []netlink.InetFamily{unix.AF_INET}
+	if v6 {
+		fams = append(fams, unix.AF_INET6)
 	}
-	if err != nil {
-		return fmt.Errorf("connection tracking: %w", err)
+	for _, fam := range fams {
+		var err error
+		for range 3 { // a dump the kernel interrupted is done again
+			_, err = netlink.ConntrackDeleteFilters(netlink.ConntrackTable, fam, flowFilter(stale))
+			if !errors.Is(err, netlink.ErrDumpInterrupted) {
+				break
+			}
+		}
+		if err != nil {
+			return fmt.Errorf("connection tracking: %w", err)
+		}
 	}
 	return nil
 }
@@ -509,7 +593,8 @@ func (n *network) give(a netip.Addr) {
 }
 
 // enableUplinks turns IPv4 forwarding on on the uplinks, once: replies to the sandboxes come in there.
-// Those where it was off are recorded first (uplinksFile), for restoreUplinks.
+// Those where it was off are recorded first (uplinksFile), for restoreUplinks. With an IPv6 pool, the
+// host's IPv6 forwarding too (enableIPv6).
 func (n *network) enableUplinks() error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -543,6 +628,9 @@ func (n *network) enableUplinks() error {
 		if err := writeSysctl(key, "1"); err != nil {
 			return fmt.Errorf("uplink %s: %w", up, err)
 		}
+	}
+	if err := n.enableIPv6(); err != nil {
+		return err
 	}
 	n.uplinkOn = true
 	return nil
@@ -597,7 +685,7 @@ func lastAddr(pr netip.Prefix) netip.Addr {
 }
 
 func hostNet(a netip.Addr) *net.IPNet {
-	return &net.IPNet{IP: net.IP(a.AsSlice()), Mask: net.CIDRMask(32, 32)}
+	return &net.IPNet{IP: net.IP(a.AsSlice()), Mask: net.CIDRMask(a.BitLen(), a.BitLen())}
 }
 
 func readSysctl(key string) (string, error) {

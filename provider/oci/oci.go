@@ -322,6 +322,14 @@ func New(cfg Config) (*Provider, error) {
 		return nil, fmt.Errorf("oci: %w", err)
 	}
 	p.holdIDRanges()
+	if class == classRunc && !cfg.Network.Off {
+		// Before the sandboxes' /etc names their resolvers: the IPv6 pool, which may be taken now.
+		nc := p.cfg.Network
+		nc.Pool = cmpPrefix(nc.Pool, defaultPool)
+		if p.cfg.Network.Pool6, err = pickPool6(nc, filepath.Join(cfg.StateDir, "net-pool6")); err != nil {
+			return nil, fmt.Errorf("oci: %w", err)
+		}
+	}
 	if p.root, err = mountRoot(cfg.StateDir, cfg.AgentPath, p.networkEtc()); err != nil {
 		return nil, fmt.Errorf("oci: the sandboxes' root file system: %w", err)
 	}

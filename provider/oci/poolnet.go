@@ -10,7 +10,7 @@ import (
 // one gets its link then (attachNetwork: a veth pair, its addresses and route, the nftables
 // transaction of its policy; ≈5 ms, where the take itself is ≈2 ms). NetworkConfig.WarmPoolLinks of
 // the pool's entries are kept with their link made when they start instead: the veth pair, the
-// entry's address and its route, forwarding on the host's end, and, when the provider knows which
+// entry's addresses (IPv6 too, with an IPv6 pool: every link of the provider has it) and its routes, forwarding on the host's end, and, when the provider knows which
 // policy the next sandbox will ask for (network.expect), that policy's chains held in the firewall
 // with no jump to them (Firewall.Hold). Until the entry is taken nothing comes through its link: the
 // firewall's base chains drop whatever arrives from a sandbox interface whose chains are not in effect
@@ -54,7 +54,7 @@ func (p *Provider) linkEntry(e *poolEntry) error {
 	if err != nil {
 		return err
 	}
-	lk := &entryLink{st: netState{Iface: n.newIface(), Addr: addr}}
+	lk := &entryLink{st: netState{Iface: n.newIface(), Addr: addr, Addr6: n.addr6(addr)}}
 	if err := writeJSONFile(e.l.netFile(), lk.st); err != nil {
 		n.give(addr)
 		return err
@@ -62,7 +62,7 @@ func (p *Provider) linkEntry(e *poolEntry) error {
 	e.link = lk // from here on, what is made is recorded: unlinkEntry removes it
 	// Before the link is up: the base chains drop what it sends until a sandbox's rules are in effect.
 	if expect := n.expect.Load(); expect != nil {
-		epoch, err := n.fw.Hold(lk.st.Iface, addr, *expect)
+		epoch, err := n.fw.Hold(lk.st.Iface, lk.st.addrs(), *expect)
 		if err != nil {
 			return err
 		}
@@ -103,13 +103,13 @@ func (p *Provider) openLink(e poolEntry, rules netpolicy.Rules) error {
 	if e.link.held != nil && e.link.held.Equal(rules) {
 		epoch, err = n.fw.Open(st.Iface)
 	} else {
-		epoch, err = n.fw.Set(st.Iface, st.Addr, rules)
+		epoch, err = n.fw.Set(st.Iface, st.addrs(), rules)
 	}
 	if err != nil {
 		return fmt.Errorf("the policy of %s: %w", st.Iface, err)
 	}
 	if n.dns != nil {
-		n.dns.Set(st.Addr, st.Iface, rules, epoch)
+		n.dns.Set(st.addrs(), st.Iface, rules, epoch)
 	}
 	return nil
 }
