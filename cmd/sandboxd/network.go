@@ -13,10 +13,14 @@ import (
 
 // OCINetwork are the flags of the oci provider's sandbox networks (provider/oci/network.go).
 type OCINetwork struct {
-	Off     bool
-	Pool    netip.Prefix
-	Egress  string
-	Uplinks []string
+	Off  bool
+	Pool netip.Prefix
+	// Pool6 is the IPv6 pool; unset, one is taken when the host has an IPv6 default route, unless
+	// Pool6Off.
+	Pool6    netip.Prefix
+	Pool6Off bool
+	Egress   string
+	Uplinks  []string
 	// PoolLinks is how many of the warm pool's entries keep a network link made ahead; unset
 	// (poolLinksSet false), poolLinks' default.
 	PoolLinks    int
@@ -31,6 +35,22 @@ func (n *OCINetwork) register(fs *flag.FlagSet) {
 			return fmt.Errorf("want an IPv4 network of at most /29, such as 10.203.0.0/16")
 		}
 		n.Pool = p
+		return nil
+	})
+	fs.Func("oci-network-pool6", "oci provider: the IPv6 prefix the sandboxes' IPv6 addresses come from, inside fc00::/7 and holding as many addresses as --oci-network-pool; auto (the default): a random one of fd00::/8 when the host has an IPv6 default route, kept in the state directory; off: IPv4 only", func(v string) error {
+		n.Pool6, n.Pool6Off = netip.Prefix{}, false
+		switch v {
+		case "auto":
+			return nil
+		case "off":
+			n.Pool6Off = true
+			return nil
+		}
+		p, err := netip.ParsePrefix(v)
+		if err != nil || !p.Addr().Is6() || p.Addr().Is4In6() || !netip.MustParsePrefix("fc00::/7").Contains(p.Addr()) || p.Bits() < 8 || p.Masked() != p {
+			return fmt.Errorf("want auto, off, or an IPv6 network inside fc00::/7, such as fd5b:2c1e:77a0::/64")
+		}
+		n.Pool6 = p
 		return nil
 	})
 	fs.Func("oci-network-egress", "oci provider: the egress of a sandbox whose spec has no sandboxd.network policy: deny (loopback only) or allow (default deny)", func(v string) error {
@@ -63,8 +83,8 @@ func (n *OCINetwork) register(fs *flag.FlagSet) {
 }
 
 func (n OCINetwork) config(warmPool int) oci.NetworkConfig {
-	return oci.NetworkConfig{Off: n.Off, Pool: n.Pool, DefaultEgress: n.Egress, Uplinks: n.Uplinks,
-		WarmPoolLinks: n.poolLinks(warmPool)}
+	return oci.NetworkConfig{Off: n.Off, Pool: n.Pool, Pool6: n.Pool6, AutoPool6: !n.Pool6Off, DefaultEgress: n.Egress,
+		Uplinks: n.Uplinks, WarmPoolLinks: n.poolLinks(warmPool)}
 }
 
 // poolLinks is how many of warmPool entries keep a link: --oci-warm-pool-network, or by default all of

@@ -463,3 +463,33 @@ func TestOCIWarmPoolNetworkFlag(t *testing.T) {
 		}
 	}
 }
+
+// TestOCINetworkPool6Flag: --oci-network-pool6 takes auto (the default), off or a prefix inside
+// fc00::/7, and refuses the rest.
+func TestOCINetworkPool6Flag(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		pool string
+		auto bool
+	}{
+		{nil, "invalid Prefix", true},
+		{[]string{"--oci-network-pool6", "auto"}, "invalid Prefix", true},
+		{[]string{"--oci-network-pool6", "off"}, "invalid Prefix", false},
+		{[]string{"--oci-network-pool6", "fd5b:2c1e:77a0::/64"}, "fd5b:2c1e:77a0::/64", true},
+		{[]string{"--oci-network-pool6", "off", "--oci-network-pool6", "fd00::/96"}, "fd00::/96", true},
+	} {
+		m := NewMain(io.Discard)
+		if err := m.ParseFlags(c.args); err != nil {
+			t.Fatalf("%q: %v", c.args, err)
+		}
+		cfg := m.OCINetwork.config(m.OCIWarmPool)
+		if cfg.Pool6.String() != c.pool || cfg.AutoPool6 != c.auto {
+			t.Errorf("%q: pool6 %s auto %v, want %s %v", c.args, cfg.Pool6, cfg.AutoPool6, c.pool, c.auto)
+		}
+	}
+	for _, bad := range []string{"2001:db8::/64", "10.0.0.0/8", "fd00::1/64", "::ffff:10.0.0.0/104", "fd00::", "yes", ""} {
+		if err := NewMain(io.Discard).ParseFlags([]string{"--oci-network-pool6", bad}); err == nil {
+			t.Errorf("--oci-network-pool6 %q accepted", bad)
+		}
+	}
+}

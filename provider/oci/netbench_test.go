@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/netip"
 	"os/exec"
 	"slices"
 	"testing"
@@ -19,13 +20,24 @@ import (
 // two p50s (goal: at most 1.2). pool=0 starts a container each time; pool=1 keeps one warm pool entry
 // of each kind, one without a link and one with its link made ahead (NetworkConfig.WarmPoolLinks),
 // and each create takes the one for it (the pool is refilled between iterations, off the clock).
+// Without ",ipv6" the provider has no IPv6 pool (IPv4 only); with it, every link has IPv6 too.
 func BenchmarkCreateNetwork(b *testing.B) {
-	for _, warm := range []int{0, 1} {
+	for _, c := range []struct {
+		warm int
+		ipv6 bool
+	}{{0, false}, {1, false}, {0, true}, {1, true}} {
+		warm := c.warm
 		name := map[int]string{0: "pool=0", 1: "pool=1"}[warm]
+		if c.ipv6 {
+			name += ",ipv6"
+		}
 		b.Run(name, func(b *testing.B) {
 			in := newInternet(b)
-			p := netProvider(b, in, testenv.StateDir(b), func(c *oci.Config) {
-				c.WarmPool, c.Network.WarmPoolLinks = 2*warm, warm
+			p := netProvider(b, in, testenv.StateDir(b), func(cfg *oci.Config) {
+				cfg.WarmPool, cfg.Network.WarmPoolLinks = 2*warm, warm
+				if !c.ipv6 {
+					cfg.Network.Pool6 = netip.Prefix{}
+				}
 			})
 			ctx := context.Background()
 			var plain, networked []time.Duration

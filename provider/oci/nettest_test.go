@@ -138,11 +138,28 @@ func (in *internet) names() map[string]netip.Addr {
 	}
 }
 
+// names6 are the test's names with an IPv6 address (AAAA), with the address each answers: an allowed
+// name's, and allowed names answering what no answer may open (DNS rebinding).
+func (in *internet) names6() map[string]netip.Addr {
+	return map[string]netip.Addr{
+		"allowed.test.":   in.server6,
+		"other.test.":     in.other6,
+		"sub.wild.test.":  in.server6,
+		"loop6.test.":     netip.MustParseAddr("::1"),
+		"ll6.test.":       netip.MustParseAddr("fe80::1"),
+		"host6.test.":     in.hostAddr6, // the host's own
+		"meta6.test.":     in.metadata6,
+		"nat64.test.":     in.translated,                            // the server's IPv4 address, through NAT64
+		"mapped.test.":    netip.MustParseAddr("::ffff:127.0.0.1"), // IPv4-mapped
+		"mappedmeta.test.": netip.AddrFrom16(in.metadata.As16()),    // ::ffff:169.254.169.254
+	}
+}
+
 // serveDNS answers the test's names (TTL 1 s: every answer is asked again) on the server's address,
 // port 53, over UDP and TCP.
 func (in *internet) serveDNS(t testing.TB) {
 	t.Helper()
-	names := in.names()
+	names, names6 := in.names(), in.names6()
 	handler := dns.HandlerFunc(func(w dns.ResponseWriter, req *dns.Msg) {
 		m := new(dns.Msg)
 		m.SetReply(req)
@@ -158,9 +175,14 @@ func (in *internet) serveDNS(t testing.TB) {
 				case <-time.After(1500 * time.Millisecond):
 				}
 			}
-			if a, ok := names[strings.ToLower(q.Name)]; ok && q.Qtype == dns.TypeA {
+			a, ok := names[strings.ToLower(q.Name)]
+			a6, ok6 := names6[strings.ToLower(q.Name)]
+			switch {
+			case ok && q.Qtype == dns.TypeA:
 				m.Answer = append(m.Answer, &dns.A{Hdr: dns.RR_Header{Name: q.Name, Rrtype: dns.TypeA, Class: dns.ClassINET, Ttl: 1}, A: a.AsSlice()})
-			} else if !ok {
+			case ok6 && q.Qtype == dns.TypeAAAA:
+				m.Answer = append(m.Answer, &dns.AAAA{Hdr: dns.RR_Header{Name: q.Name, Rrtype: dns.TypeAAAA, Class: dns.ClassINET, Ttl: 1}, AAAA: a6.AsSlice()})
+			case !ok && !ok6:
 				m.Rcode = dns.RcodeNameError
 			}
 		}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -217,5 +218,143 @@ func TestNetworkPolicy6(t *testing.T) {
 				}
 			}
 		})
+	})
+}
+
+// TestNetworkNames6: rules by name over IPv6. The resolver answers AAAA queries of a sandbox with
+// IPv6 and the addresses of an answer for an allowed name are allowed to it as A answers' are; an
+// allowed name answering loopback, link-local, the host's, the IPv6 metadata address, a NAT64 or an
+// IPv4-mapped address opens none of them. A sandbox of a provider without IPv6 gets no AAAA answer, so
+// a rule by name opens no IPv6 there.
+func TestNetworkNames6(t *testing.T) {
+	in := newInternet(t)
+	p := netProvider(t, in, testenv.StateDir(t))
+	hostPort := hostServer(t, "host", ":0")
+	url := func(name string, port int) string { return fmt.Sprintf("-6 http://%s:%d/", name, port) }
+
+	t.Run("an allowed name is reached over IPv6; nothing else", func(t *testing.T) {
+		ref := withPolicy(t, p, `{"allow":["allowed.test","*.wild.test"]}`)
+		mustReach(t, p, ref, url("allowed.test", 80), "server6")
+		mustReach(t, p, ref, url("sub.wild.test", 80), "server6")
+		mustNotReach(t, p, ref, url("other.test", 80))
+		mustNotReach(t, p, ref, url6(in.other6, 80))
+		if res := sh(t, p, ref, "getent ahostsv6 allowed.test"); code(res) != 0 || !strings.Contains(string(res.Stdout), in.server6.String()) {
+			t.Errorf("getent ahostsv6 allowed.test: %d %q %q", code(res), res.Stdout, res.Stderr)
+		}
+	})
+	t.Run("an allowed name answering what no answer opens opens nothing", func(t *testing.T) {
+		names := []string{"loop6.test", "ll6.test", "host6.test", "meta6.test", "nat64.test", "mapped.test", "mappedmeta.test"}
+		ref := withPolicy(t, p, `{"allow":["`+strings.Join(names, `","`)+`"]}`)
+		for _, name := range names {
+			res := sh(t, p, ref, "getent ahostsv6 "+name)
+			if want := in.names6()[name+"."]; code(res) != 0 || !strings.Contains(string(res.Stdout), strings.TrimPrefix(want.String(), "::ffff:")) {
+				t.Errorf("%s did not resolve to %s: %q %q", name, want, res.Stdout, res.Stderr)
+			}
+		}
+		for _, name := range names {
+			mustNotReach(t, p, ref, url(name, 80))
+			mustNotReach(t, p, ref, url(name, hostPort))
+		}
+		// The IPv4-mapped answers are IPv4 to the sandbox's kernel: the IPv4 rules refuse them.
+		mustNotReach(t, p, ref, fmt.Sprintf("-g http://[%s]/", netip.AddrFrom16(in.metadata.As16())))
+	})
+	t.Run("the resolver answers on the IPv6 gateway", func(t *testing.T) {
+		ref := withPolicy(t, p, `{"allow":["allowed.test"]}`)
+		gw6 := in.pool6().Addr().Next()
+		script := fmt.Sprintf(`python3 -c '
+import socket, sys
+q = bytes.fromhex("abcd01000001000000000000") + b"\x07allowed\x04test\x00\x00\x1c\x00\x01"
+s = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
+s.settimeout(2)
+s.sendto(q, ("%s", 53))
+r = s.recv(512)
+sys.exit(0 if r[:2] == q[:2] and r[3] & 15 == 0 and socket.inet_pton(socket.AF_INET6, "%s") in r else 1)
+'`, gw6, in.server6)
+		if res := sh(t, p, ref, script); code(res) != 0 {
+			t.Errorf("a AAAA query to %s: %q %q", gw6, res.Stdout, res.Stderr)
+		}
+		if res := sh(t, p, ref, "cat /etc/resolv.conf"); !strings.Contains(string(res.Stdout), "nameserver "+gw6.String()) {
+			t.Errorf("resolv.conf does not name %s: %q", gw6, res.Stdout)
+		}
+	})
+	t.Run("a provider without IPv6 answers no AAAA", func(t *testing.T) {
+		p4 := netProvider(t, in, testenv.StateDir(t), func(c *oci.Config) {
+			c.Network.Pool6 = netip.Prefix{}
+			c.Network.Pool = netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 232, in.k, 0}), 24)
+		})
+		ref := withPolicy(t, p4, `{"allow":["allowed.test"]}`)
+		if res := sh(t, p4, ref, "getent ahostsv6 allowed.test"); code(res) == 0 && strings.Contains(string(res.Stdout), in.server6.String()) {
+			t.Errorf("an IPv6 answer for a sandbox without IPv6: %q", res.Stdout)
+		}
+		mustReach(t, p4, ref, "http://allowed.test/", "server")
+		mustNotReach(t, p4, ref, url("allowed.test", 80))
+	})
+}
+
+// TestNetworkStaleFlows6: a sandbox's IPv6 flows end with it, released or with a provider that died
+// and the next one started: the host tracks no flow of its IPv6 address afterwards.
+func TestNetworkStaleFlows6(t *testing.T) {
+	in := newInternet(t)
+	dir := testenv.StateDir(t)
+	// keepFlow makes a sandbox of p that keeps a TCP connection to the server over IPv6 and a UDP
+	// flow to it, and returns it with its IPv6 address once the host tracks both.
+	keepFlow := func(t *testing.T, p *oci.Provider) (sandbox.Ref, netip.Addr) {
+		t.Helper()
+		ref := withPolicy(t, p, `{"egress":"allow"}`)
+		a, _ := oci.NetAddr6(p, ref)
+		addr := netip.MustParseAddr(a)
+		script := fmt.Sprintf(`import socket, time
+u = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
+u.sendto(b"hello", ("%[1]s", 9999))
+c = socket.create_connection(("%[1]s", 80))
+while True:
+    time.sleep(1)
+`, in.server6)
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			p.Exec(ctx, ref, sandbox.Command{Argv: []string{"python3", "-c", script}, Timeout: 10 * time.Minute})
+		}()
+		t.Cleanup(func() { cancel(); <-done })
+		waitFor(t, func() bool { return len(trackedFlows(t, func(b netip.Addr) bool { return b == addr })) >= 2 })
+		return ref, addr
+	}
+	t.Run("released", func(t *testing.T) {
+		p := netProvider(t, in, dir)
+		ref, addr := keepFlow(t, p)
+		if err := p.Release(ctxFor(t), ref); err != nil {
+			t.Fatal(err)
+		}
+		if got := trackedFlows(t, func(b netip.Addr) bool { return b == addr }); len(got) > 0 {
+			t.Errorf("flows of the released sandbox's %s are tracked: %q", addr, got)
+		}
+		releaseAll(t, p)
+		if err := oci.CloseNetwork(p); err != nil {
+			t.Fatal(err)
+		}
+	})
+	t.Run("across a provider that died", func(t *testing.T) {
+		cfg := testConfig(t, dir)
+		cfg.Network = in.config()
+		dead, err := oci.New(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ref, addr := keepFlow(t, dead)
+		oci.Abandon(dead)
+		if out, err := exec.Command("runc", "--root", dir+"/runc", "delete", "-f", oci.Container(dead, ref)).CombinedOutput(); err != nil {
+			t.Fatalf("runc delete: %v: %s", err, out)
+		}
+		next := netProvider(t, in, dir)
+		if got := trackedFlows(t, func(b netip.Addr) bool { return b == addr }); len(got) > 0 {
+			t.Errorf("after the restart the dead sandbox's IPv6 flows are tracked: %q", got)
+		}
+		// Nothing of the provider's kept: no table, and the host's IPv6 settings put back.
+		checkNoNetwork(t, dir, in, false)
+		if err := oci.CloseNetwork(next); err != nil {
+			t.Fatal(err)
+		}
+		checkNoNetwork(t, dir, in, false)
 	})
 }

@@ -11,6 +11,7 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -278,17 +279,19 @@ func TestNetworkWarmPool(t *testing.T) {
 func TestNetworkLeaks(t *testing.T) {
 	in := newInternet(t)
 	dir := testenv.StateDir(t)
+	forwarding6 := ipv6Forwarding(t)
 	p := netProvider(t, in, dir)
 	for i := range 25 {
 		ref := withPolicy(t, p, `{"egress":"allow"}`)
 		if i%5 == 0 {
 			mustReach(t, p, ref, "http://"+in.server.String()+"/", "server")
+			mustReach(t, p, ref, url6(in.server6, 80), "server6")
 		}
 		if err := p.Release(ctxFor(t), ref); err != nil {
 			t.Fatal(err)
 		}
 	}
-	checkNoNetwork(t, dir, in.pool(), true)
+	checkNoNetwork(t, dir, in, true)
 
 	// A provider that dies with three networked sandboxes running; two of them die with it. Its warm
 	// pool's idle entries have their links, with chains held for the policy its sandboxes asked for.
@@ -303,6 +306,7 @@ func TestNetworkLeaks(t *testing.T) {
 	for range 3 {
 		ref := withPolicy(t, dead, `{"egress":"allow"}`)
 		mustReach(t, dead, ref, "http://"+in.server.String()+"/", "server")
+		mustReach(t, dead, ref, url6(in.server6, 80), "server6")
 		refs = append(refs, ref)
 	}
 	survivor := refs[0]
@@ -325,7 +329,10 @@ func TestNetworkLeaks(t *testing.T) {
 	next := netProvider(t, in, dir)
 	iface, _ := oci.NetIface(next, survivor)
 	kept, _ := oci.NetAddr(next, survivor)
-	if got := trackedFlows(t, func(a netip.Addr) bool { return sandboxAddr(in.pool(), a) && a.String() != kept }); len(got) > 0 {
+	kept6, _ := oci.NetAddr6(next, survivor)
+	if got := trackedFlows(t, func(a netip.Addr) bool {
+		return (sandboxAddr(in.pool(), a) || sandboxAddr(in.pool6(), a)) && a.String() != kept && a.String() != kept6
+	}); len(got) > 0 {
 		t.Errorf("after the restart the dead sandboxes' flows are tracked: %q", got)
 	}
 	if got := links(t, oci.NetPrefix(dir)); len(got) != 1 || got[0] != iface {
@@ -335,37 +342,64 @@ func TestNetworkLeaks(t *testing.T) {
 		t.Errorf("after the restart the table's sandbox chains are %q, want the survivor's", got)
 	}
 	mustReach(t, next, survivor, "http://"+in.server.String()+"/", "server")
+	mustReach(t, next, survivor, url6(in.server6, 80), "server6")
 	releaseAll(t, next)
-	checkNoNetwork(t, dir, in.pool(), true)
+	checkNoNetwork(t, dir, in, true)
 	if err := oci.CloseNetwork(next); err != nil {
 		t.Fatal(err)
 	}
-	checkNoNetwork(t, dir, in.pool(), false)
+	checkNoNetwork(t, dir, in, false)
+	if got := ipv6Forwarding(t); got != forwarding6 {
+		t.Errorf("the host's IPv6 forwarding is %s, was %s before the providers", got, forwarding6)
+	}
 }
 
-// checkNoNetwork fails when anything of the provider on dir is left on the host: an interface of its
-// prefix, an address or route of pool, a sandbox's chain (or, without table, the table itself).
-func checkNoNetwork(t *testing.T, dir string, pool netip.Prefix, table bool) {
+// ipv6Forwarding is the host's net.ipv6.conf.all.forwarding.
+func ipv6Forwarding(t testing.TB) string {
 	t.Helper()
+	raw, err := os.ReadFile("/proc/sys/net/ipv6/conf/all/forwarding")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.TrimSpace(string(raw))
+}
+
+// checkNoNetwork fails when anything of the provider on dir, whose world outside is in, is left on
+// the host: an interface of its prefix, an address or route of its pools, a tracked flow of one of
+// their addresses, a sandbox's chain (or, without table, the table itself, and the record of the
+// host's IPv6 settings it changed).
+func checkNoNetwork(t *testing.T, dir string, in *internet, table bool) {
+	t.Helper()
+	pool, pool6 := in.pool(), in.pool6()
 	if got := links(t, oci.NetPrefix(dir)); len(got) > 0 {
 		t.Errorf("interfaces left: %q", got)
 	}
-	routes, err := netlink.RouteList(nil, netlink.FAMILY_V4)
+	routes, err := netlink.RouteList(nil, netlink.FAMILY_ALL)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, r := range routes {
-		if r.Dst != nil && pool.Contains(netip.MustParseAddr(r.Dst.IP.String())) {
+		if r.Dst == nil {
+			continue
+		}
+		if a, ok := netip.AddrFromSlice(r.Dst.IP); ok && (pool.Contains(a.Unmap()) || pool6.Contains(a)) {
 			t.Errorf("route left: %s", r)
 		}
 	}
-	for _, a := range hostAddrs(t) {
-		if pool.Contains(a) {
+	addrs, err := net.InterfaceAddrs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range addrs {
+		if pr, err := netip.ParsePrefix(a.String()); err == nil && (pool.Contains(pr.Addr()) || pool6.Contains(pr.Addr())) {
 			t.Errorf("address left: %s", a)
 		}
 	}
-	if got := trackedFlows(t, func(a netip.Addr) bool { return sandboxAddr(pool, a) }); len(got) > 0 {
+	if got := trackedFlows(t, func(a netip.Addr) bool { return sandboxAddr(pool, a) || sandboxAddr(pool6, a) }); len(got) > 0 {
 		t.Errorf("tracked flows left: %q", got)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "net-ipv6")); !table && !os.IsNotExist(err) {
+		t.Errorf("the record of the host's IPv6 settings is left: %v", err)
 	}
 	conn, err := nftables.New()
 	if err != nil {
@@ -474,21 +508,26 @@ func sandboxAddr(pool netip.Prefix, a netip.Addr) bool {
 	return pool.Contains(a) && a != pool.Addr().Next()
 }
 
-// trackedFlows are the host's connection tracking entries one of whose addresses match reports.
+// trackedFlows are the host's connection tracking entries (IPv4 and IPv6) one of whose addresses match
+// reports.
 func trackedFlows(t testing.TB, match func(netip.Addr) bool) []string {
 	t.Helper()
-	var flows []*netlink.ConntrackFlow
-	var err error
-	for range 3 {
-		if flows, err = netlink.ConntrackTableList(netlink.ConntrackTable, unix.AF_INET); !errors.Is(err, netlink.ErrDumpInterrupted) {
-			break
+	var all []*netlink.ConntrackFlow
+	for _, fam := range []netlink.InetFamily{unix.AF_INET, unix.AF_INET6} {
+		var flows []*netlink.ConntrackFlow
+		var err error
+		for range 3 {
+			if flows, err = netlink.ConntrackTableList(netlink.ConntrackTable, fam); !errors.Is(err, netlink.ErrDumpInterrupted) {
+				break
+			}
 		}
-	}
-	if err != nil {
-		t.Fatal(err)
+		if err != nil {
+			t.Fatal(err)
+		}
+		all = append(all, flows...)
 	}
 	var out []string
-	for _, f := range flows {
+	for _, f := range all {
 		for _, ip := range []net.IP{f.Forward.SrcIP, f.Forward.DstIP, f.Reverse.SrcIP, f.Reverse.DstIP} {
 			if a, ok := netip.AddrFromSlice(ip); ok && match(a.Unmap()) {
 				out = append(out, f.String())

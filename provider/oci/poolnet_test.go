@@ -23,7 +23,7 @@ func TestNetworkPoolLinks(t *testing.T) {
 	in := newInternet(t)
 	dir := testenv.StateDir(t)
 	// Runs after the provider's own clean-up (release and Close): nothing of the entries is left.
-	t.Cleanup(func() { checkNoNetwork(t, dir, in.pool(), false) })
+	t.Cleanup(func() { checkNoNetwork(t, dir, in, false) })
 	p := netProvider(t, in, dir, func(c *oci.Config) { c.WarmPool, c.Network.WarmPoolLinks = 2, 1 })
 	full := func() bool { return oci.IdleEntries(p) == 2 && len(oci.LinkedEntries(p)) == 1 }
 	waitFor(t, full)
