@@ -142,15 +142,15 @@ func (in *internet) names() map[string]netip.Addr {
 // name's, and allowed names answering what no answer may open (DNS rebinding).
 func (in *internet) names6() map[string]netip.Addr {
 	return map[string]netip.Addr{
-		"allowed.test.":   in.server6,
-		"other.test.":     in.other6,
-		"sub.wild.test.":  in.server6,
-		"loop6.test.":     netip.MustParseAddr("::1"),
-		"ll6.test.":       netip.MustParseAddr("fe80::1"),
-		"host6.test.":     in.hostAddr6, // the host's own
-		"meta6.test.":     in.metadata6,
-		"nat64.test.":     in.translated,                            // the server's IPv4 address, through NAT64
-		"mapped.test.":    netip.MustParseAddr("::ffff:127.0.0.1"), // IPv4-mapped
+		"allowed.test.":    in.server6,
+		"other.test.":      in.other6,
+		"sub.wild.test.":   in.server6,
+		"loop6.test.":      netip.MustParseAddr("::1"),
+		"ll6.test.":        netip.MustParseAddr("fe80::1"),
+		"host6.test.":      in.hostAddr6, // the host's own
+		"meta6.test.":      in.metadata6,
+		"nat64.test.":      in.translated,                           // the server's IPv4 address, through NAT64
+		"mapped.test.":     netip.MustParseAddr("::ffff:127.0.0.1"), // IPv4-mapped
 		"mappedmeta.test.": netip.AddrFrom16(in.metadata.As16()),    // ::ffff:169.254.169.254
 	}
 }
