@@ -3,9 +3,11 @@ package oci_test
 import (
 	"bufio"
 	"context"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"net/http"
+	"net/netip"
 	"strings"
 	"testing"
 	"time"
@@ -16,6 +18,7 @@ import (
 	"github.com/sandboxd/sandbox/httpapi/apitest"
 	"github.com/sandboxd/sandbox/internal/testenv"
 	teststack "github.com/sandboxd/sandbox/internal/testenv/stack"
+	"github.com/sandboxd/sandbox/provider/oci"
 )
 
 // TestNetworkAPI: the policy through GET and PUT /v1/sandboxes/{id}/network on oci, every answer
@@ -246,44 +249,98 @@ func TestNetworkAPI(t *testing.T) {
 	t.Run("ipv6 rules", func(t *testing.T) { networkIPv6Rules(t, ctx, c, in, create, run) })
 }
 
-// networkIPv6Rules: a well-formed IPv6 rule is no bad request. An allow rule for IPv6 is a
-// capability the provider lacks (its sandboxes have no IPv6): 422 at create, before anything is
-// recorded, and at PUT, leaving the policy that holds; a deny rule for IPv6 is kept (IPv6 is denied
-// anyway) beside IPv4 rules that go on working, and the sandbox has no IPv6 address but link-local
-// and loopback.
+// networkIPv6Rules: a well-formed IPv6 rule is no bad request. On a provider with an IPv6 pool an
+// allow rule for IPv6 is kept and holds: the sandbox has an address of the pool and reaches what the
+// rule allows, a PUT replaces it for new connections, and a denial over IPv6 is listed. On one
+// without (no pool, or its IPv6 turned off), an allow rule for IPv6 is a capability the provider
+// lacks: 422 at create, before anything is recorded, and at PUT, leaving the policy that holds; a deny
+// rule for IPv6 is kept (IPv6 is denied anyway) beside IPv4 rules that go on working, and the sandbox
+// has no IPv6 address but link-local and loopback.
 func networkIPv6Rules(t *testing.T, ctx context.Context, c *client.Client, in *internet,
 	create func(string) *sandbox.Sandbox, run func(*sandbox.Sandbox, string) (string, bool)) {
-	before, err := c.List(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
 	spec := func(policy string) sandbox.Spec {
 		return sandbox.Spec{ClientRequestID: string(sandbox.NewID()), Extensions: map[string]json.RawMessage{"sandboxd.network": json.RawMessage(policy)}}
-	}
-	for _, policy := range []string{`{"allow":["2001:db8::/32"]}`, `{"egress":"allow","allow":["2001:db8::1"]}`, `{"allow":["::/0","` + in.server.String() + `"]}`} {
-		if _, err := c.Create(ctx, spec(policy)); !errors.Is(err, sandbox.ErrUnsupportedCapability) {
-			t.Errorf("create with %s: %v, want unsupported_capability", policy, err)
-		}
 	}
 	for _, policy := range []string{`{"allow":["2001:DB8::/32"]}`, `{"deny":["::ffff:198.18.0.1"]}`, `{"deny":["2001:db8::1/64"]}`} {
 		if _, err := c.Create(ctx, spec(policy)); !errors.Is(err, sandbox.ErrInvalidRequest) {
 			t.Errorf("create with %s: %v, want invalid_request", policy, err)
 		}
 	}
-	if after, err := c.List(ctx); err != nil || len(after) != len(before) {
-		t.Fatalf("refused creates recorded: %d sandboxes before, %d after (%v)", len(before), len(after), err)
+	server6 := "curl -sS --max-time 5 -g http://" + netip.AddrPortFrom(in.server6, 80).String() + "/"
+	other6 := "curl -sS --max-time 5 -g http://" + netip.AddrPortFrom(in.other6, 80).String() + "/"
+	sb := create(`{"allow":["` + netip.PrefixFrom(in.server6, 64).Masked().String() + `"]}`)
+	if out, ok := run(sb, server6); !ok || out != "server6" {
+		t.Errorf("the server allowed by an IPv6 rule: %q %v", out, ok)
+	}
+	if _, ok := run(sb, other6); ok {
+		t.Error("reached an IPv6 address no rule allows")
+	}
+	if out, ok := run(sb, "cat /proc/net/if_inet6"); !ok || !strings.Contains(out, hex.EncodeToString(in.pool6().Addr().AsSlice()[:8])) {
+		t.Errorf("the sandbox has no address of the IPv6 pool %s: %q", in.pool6(), out)
+	}
+	if _, err := c.SetNetwork(ctx, sb.ID, sb.Generation, client.NetworkPolicy{Egress: "allow", Deny: []string{in.server6.String()}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := run(sb, server6); ok {
+		t.Error("reached an IPv6 address denied by the policy set")
+	}
+	if out, ok := run(sb, other6); !ok || out != "other6" {
+		t.Errorf("egress allow beside an IPv6 deny rule: %q %v", out, ok)
+	}
+	if n, err := c.Network(ctx, sb.ID); err != nil || n.Policy.Egress != "allow" || strings.Join(n.Policy.Deny, ",") != in.server6.String()+"/128" {
+		t.Errorf("network %+v %v", n, err)
+	} else if n.DeniedConnections == 0 || len(n.Denials) == 0 || n.Denials[0].Destination != in.server6.String() {
+		t.Errorf("the IPv6 denial is not shown: %+v", n)
 	}
 
-	sb := create(`{"allow":["` + in.server.String() + `"],"deny":["::/0"]}`)
+	// A provider without an IPv6 pool, through an API of its own.
+	p4 := netProvider(t, in, testenv.StateDir(t), func(c *oci.Config) {
+		c.Network.Pool6 = netip.Prefix{}
+		c.Network.Pool = netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 232, in.k, 0}), 24)
+	})
+	st4 := teststack.New(t, p4)
+	c4, err := client.New(st4.URL, client.WithHTTPClient(&http.Client{Transport: apitest.Transport(t, http.DefaultTransport)}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, policy := range []string{`{"allow":["2001:db8::/32"]}`, `{"egress":"allow","allow":["2001:db8::1"]}`, `{"allow":["::/0","` + in.server.String() + `"]}`} {
+		if _, err := c4.Create(ctx, spec(policy)); !errors.Is(err, sandbox.ErrUnsupportedCapability) {
+			t.Errorf("create with %s: %v, want unsupported_capability", policy, err)
+		}
+	}
+	if after, err := c4.List(ctx); err != nil || len(after) != 0 {
+		t.Fatalf("refused creates recorded: %d sandboxes (%v)", len(after), err)
+	}
+	sb4, err := c4.Create(ctx, spec(`{"allow":["`+in.server.String()+`"],"deny":["::/0"]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for sb4.State != sandbox.StateReady {
+		if sb4.State == sandbox.StateFailed {
+			t.Fatalf("sandbox failed: %+v", sb4.Failure)
+		}
+		time.Sleep(20 * time.Millisecond)
+		if sb4, err = c4.Get(ctx, sb4.ID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	run4 := func(script string) (string, bool) {
+		t.Helper()
+		res, err := c4.Exec(ctx, sb4.ID, sb4.Generation, sandbox.Command{Argv: []string{"sh", "-c", script}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(res.Stdout), res.ExitCode != nil && *res.ExitCode == 0
+	}
 	server := "curl -sS --max-time 5 http://" + in.server.String() + "/"
-	if out, ok := run(sb, server); !ok || out != "server" {
+	if out, ok := run4(server); !ok || out != "server" {
 		t.Errorf("the allowed server beside an IPv6 deny rule: %q %v", out, ok)
 	}
-	if n, err := c.Network(ctx, sb.ID); err != nil || strings.Join(n.Policy.Deny, ",") != "::/0" {
+	if n, err := c4.Network(ctx, sb4.ID); err != nil || strings.Join(n.Policy.Deny, ",") != "::/0" {
 		t.Errorf("network %+v %v", n, err)
 	}
 	// /proc/net/if_inet6: one line per address, the address in 32 hex digits first.
-	out, ok := run(sb, "cat /proc/net/if_inet6")
+	out, ok := run4("cat /proc/net/if_inet6")
 	if !ok {
 		t.Fatalf("if_inet6: %q", out)
 	}
@@ -292,20 +349,22 @@ func networkIPv6Rules(t *testing.T, ctx context.Context, c *client.Client, in *i
 			t.Errorf("the sandbox has an IPv6 address neither link-local nor loopback: %s", line)
 		}
 	}
-
-	if _, err := c.SetNetwork(ctx, sb.ID, sb.Generation, client.NetworkPolicy{Egress: "deny", Allow: []string{"2001:db8::/32"}}); !errors.Is(err, sandbox.ErrUnsupportedCapability) {
+	if _, err := c4.SetNetwork(ctx, sb4.ID, sb4.Generation, client.NetworkPolicy{Egress: "deny", Allow: []string{"2001:db8::/32"}}); !errors.Is(err, sandbox.ErrUnsupportedCapability) {
 		t.Errorf("PUT allowing IPv6: %v, want unsupported_capability", err)
 	}
-	if n, err := c.Network(ctx, sb.ID); err != nil || strings.Join(n.Policy.Allow, ",") != in.server.String()+"/32" || strings.Join(n.Policy.Deny, ",") != "::/0" {
+	if n, err := c4.Network(ctx, sb4.ID); err != nil || strings.Join(n.Policy.Allow, ",") != in.server.String()+"/32" || strings.Join(n.Policy.Deny, ",") != "::/0" {
 		t.Errorf("after the refused PUT: %+v %v", n, err)
 	}
-	if _, err := c.SetNetwork(ctx, sb.ID, sb.Generation, client.NetworkPolicy{Egress: "allow", Deny: []string{"2001:db8::/32", in.other.String()}}); err != nil {
+	if _, err := c4.SetNetwork(ctx, sb4.ID, sb4.Generation, client.NetworkPolicy{Egress: "allow", Deny: []string{"2001:db8::/32", in.other.String()}}); err != nil {
 		t.Fatal(err)
 	}
-	if out, ok := run(sb, server); !ok || out != "server" {
+	if out, ok := run4(server); !ok || out != "server" {
 		t.Errorf("egress allow beside an IPv6 deny rule: %q %v", out, ok)
 	}
-	if _, ok := run(sb, "curl -sS --max-time 5 http://"+in.other.String()+"/"); ok {
+	if _, ok := run4("curl -sS --max-time 5 http://" + in.other.String() + "/"); ok {
 		t.Error("reached an IPv4 address denied beside an IPv6 deny rule")
+	}
+	if _, ok := run4(server6); ok {
+		t.Error("reached an IPv6 address from a sandbox of a provider without IPv6")
 	}
 }
