@@ -42,8 +42,17 @@ func TestOCINetworkAcrossDaemonSIGKILL(t *testing.T) {
 	ctx := context.Background()
 	dataDir := testenv.StateDir(t)
 	removeContainersAtEnd(t, dataDir)
-	pool, args := networkFlags(t, 232)
-	gateway := pool.Addr().Next()
+	pool, pool6, args := networkFlags(t, 232)
+	gateway, gateway6 := pool.Addr().Next(), pool6.Addr().Next()
+	forwarding6 := func() string {
+		t.Helper()
+		raw, err := os.ReadFile("/proc/sys/net/ipv6/conf/all/forwarding")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return strings.TrimSpace(string(raw))
+	}
+	forwardingBefore := forwarding6()
 	stateDir, err := filepath.Abs(filepath.Join(dataDir, "oci"))
 	if err != nil {
 		t.Fatal(err)
@@ -84,28 +93,45 @@ func TestOCINetworkAcrossDaemonSIGKILL(t *testing.T) {
 		}
 		return n, tableThere
 	}
-	// flows are the tracked flows of a sandbox's address (the pool's but the gateway), but those of keep.
+	// v4 is the IPv4 address of the sandbox whose IPv6 address is a (at the same offset in its pool).
+	v4 := func(a netip.Addr) netip.Addr {
+		p := pool.Addr().As4()
+		return netip.AddrFrom4([4]byte{p[0], p[1], p[2], a.As16()[15]})
+	}
+	// flows are the tracked flows (IPv4 and IPv6) of a sandbox's address (the pools' but the
+	// gateways), but those of keep (IPv4 addresses, and the IPv6 ones at their offsets).
 	flows := func(keep ...netip.Addr) []string {
 		t.Helper()
 		var all []*netlink.ConntrackFlow
-		var err error
-		for range 3 {
-			if all, err = netlink.ConntrackTableList(netlink.ConntrackTable, unix.AF_INET); !errors.Is(err, netlink.ErrDumpInterrupted) {
-				break
+		for _, fam := range []netlink.InetFamily{unix.AF_INET, unix.AF_INET6} {
+			var some []*netlink.ConntrackFlow
+			var err error
+			for range 3 {
+				if some, err = netlink.ConntrackTableList(netlink.ConntrackTable, fam); !errors.Is(err, netlink.ErrDumpInterrupted) {
+					break
+				}
 			}
-		}
-		if err != nil {
-			t.Fatal(err)
+			if err != nil {
+				t.Fatal(err)
+			}
+			all = append(all, some...)
 		}
 		var out []string
 		for _, f := range all {
 			sandboxes, kept := 0, 0
 			for _, ip := range []net.IP{f.Forward.SrcIP, f.Forward.DstIP, f.Reverse.SrcIP, f.Reverse.DstIP} {
-				if a, ok := netip.AddrFromSlice(ip); ok && pool.Contains(a.Unmap()) && a.Unmap() != gateway {
-					sandboxes++
-					if slices.Contains(keep, a.Unmap()) {
-						kept++
-					}
+				a, ok := netip.AddrFromSlice(ip)
+				a = a.Unmap()
+				switch {
+				case ok && pool.Contains(a) && a != gateway:
+				case ok && pool6.Contains(a) && a != gateway6:
+					a = v4(a)
+				default:
+					continue
+				}
+				sandboxes++
+				if slices.Contains(keep, a) {
+					kept++
 				}
 			}
 			if sandboxes > kept {
@@ -171,9 +197,9 @@ func TestOCINetworkAcrossDaemonSIGKILL(t *testing.T) {
 		if sb, err := pollState(d.url, sb.ID, sandbox.StateReady); err != nil {
 			return sb, err
 		}
-		// A flow of its address, to the gateway.
+		// A flow of each of its addresses, to the gateways.
 		var res sandbox.CommandResult
-		script := fmt.Sprintf(`import socket; socket.socket(socket.AF_INET, socket.SOCK_DGRAM).sendto(b"x", ("%s", 53))`, gateway)
+		script := fmt.Sprintf(`import socket; socket.socket(socket.AF_INET, socket.SOCK_DGRAM).sendto(b"x", ("%s", 53)); socket.socket(socket.AF_INET6, socket.SOCK_DGRAM).sendto(b"x", ("%s", 53))`, gateway, gateway6)
 		if st := call(ctx, "POST", fmt.Sprintf("%s/v1/sandboxes/%s/commands", d.url, sb.ID),
 			map[string]any{"expectedGeneration": sb.Generation, "argv": []string{"python3", "-c", script}}, &res); st != 200 || res.ExitCode == nil || *res.ExitCode != 0 {
 			return sb, fmt.Errorf("send from %s: %d %+v", sb.ID, st, res)
@@ -310,23 +336,29 @@ func TestOCINetworkAcrossDaemonSIGKILL(t *testing.T) {
 	if _, there := chains(); there {
 		t.Error("the table outlived the daemon that had no sandbox with a network")
 	}
-	routes, err := netlink.RouteList(nil, netlink.FAMILY_V4)
+	routes, err := netlink.RouteList(nil, netlink.FAMILY_ALL)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, r := range routes {
-		if r.Dst != nil && pool.Contains(netip.MustParseAddr(r.Dst.IP.String())) {
-			t.Errorf("a route of the pool is left: %s", r)
+		if r.Dst == nil {
+			continue
+		}
+		if a, ok := netip.AddrFromSlice(r.Dst.IP); ok && (pool.Contains(a.Unmap()) || pool6.Contains(a)) {
+			t.Errorf("a route of the pools is left: %s", r)
 		}
 	}
-	addrs, err := netlink.AddrList(nil, netlink.FAMILY_V4)
+	addrs, err := netlink.AddrList(nil, netlink.FAMILY_ALL)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, a := range addrs {
-		if pool.Contains(netip.MustParseAddr(a.IP.String())) {
-			t.Errorf("an address of the pool is left: %s", a)
+		if b, ok := netip.AddrFromSlice(a.IP); ok && (pool.Contains(b.Unmap()) || pool6.Contains(b)) {
+			t.Errorf("an address of the pools is left: %s", a)
 		}
+	}
+	if got := forwarding6(); got != forwardingBefore {
+		t.Errorf("the host's IPv6 forwarding is %s once the daemon stopped, was %s", got, forwardingBefore)
 	}
 	if got := flows(); len(got) > 0 {
 		t.Errorf("tracked flows of the pool once the daemon stopped: %q", got)
@@ -360,7 +392,7 @@ func TestOCINetworkEgressAllowDefault(t *testing.T) {
 	ctx := context.Background()
 	dataDir := testenv.StateDir(t)
 	removeContainersAtEnd(t, dataDir)
-	_, args := networkFlags(t, 233)
+	_, _, args := networkFlags(t, 233)
 	d := startDaemon(t, dataDir, append(args, "--oci-network-egress", "allow")...)
 	for _, tc := range []struct {
 		name, policy string // policy: the spec's, none when empty
@@ -411,20 +443,22 @@ func jsonEqual(t *testing.T, raw []byte, want any) bool {
 	return json.Unmarshal(raw, &a) == nil && json.Unmarshal(w, &b) == nil && reflect.DeepEqual(a, b)
 }
 
-// networkFlags are the daemon's flags of an oci provider whose pool is a random /24 of 10.second.0.0/16
-// and whose uplink is an interface of the test's (a veth pair going nowhere, removed when the test
-// ends): the host's own interfaces keep their settings, and nothing the sandboxes send leaves.
-func networkFlags(t *testing.T, second byte) (netip.Prefix, []string) {
+// networkFlags are the daemon's flags of an oci provider whose pool is a random /24 of 10.second.0.0/16,
+// whose IPv6 pool a random /64 of fd00::/8, and whose uplink is an interface of the test's (a veth
+// pair going nowhere, removed when the test ends): the host's own interfaces keep their settings.
+func networkFlags(t *testing.T, second byte) (netip.Prefix, netip.Prefix, []string) {
 	t.Helper()
 	var rnd [2]byte
 	rand.Read(rnd[:])
 	pool := netip.PrefixFrom(netip.AddrFrom4([4]byte{10, second, rnd[0], 0}), 24)
+	pool6 := netip.PrefixFrom(netip.AddrFrom16([16]byte{0xfd, 0x5b, second, rnd[0], rnd[1]}), 64)
 	uplink := "sxtu" + hex.EncodeToString(rnd[:])
 	if out, err := exec.Command("ip", "link", "add", uplink, "type", "veth", "peer", "name", "sxtv"+hex.EncodeToString(rnd[:])).CombinedOutput(); err != nil {
 		t.Fatalf("ip link add: %v: %s", err, out)
 	}
 	t.Cleanup(func() { exec.Command("ip", "link", "del", uplink).Run() })
-	return pool, []string{"--provider", "oci", "--oci-warm-pool", "0", "--oci-network-pool", pool.String(), "--oci-network-uplinks", uplink}
+	return pool, pool6, []string{"--provider", "oci", "--oci-warm-pool", "0", "--oci-network-pool", pool.String(),
+		"--oci-network-pool6", pool6.String(), "--oci-network-uplinks", uplink}
 }
 
 // TestOCIWarmPoolNetworkFlag: how many warm pool entries keep a link made ahead, by default and as

@@ -67,6 +67,8 @@ func TestNetworkPoolLinks(t *testing.T) {
 			{server, true, "http://" + in.server.String() + "/", "http://" + in.other.String() + "/", "server"},
 			// Rules other than those held, and by name: the resolver knows the sandbox at once.
 			{`{"allow":["other.test"]}`, true, "http://other.test/", "http://" + in.server.String() + "/", "other"},
+			// Over IPv6: the entry's link has it from the start.
+			{fmt.Sprintf(`{"allow":["%s"]}`, in.server6), true, url6(in.server6, 80), url6(in.other6, 80), "server6"},
 		} {
 			waitFor(t, full)
 			e := oci.LinkedEntries(p)[0]
@@ -102,16 +104,24 @@ func entryReachesNothing(t *testing.T, in *internet, e oci.LinkedEntry) {
 			t.Fatalf("the entry's link: %v", err)
 		}
 		addrs, _ := ifc.Addrs()
-		var have []string
+		var have, have6 []string
 		for _, a := range addrs {
 			if ipn, ok := a.(*net.IPNet); ok && ipn.IP.To4() != nil {
 				have = append(have, ipn.IP.String())
+			} else if ok && in.pool6().Contains(netip.MustParseAddr(ipn.IP.String())) {
+				have6 = append(have6, ipn.IP.String())
 			}
 		}
 		if !slices.Contains(have, e.Addr) {
 			t.Errorf("the entry's eth0 has %q, want %s", have, e.Addr)
 		}
-		for _, to := range []netip.AddrPort{netip.AddrPortFrom(in.server, 80), netip.AddrPortFrom(gateway, 53)} {
+		// Its IPv6 side is made ahead too.
+		if len(have6) != 1 {
+			t.Errorf("the entry's eth0 has IPv6 addresses %q of the pool %s, want one", have6, in.pool6())
+		}
+		gateway6 := in.pool6().Addr().Next()
+		for _, to := range []netip.AddrPort{netip.AddrPortFrom(in.server, 80), netip.AddrPortFrom(gateway, 53),
+			netip.AddrPortFrom(in.server6, 80), netip.AddrPortFrom(gateway6, 53)} {
 			if c, err := net.DialTimeout("tcp", to.String(), time.Second); err == nil {
 				c.Close()
 				t.Errorf("the idle entry connected to %s", to)
