@@ -35,34 +35,10 @@ func TestNetworkAPI(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	create := func(policy string) *sandbox.Sandbox {
-		t.Helper()
-		spec := sandbox.Spec{ClientRequestID: string(sandbox.NewID())}
-		if policy != "" {
-			spec.Extensions = map[string]json.RawMessage{"sandboxd.network": json.RawMessage(policy)}
-		}
-		sb, err := c.Create(ctx, spec)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for sb.State != sandbox.StateReady {
-			if sb.State == sandbox.StateFailed {
-				t.Fatalf("sandbox failed: %+v", sb.Failure)
-			}
-			time.Sleep(20 * time.Millisecond)
-			if sb, err = c.Get(ctx, sb.ID); err != nil {
-				t.Fatal(err)
-			}
-		}
-		return sb
-	}
+	create := func(policy string) *sandbox.Sandbox { t.Helper(); return createReady(t, ctx, c, policy) }
 	run := func(sb *sandbox.Sandbox, script string) (string, bool) {
 		t.Helper()
-		res, err := c.Exec(ctx, sb.ID, sb.Generation, sandbox.Command{Argv: []string{"sh", "-c", script}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return string(res.Stdout), res.ExitCode != nil && *res.ExitCode == 0
+		return runIn(t, ctx, c, sb, script)
 	}
 	server := "http://" + in.server.String() + "/"
 
@@ -249,6 +225,40 @@ func TestNetworkAPI(t *testing.T) {
 	t.Run("ipv6 rules", func(t *testing.T) { networkIPv6Rules(t, ctx, c, in, create, run) })
 }
 
+// createReady creates a sandbox through c whose spec holds policy (none when empty) and waits until it
+// is ready.
+func createReady(t *testing.T, ctx context.Context, c *client.Client, policy string) *sandbox.Sandbox {
+	t.Helper()
+	spec := sandbox.Spec{ClientRequestID: string(sandbox.NewID())}
+	if policy != "" {
+		spec.Extensions = map[string]json.RawMessage{"sandboxd.network": json.RawMessage(policy)}
+	}
+	sb, err := c.Create(ctx, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for sb.State != sandbox.StateReady {
+		if sb.State == sandbox.StateFailed {
+			t.Fatalf("sandbox failed: %+v", sb.Failure)
+		}
+		time.Sleep(20 * time.Millisecond)
+		if sb, err = c.Get(ctx, sb.ID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return sb
+}
+
+// runIn runs script with sh in sb through c and returns its output and whether it exited 0.
+func runIn(t *testing.T, ctx context.Context, c *client.Client, sb *sandbox.Sandbox, script string) (string, bool) {
+	t.Helper()
+	res, err := c.Exec(ctx, sb.ID, sb.Generation, sandbox.Command{Argv: []string{"sh", "-c", script}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(res.Stdout), res.ExitCode != nil && *res.ExitCode == 0
+}
+
 // networkIPv6Rules: a well-formed IPv6 rule is no bad request. On a provider with an IPv6 pool an
 // allow rule for IPv6 is kept and holds: the sandbox has an address of the pool and reaches what the
 // rule allows, a PUT replaces it for new connections, and a denial over IPv6 is listed. On one
@@ -311,27 +321,8 @@ func networkIPv6Rules(t *testing.T, ctx context.Context, c *client.Client, in *i
 	if after, err := c4.List(ctx); err != nil || len(after) != 0 {
 		t.Fatalf("refused creates recorded: %d sandboxes (%v)", len(after), err)
 	}
-	sb4, err := c4.Create(ctx, spec(`{"allow":["`+in.server.String()+`"],"deny":["::/0"]}`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for sb4.State != sandbox.StateReady {
-		if sb4.State == sandbox.StateFailed {
-			t.Fatalf("sandbox failed: %+v", sb4.Failure)
-		}
-		time.Sleep(20 * time.Millisecond)
-		if sb4, err = c4.Get(ctx, sb4.ID); err != nil {
-			t.Fatal(err)
-		}
-	}
-	run4 := func(script string) (string, bool) {
-		t.Helper()
-		res, err := c4.Exec(ctx, sb4.ID, sb4.Generation, sandbox.Command{Argv: []string{"sh", "-c", script}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return string(res.Stdout), res.ExitCode != nil && *res.ExitCode == 0
-	}
+	sb4 := createReady(t, ctx, c4, `{"allow":["`+in.server.String()+`"],"deny":["::/0"]}`)
+	run4 := func(script string) (string, bool) { t.Helper(); return runIn(t, ctx, c4, sb4, script) }
 	server := "curl -sS --max-time 5 http://" + in.server.String() + "/"
 	if out, ok := run4(server); !ok || out != "server" {
 		t.Errorf("the allowed server beside an IPv6 deny rule: %q %v", out, ok)

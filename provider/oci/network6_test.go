@@ -30,31 +30,6 @@ func connects(t *testing.T, p *oci.Provider, ref sandbox.Ref, ap netip.AddrPort)
 	return code(res) == 0
 }
 
-// hostAddrs6 are the host's IPv6 addresses outside loopback and link-local, and those of the given
-// prefixes.
-func hostAddrs6(t *testing.T, but ...netip.Prefix) []netip.Addr {
-	t.Helper()
-	addrs, err := net.InterfaceAddrs()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out []netip.Addr
-next:
-	for _, a := range addrs {
-		pr, err := netip.ParsePrefix(a.String())
-		if err != nil || !pr.Addr().Is6() || pr.Addr().IsLoopback() || pr.Addr().IsLinkLocalUnicast() {
-			continue
-		}
-		for _, b := range but {
-			if b.Contains(pr.Addr()) {
-				continue next
-			}
-		}
-		out = append(out, pr.Addr())
-	}
-	return out
-}
-
 // TestNetworkPolicy6: TestNetworkPolicy's cases over IPv6, on a provider with an IPv6 pool: a
 // sandbox's policy lets out to IPv6 destinations what it lets out to IPv4 ones, and no rule but one
 // naming it opens the host, its link-local addresses, the clouds' IPv6 metadata address, another
@@ -66,7 +41,7 @@ func TestNetworkPolicy6(t *testing.T) {
 	server, other := url6(in.server6, 80), url6(in.other6, 80)
 	metadata := url6(in.metadata6, 80)
 	gateway6 := in.pool6().Addr().Next()
-	host := append(hostAddrs6(t, in.pool6()), gateway6)
+	host := append(hostAddrs(t, true, in.pool6()), gateway6)
 	if len(host) < 2 {
 		t.Fatalf("the host's IPv6 addresses: %v (want the internet's end beside the gateway)", host)
 	}

@@ -96,8 +96,10 @@ func mustNotReach(t *testing.T, p *oci.Provider, ref sandbox.Ref, url string) {
 	}
 }
 
-// hostAddrs are the host's IPv4 addresses outside loopback and the given prefixes.
-func hostAddrs(t *testing.T, but ...netip.Prefix) []netip.Addr {
+// hostAddrs are the host's IPv4 addresses (IPv6 ones with v6, link-local left out) outside loopback
+// and the given prefixes.
+func hostAddrs(t *testing.T, v6 bool, but ...netip.Prefix) []netip.Addr {
+	t.Helper()
 	addrs, err := net.InterfaceAddrs()
 	if err != nil {
 		t.Fatal(err)
@@ -106,7 +108,7 @@ func hostAddrs(t *testing.T, but ...netip.Prefix) []netip.Addr {
 next:
 	for _, a := range addrs {
 		pr, err := netip.ParsePrefix(a.String())
-		if err != nil || !pr.Addr().Is4() || pr.Addr().IsLoopback() {
+		if err != nil || pr.Addr().Is6() != v6 || pr.Addr().IsLoopback() || v6 && pr.Addr().IsLinkLocalUnicast() {
 			continue
 		}
 		for _, b := range but {
@@ -131,7 +133,7 @@ func TestNetworkPolicy(t *testing.T) {
 
 	// The host's side of every link and address, which no policy without a rule naming it reaches.
 	gateway := in.pool().Addr().Next()
-	host := append(hostAddrs(t, in.pool()), gateway)
+	host := append(hostAddrs(t, false, in.pool()), gateway)
 	var neighbour sandbox.Ref
 	neverReached := func(t *testing.T, ref sandbox.Ref) {
 		t.Helper()
