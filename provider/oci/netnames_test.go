@@ -70,8 +70,8 @@ except OSError as e:
 			}
 		}
 		// Through the resolver the name resolves.
-		if res := sh(t, p, ref, "getent hosts allowed.test"); code(res) != 0 || !strings.Contains(string(res.Stdout), in.server.String()) {
-			t.Errorf("getent hosts allowed.test: %d %q %q", code(res), res.Stdout, res.Stderr)
+		if res := sh(t, p, ref, "getent ahostsv4 allowed.test"); code(res) != 0 || !strings.Contains(string(res.Stdout), in.server.String()) {
+			t.Errorf("getent ahostsv4 allowed.test: %d %q %q", code(res), res.Stdout, res.Stderr)
 		}
 	})
 	t.Run("an allowed name answering a host or link-local address opens neither", func(t *testing.T) {
