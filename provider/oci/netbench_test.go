@@ -20,7 +20,7 @@ import (
 // two p50s (goal: at most 1.2). pool=0 starts a container each time; pool=1 keeps one warm pool entry
 // of each kind, one without a link and one with its link made ahead (NetworkConfig.WarmPoolLinks),
 // and each create takes the one for it (the pool is refilled between iterations, off the clock).
-// Without ",ipv6" the provider has no IPv6 pool (IPv4 only); with it, every link has IPv6 too.
+// Without "_ipv6" the provider has no IPv6 pool (IPv4 only); with it, every link has IPv6 too.
 func BenchmarkCreateNetwork(b *testing.B) {
 	for _, c := range []struct {
 		warm int
@@ -29,7 +29,7 @@ func BenchmarkCreateNetwork(b *testing.B) {
 		warm := c.warm
 		name := map[int]string{0: "pool=0", 1: "pool=1"}[warm]
 		if c.ipv6 {
-			name += ",ipv6"
+			name += "_ipv6"
 		}
 		b.Run(name, func(b *testing.B) {
 			in := newInternet(b)
