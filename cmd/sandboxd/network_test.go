@@ -44,15 +44,7 @@ func TestOCINetworkAcrossDaemonSIGKILL(t *testing.T) {
 	removeContainersAtEnd(t, dataDir)
 	pool, pool6, args := networkFlags(t, 232)
 	gateway, gateway6 := pool.Addr().Next(), pool6.Addr().Next()
-	forwarding6 := func() string {
-		t.Helper()
-		raw, err := os.ReadFile("/proc/sys/net/ipv6/conf/all/forwarding")
-		if err != nil {
-			t.Fatal(err)
-		}
-		return strings.TrimSpace(string(raw))
-	}
-	forwardingBefore := forwarding6()
+	forwardingBefore := forwarding6(t)
 	stateDir, err := filepath.Abs(filepath.Join(dataDir, "oci"))
 	if err != nil {
 		t.Fatal(err)
@@ -357,7 +349,7 @@ func TestOCINetworkAcrossDaemonSIGKILL(t *testing.T) {
 			t.Errorf("an address of the pools is left: %s", a)
 		}
 	}
-	if got := forwarding6(); got != forwardingBefore {
+	if got := forwarding6(t); got != forwardingBefore {
 		t.Errorf("the host's IPv6 forwarding is %s once the daemon stopped, was %s", got, forwardingBefore)
 	}
 	if got := flows(); len(got) > 0 {
@@ -384,15 +376,26 @@ func pollState(url string, id sandbox.ID, want sandbox.State) (sandbox.Sandbox, 
 	}
 }
 
+// forwarding6 is the host's net.ipv6.conf.all.forwarding.
+func forwarding6(t *testing.T) string {
+	t.Helper()
+	raw, err := os.ReadFile("/proc/sys/net/ipv6/conf/all/forwarding")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.TrimSpace(string(raw))
+}
+
 // TestOCINetworkEgressAllowDefault: with --oci-network-egress allow, a sandbox whose spec has no policy
 // gets a network and the policy {"egress":"allow"}, visible in GET .../network; one whose policy says
-// deny keeps loopback only.
+// deny keeps loopback only. The daemon, stopped with none left, puts the host's IPv6 forwarding back.
 func TestOCINetworkEgressAllowDefault(t *testing.T) {
 	needOCI(t)
 	ctx := context.Background()
 	dataDir := testenv.StateDir(t)
 	removeContainersAtEnd(t, dataDir)
 	_, _, args := networkFlags(t, 233)
+	forwardingBefore := forwarding6(t)
 	d := startDaemon(t, dataDir, append(args, "--oci-network-egress", "allow")...)
 	for _, tc := range []struct {
 		name, policy string // policy: the spec's, none when empty
@@ -430,6 +433,15 @@ func TestOCINetworkEgressAllowDefault(t *testing.T) {
 			t.Fatalf("%s: terminate: %d", tc.name, st)
 		}
 		waitFor(t, d.url, sb.ID, sandbox.StateTerminated)
+	}
+	_ = d.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-d.done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the daemon did not stop on SIGTERM")
+	}
+	if got := forwarding6(t); got != forwardingBefore {
+		t.Errorf("the host's IPv6 forwarding is %s once the daemon stopped, was %s", got, forwardingBefore)
 	}
 }
 
