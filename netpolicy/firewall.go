@@ -587,8 +587,10 @@ func (f *Firewall) Status(ifn string) (Status, error) {
 // Learn allows the sandbox on ifn the addresses addrs for ttl: the answer for a name an allow rule of
 // the policy of epoch (Set's) names. An address known already is kept for the longer of the two. The
 // learned addresses come after the rules that keep the host, link-local addresses, the other
-// sandboxes and the deny rules' destinations out: an answer opens none of them. When the sandbox's
-// policy is no longer epoch's, nothing is learned: ErrStalePolicy.
+// sandboxes and the deny rules' destinations out (over IPv6 also unique local addresses, NAT64 and
+// IPv4-mapped ones): an answer opens none of them. IPv6 addresses are learned (into a6-X) only for a
+// sandbox with IPv6, and an IPv4-mapped one never. When the sandbox's policy is no longer epoch's,
+// nothing is learned: ErrStalePolicy.
 func (f *Firewall) Learn(ifn string, epoch uint64, addrs []netip.Addr, ttl time.Duration) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
