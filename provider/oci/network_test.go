@@ -740,7 +740,8 @@ func TestNetworkUplinkForwarding(t *testing.T) {
 
 // TestNetworkIPv6: what a sandbox under egress allow sends over IPv6 from its link (from a link-local
 // address, to every node of the link) arrives at the host's end of the link and goes no further: a
-// listener of the host on the port hears nothing.
+// listener of the host on the port hears nothing (its chains drop a source that is not its own
+// address, link-local ones included).
 func TestNetworkIPv6(t *testing.T) {
 	in := newInternet(t)
 	p := netProvider(t, in, testenv.StateDir(t))
