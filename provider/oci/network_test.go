@@ -220,35 +220,8 @@ func TestNetworkPolicy(t *testing.T) {
 	})
 	t.Run("a forged source address goes nowhere", func(t *testing.T) {
 		ref := withPolicy(t, p, `{"egress":"allow"}`)
-		// The sandbox's root may not change its namespace's addresses (no CAP_NET_ADMIN) ...
-		if res := sh(t, p, ref, "ip addr add "+naddr+"/32 dev eth0"); code(res) == 0 {
-			t.Error("the sandbox's root added an address")
-		}
-		// ... and were it to, the host drops what does not come from the address it was given: the
-		// test adds the neighbour's address inside the sandbox's namespace and sends from it.
-		pid, err := oci.InitPid(p, ref)
-		if err != nil {
-			t.Fatal(err)
-		}
 		own, _ := oci.NetAddr(p, ref)
-		inNetns(t, pid, func() {
-			h, eth0 := eth0Handle(t)
-			defer h.Close()
-			forged := &netlink.Addr{IPNet: &net.IPNet{IP: net.ParseIP(naddr), Mask: net.CIDRMask(32, 32)}}
-			if err := h.AddrAdd(eth0, forged); err != nil {
-				t.Fatal(err)
-			}
-			for _, src := range []string{own, naddr} {
-				d := net.Dialer{Timeout: 2 * time.Second, LocalAddr: &net.TCPAddr{IP: net.ParseIP(src)}}
-				c, err := d.Dial("tcp", in.server.String()+":80")
-				if c != nil {
-					c.Close()
-				}
-				if (err == nil) != (src == own) {
-					t.Errorf("from %s: connect error %v", src, err)
-				}
-			}
-		})
+		forgedSources(t, p, ref, netip.MustParseAddr(own), netip.AddrPortFrom(in.server, 80), netip.MustParseAddr(naddr))
 	})
 	t.Run("malformed policies", func(t *testing.T) {
 		for _, bad := range []string{`{"egress":"maybe"}`, `{"allow":["10.0.0.1/8"]}`, `{"allow":["2001:db8::1/64"]}`,
@@ -256,6 +229,41 @@ func TestNetworkPolicy(t *testing.T) {
 			spec := sandbox.Spec{Extensions: map[string]json.RawMessage{"sandboxd.network": json.RawMessage(bad)}}
 			if err := p.ValidateSpec(spec); !errors.Is(err, sandbox.ErrInvalidRequest) {
 				t.Errorf("%s: %v, want ErrInvalidRequest", bad, err)
+			}
+		}
+	})
+}
+
+// forgedSources shows that the sandbox ref, whose address is own, reaches server from own alone. Its
+// root may not change its namespace's addresses (no CAP_NET_ADMIN); were it to, the host drops what
+// does not come from the address it was given: the test adds each of forged inside the sandbox's
+// namespace (without duplicate detection) and connects from it.
+func forgedSources(t *testing.T, p *oci.Provider, ref sandbox.Ref, own netip.Addr, server netip.AddrPort, forged ...netip.Addr) {
+	t.Helper()
+	if res := sh(t, p, ref, fmt.Sprintf("ip addr add %s dev eth0", netip.PrefixFrom(forged[0], forged[0].BitLen()))); code(res) == 0 {
+		t.Error("the sandbox's root added an address")
+	}
+	pid, err := oci.InitPid(p, ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	inNetns(t, pid, func() {
+		h, eth0 := eth0Handle(t)
+		defer h.Close()
+		for _, a := range forged {
+			n := a.BitLen()
+			if err := h.AddrAdd(eth0, &netlink.Addr{IPNet: &net.IPNet{IP: a.AsSlice(), Mask: net.CIDRMask(n, n)}, Flags: unix.IFA_F_NODAD}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for _, src := range append([]netip.Addr{own}, forged...) {
+			d := net.Dialer{Timeout: 2 * time.Second, LocalAddr: &net.TCPAddr{IP: src.AsSlice()}}
+			c, err := d.Dial("tcp", server.String())
+			if c != nil {
+				c.Close()
+			}
+			if (err == nil) != (src == own) {
+				t.Errorf("from %s: connect error %v", src, err)
 			}
 		}
 	})
