@@ -27,8 +27,12 @@ import (
 //	postrouting (nat, priority 100): the pool's addresses masqueraded behind the outgoing interface.
 //
 // fwd-X and in-X hold sandbox X's policy (rules); a policy change replaces them in one transaction, so
-// every packet meets the old rules or the new ones. Established connections keep going. Chains made
-// ahead (Hold) have no jump to them until Open: until then the base chains drop whatever comes from X.
+// every packet meets the old rules or the new ones. Established connections keep going. Each begins
+// with a gate: what comes from an interface not in the set "open" is dropped. Chains made ahead
+// (Hold) are in place with their jumps, their interface not in the set: Open adds it, a transaction
+// of one set element. (A transaction that adds a jump has the kernel check the whole table's chains
+// for loops, which with a few dozen sandboxes takes milliseconds; one that adds an element to a set
+// without verdicts checks nothing.)
 type Firewall struct {
 	table    *nftables.Table
 	pool     netip.Prefix
@@ -39,6 +43,7 @@ type Firewall struct {
 	conn *nftables.Conn
 	fwd  *nftables.Chain
 	in   *nftables.Chain
+	open *nftables.Set   // the interfaces whose chains are in effect (the gate)
 	set  map[string]bool // the interfaces with chains
 	held map[string]bool // those of them whose chains no base chain jumps to yet (Hold)
 	// learned holds, per interface, when each address learned from a resolved name stops being
@@ -62,7 +67,7 @@ var ErrStalePolicy = errors.New("the policy changed since the query was let thro
 // is made again with the first Set. pool is where the sandboxes' addresses come from; ifPrefix begins
 // the name of every sandbox's host interface.
 func NewFirewall(name string, pool netip.Prefix, ifPrefix string) (*Firewall, error) {
-	conn, err := nftables.New()
+	conn, err := nftables.New(nftables.AsLasting())
 	if err != nil {
 		return nil, fmt.Errorf("nftables: %w", err)
 	}
@@ -96,6 +101,10 @@ func (f *Firewall) ensure() error {
 		Hooknum: nftables.ChainHookInput, Priority: nftables.ChainPriorityFilter, Policy: &accept})
 	post := conn.AddChain(&nftables.Chain{Name: "postrouting", Table: t, Type: nftables.ChainTypeNAT,
 		Hooknum: nftables.ChainHookPostrouting, Priority: nftables.ChainPriorityNATSource, Policy: &accept})
+	open := &nftables.Set{Table: t, Name: "open", KeyType: nftables.TypeIFName}
+	if err := conn.AddSet(open, nil); err != nil {
+		return fmt.Errorf("nftables: %w", err)
+	}
 	sbx := []byte(f.ifPrefix) // a prefix match, as nft's "sbx*"
 	conn.AddRule(&nftables.Rule{Table: t, Chain: fwd, Exprs: join(ifname(expr.MetaKeyOIFNAME, sbx, true),
 		ctState(expr.CtStateBitESTABLISHED|expr.CtStateBitRELATED), verdict(expr.VerdictAccept))})
@@ -105,10 +114,10 @@ func (f *Firewall) ensure() error {
 	conn.AddRule(&nftables.Rule{Table: t, Chain: in, Exprs: join(ifname(expr.MetaKeyIIFNAME, sbx, true), verdict(expr.VerdictDrop))})
 	conn.AddRule(&nftables.Rule{Table: t, Chain: post, Exprs: join(ipv4(), addr(12, f.pool, false), addr(16, f.pool, true),
 		ifname(expr.MetaKeyOIFNAME, sbx, false), []expr.Any{&expr.Masq{}})})
-	if err := conn.Flush(); err != nil {
+	if err := f.flush(); err != nil {
 		return fmt.Errorf("nftables: table %s: %w", f.table.Name, err)
 	}
-	f.fwd, f.in, f.set, f.held, f.epoch = fwd, in, map[string]bool{}, map[string]bool{}, map[string]uint64{}
+	f.fwd, f.in, f.open, f.set, f.held, f.epoch = fwd, in, open, map[string]bool{}, map[string]bool{}, map[string]uint64{}
 	f.learned, f.refused = map[string]map[netip.Addr]time.Time{}, map[string]map[netip.Addr]time.Time{}
 	return nil
 }
@@ -117,19 +126,41 @@ func (f *Firewall) ensure() error {
 func (f *Firewall) Close() error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return f.deleteTable()
+	err := f.deleteTable()
+	f.conn.CloseLasting()
+	return err
+}
+
+// flush sends the transaction built on f.conn.
+func (f *Firewall) flush() error {
+	err := f.conn.Flush()
+	if err != nil {
+		f.redial()
+	}
+	return err
+}
+
+// redial replaces f.conn, whose netlink socket stays open from one transaction to the next (a
+// socket and its bind spared each time), after an error: one that failed part way may have left
+// answers unread in it. Without a new one, the old one, closed, opens a socket for each use.
+func (f *Firewall) redial() {
+	f.conn.CloseLasting()
+	if c, err := nftables.New(nftables.AsLasting()); err == nil {
+		f.conn = c
+	}
 }
 
 func (f *Firewall) deleteTable() error {
-	f.fwd, f.in = nil, nil
+	f.fwd, f.in, f.open = nil, nil, nil
 	tables, err := f.conn.ListTablesOfFamily(nftables.TableFamilyINet)
 	if err != nil {
+		f.redial()
 		return fmt.Errorf("nftables: list tables: %w", err)
 	}
 	for _, t := range tables {
 		if t.Name == f.table.Name {
 			f.conn.DelTable(f.table)
-			if err := f.conn.Flush(); err != nil {
+			if err := f.flush(); err != nil {
 				return fmt.Errorf("nftables: delete table %s: %w", f.table.Name, err)
 			}
 		}
@@ -146,10 +177,10 @@ func (f *Firewall) Set(ifn string, sandboxAddr netip.Addr, rules Rules) (uint64,
 	return f.setLocked(ifn, sandboxAddr, rules, true)
 }
 
-// Hold makes the chains of the sandbox on ifname, whose address is sandboxAddr, holding rules, with no
-// jump to them: whatever comes from ifname is still dropped by the base chains (forward and input),
-// and only replies to a connection tracked reach it. Open then makes them its policy in a transaction
-// of two rules; Set replaces them and opens them in one. The epoch returned is the rules' (Set's).
+// Hold makes the chains of the sandbox on ifname, whose address is sandboxAddr, holding rules, with
+// their gate shut: whatever comes from ifname is dropped at their first rule, and only replies to a
+// connection tracked reach it. Open then makes them its policy in a transaction of one set element;
+// Set replaces them and opens them in one. The epoch returned is the rules' (Set's).
 func (f *Firewall) Hold(ifn string, sandboxAddr netip.Addr, rules Rules) (uint64, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -159,20 +190,29 @@ func (f *Firewall) Hold(ifn string, sandboxAddr netip.Addr, rules Rules) (uint64
 	return f.setLocked(ifn, sandboxAddr, rules, false)
 }
 
-// Open makes the rules Hold made for ifname its policy: the base chains jump to its chains, in one
-// transaction. It returns their epoch.
+// Open makes the rules Hold made for ifname its policy: its gate opens, in one transaction. It
+// returns their epoch.
 func (f *Firewall) Open(ifn string) (uint64, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if !f.set[ifn] || !f.held[ifn] {
 		return 0, fmt.Errorf("nftables: %s has no rules held", ifn)
 	}
-	f.jump(ifn)
-	if err := f.conn.Flush(); err != nil {
+	if err := f.conn.SetAddElements(f.open, []nftables.SetElement{{Key: ifnameKey(ifn)}}); err != nil {
+		return 0, fmt.Errorf("nftables: %w", err)
+	}
+	if err := f.flush(); err != nil {
 		return 0, fmt.Errorf("nftables: open the rules of %s: %w", ifn, err)
 	}
 	delete(f.held, ifn)
 	return f.epoch[ifn], nil
+}
+
+// ifnameKey is ifn as a key of a set of interface names.
+func ifnameKey(ifn string) []byte {
+	k := make([]byte, nftables.TypeIFName.Bytes)
+	copy(k, ifn)
+	return k
 }
 
 // jump adds to the transaction the base chains' jumps to ifn's chains.
@@ -184,8 +224,8 @@ func (f *Firewall) jump(ifn string) {
 		Exprs: join(ifname(expr.MetaKeyIIFNAME, me, true), []expr.Any{&expr.Verdict{Kind: expr.VerdictJump, Chain: "in-" + ifn}})})
 }
 
-// setLocked makes or replaces ifn's chains; with open, the base chains jump to them (from the same
-// transaction on, when they did not).
+// setLocked makes or replaces ifn's chains, the base chains' jumps to them with new ones; with open,
+// their gate opens (from the same transaction on, when it was shut).
 func (f *Firewall) setLocked(ifn string, sandboxAddr netip.Addr, rules Rules, open bool) (uint64, error) {
 	if err := f.ensure(); err != nil {
 		return 0, err
@@ -214,9 +254,14 @@ func (f *Firewall) setLocked(ifn string, sandboxAddr netip.Addr, rules Rules, op
 			return 0, fmt.Errorf("nftables: %w", err)
 		}
 	}
-	jumps := open && (!f.set[ifn] || f.held[ifn])
-	if jumps {
+	if !f.set[ifn] {
 		f.jump(ifn) // after the chains in the transaction: inserted at the base chains' heads
+	}
+	opens := open && (!f.set[ifn] || f.held[ifn])
+	if opens {
+		if err := f.conn.SetAddElements(f.open, []nftables.SetElement{{Key: ifnameKey(ifn)}}); err != nil {
+			return 0, fmt.Errorf("nftables: %w", err)
+		}
 	}
 	add := func(c *nftables.Chain, e ...[]expr.Any) {
 		f.conn.AddRule(&nftables.Rule{Table: f.table, Chain: c, Exprs: join(e...)})
@@ -232,6 +277,8 @@ func (f *Firewall) setLocked(ifn string, sandboxAddr netip.Addr, rules Rules, op
 	reject := func() []expr.Any { return []expr.Any{&expr.Verdict{Kind: expr.VerdictGoto, Chain: rej.Name}} }
 	self := netip.PrefixFrom(sandboxAddr, 32)
 	for _, c := range []*nftables.Chain{fwd, in} {
+		add(c, []expr.Any{&expr.Meta{Key: expr.MetaKeyIIFNAME, Register: 1}, // the gate
+			&expr.Lookup{SourceRegister: 1, SetName: f.open.Name, SetID: f.open.ID, Invert: true}}, verdict(expr.VerdictDrop))
 		add(c, notIPv4(), verdict(expr.VerdictDrop))            // IPv6 and the rest: denied
 		add(c, addr(12, self, true), verdict(expr.VerdictDrop)) // a forged source
 		add(c, ctState(expr.CtStateBitESTABLISHED|expr.CtStateBitRELATED), verdict(expr.VerdictAccept))
@@ -284,12 +331,12 @@ func (f *Firewall) setLocked(ifn string, sandboxAddr netip.Addr, rules Rules, op
 	// under the policy being replaced is learned.
 	f.epochs++
 	f.epoch[ifn] = f.epochs
-	if err := f.conn.Flush(); err != nil {
+	if err := f.flush(); err != nil {
 		return 0, fmt.Errorf("nftables: rules of %s: %w", ifn, err)
 	}
 	if !f.set[ifn] && !open {
 		f.held[ifn] = true
-	} else if jumps {
+	} else if opens {
 		delete(f.held, ifn)
 	}
 	f.set[ifn] = true
@@ -315,15 +362,18 @@ func (f *Firewall) Remove(ifn string) error {
 	if f.fwd == nil || !f.set[ifn] {
 		return nil
 	}
-	if !f.held[ifn] { // held chains have no jump to them
-		rules, err := f.jumps(ifn)
-		if err != nil || len(rules) == 0 {
+	rules, err := f.jumps(ifn)
+	if err != nil || len(rules) == 0 {
+		return err
+	}
+	for _, r := range rules {
+		if err := f.conn.DelRule(r); err != nil {
 			return err
 		}
-		for _, r := range rules {
-			if err := f.conn.DelRule(r); err != nil {
-				return err
-			}
+	}
+	if !f.held[ifn] {
+		if err := f.conn.SetDeleteElements(f.open, []nftables.SetElement{{Key: ifnameKey(ifn)}}); err != nil {
+			return err
 		}
 	}
 	f.conn.FlushChain(&nftables.Chain{Name: "fwd-" + ifn, Table: f.table})
@@ -334,7 +384,7 @@ func (f *Firewall) Remove(ifn string) error {
 	f.conn.DelChain(&nftables.Chain{Name: "rej-" + ifn, Table: f.table})
 	f.conn.DelSet(&nftables.Set{Table: f.table, Name: "a-" + ifn})
 	f.conn.DelSet(&nftables.Set{Table: f.table, Name: "x-" + ifn})
-	if err := f.conn.Flush(); err != nil {
+	if err := f.flush(); err != nil {
 		return fmt.Errorf("nftables: remove the rules of %s: %w", ifn, err)
 	}
 	delete(f.set, ifn)
@@ -381,6 +431,7 @@ func (f *Firewall) Status(ifn string) (Status, error) {
 	for _, name := range []string{"fwd-", "in-", "rej-"} {
 		rules, err := f.conn.GetRules(f.table, &nftables.Chain{Name: name + ifn, Table: f.table})
 		if err != nil {
+			f.redial()
 			return st, fmt.Errorf("nftables: %w", err)
 		}
 		for _, r := range rules {
@@ -402,6 +453,7 @@ func (f *Firewall) Status(ifn string) (Status, error) {
 	}
 	els, err := f.conn.GetSetElements(&nftables.Set{Table: f.table, Name: "x-" + ifn, KeyType: nftables.TypeIPAddr})
 	if err != nil {
+		f.redial()
 		return st, fmt.Errorf("nftables: %w", err)
 	}
 	now := time.Now()
@@ -468,7 +520,7 @@ func (f *Firewall) Learn(ifn string, epoch uint64, addrs []netip.Addr, ttl time.
 		if err := f.conn.SetDeleteElements(set, renew); err != nil {
 			return err
 		}
-		if err := f.conn.Flush(); err != nil {
+		if err := f.flush(); err != nil {
 			return fmt.Errorf("nftables: renew in %s: %w", name, err)
 		}
 	}
@@ -478,7 +530,7 @@ func (f *Firewall) Learn(ifn string, epoch uint64, addrs []netip.Addr, ttl time.
 	if err := f.conn.SetAddElements(set, append(fresh, renew...)); err != nil {
 		return err
 	}
-	if err := f.conn.Flush(); err != nil {
+	if err := f.flush(); err != nil {
 		return fmt.Errorf("nftables: learn in %s: %w", name, err)
 	}
 	return nil
@@ -490,6 +542,7 @@ func (f *Firewall) jumps(ifn string) ([]*nftables.Rule, error) {
 	for _, c := range []*nftables.Chain{f.fwd, f.in} {
 		rules, err := f.conn.GetRules(f.table, c)
 		if err != nil {
+			f.redial()
 			if errors.Is(err, unix.ENOENT) {
 				continue
 			}
