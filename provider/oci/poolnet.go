@@ -12,14 +12,14 @@ import (
 // the pool's entries are kept with their link made when they start instead: the veth pair, the
 // entry's address and its route, forwarding on the host's end, and, when the provider knows which
 // policy the next sandbox will ask for (network.expect), that policy's chains held in the firewall
-// with no jump to them (Firewall.Hold). Until the entry is taken nothing comes through its link: the
-// firewall's base chains drop whatever arrives from a sandbox interface whose chains are not in effect
-// (forward and input: no other sandbox, no host address, no resolver), and the resolver, which tells
-// its clients by their source address, does not know the entry's. Taking it is then one nftables
-// transaction: the two jumps that put the held chains in effect when the sandbox's policy is the one
-// held, or the policy's chains replaced and put in effect together when it is not; then net.json
-// names the sandbox's rules (before the entry's directory becomes the sandbox's, so that a provider
-// that dies after sets those rules again) and the resolver learns the address.
+// with their gate shut (Firewall.Hold). Until the entry is taken nothing comes through its link: the
+// firewall drops whatever arrives from a sandbox interface whose chains are not in effect (forward
+// and input: no other sandbox, no host address, no resolver), and the resolver, which tells its
+// clients by their source address, does not know the entry's. Taking it is then one nftables
+// transaction, the sandbox's policy in effect: the held chains' gate opened (one set element) when
+// the policy is the one held, or the policy's chains replaced and opened together when it is not.
+// Beside it, net.json names the sandbox's rules (before the entry's directory becomes the sandbox's,
+// so that a provider that dies after sets those rules again); then the resolver learns the address.
 //
 // A sandbox that needs no network never takes an entry with a link (its namespace stays loopback
 // only); one that needs a network takes an entry without a link when none with one is idle, and gets
