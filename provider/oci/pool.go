@@ -355,7 +355,15 @@ func (p *Provider) claim(ctx context.Context, b *box, res sandbox.Resources, img
 		}
 		var open, recorded chan error
 		var err error
-		if e.link != nil {
+		switch {
+		case e.link != nil && e.link.holds(rules):
+			// Recorded already, and opened by one set element: no work worth a goroutine.
+			open = make(chan error, 1)
+			if err = p.recordLink(e, rules); err == nil {
+				err = p.openLink(e, rules)
+			}
+			open <- err
+		case e.link != nil:
 			// Both beside the health check: net.json must name the rules before the directory is
 			// the sandbox's (below), and the rules must be in effect before the sandbox is ready
 			// (the caller waits for opening).

@@ -30,10 +30,14 @@ import (
 
 // entryLink is the link of a warm pool entry.
 type entryLink struct {
-	st    netState         // its interface and address; st.Rules allow nothing until the entry is taken
+	st    netState         // its interface and address, and the rules held (net.json's record)
 	held  *netpolicy.Rules // the rules its chains hold in the firewall (Hold), nil: none
 	epoch uint64           // held's
 }
+
+// holds reports whether the link's chains hold rules: a take then only opens them, and its net.json
+// names them already.
+func (lk *entryLink) holds(rules netpolicy.Rules) bool { return lk.held != nil && lk.held.Equal(rules) }
 
 // wantsLink reports whether the next entry of the shared root's pool should get a link: fewer idle
 // entries than NetworkConfig.WarmPoolLinks have one.
@@ -55,13 +59,19 @@ func (p *Provider) linkEntry(e *poolEntry) error {
 		return err
 	}
 	lk := &entryLink{st: netState{Iface: n.newIface(), Addr: addr}}
+	expect := n.expect.Load()
+	if expect != nil {
+		// Recorded ahead for the sandbox that takes the entry under them (recordLink); nothing reads
+		// the rules of an entry's net.json before its directory is a sandbox's.
+		lk.st.Rules = *expect
+	}
 	if err := writeJSONFile(e.l.netFile(), lk.st); err != nil {
 		n.give(addr)
 		return err
 	}
 	e.link = lk // from here on, what is made is recorded: unlinkEntry removes it
 	// Before the link is up: the base chains drop what it sends until a sandbox's rules are in effect.
-	if expect := n.expect.Load(); expect != nil {
+	if expect != nil {
 		epoch, err := n.fw.Hold(lk.st.Iface, addr, *expect)
 		if err != nil {
 			return err
@@ -84,10 +94,13 @@ func (p *Provider) unlinkEntry(e *poolEntry) error {
 
 // recordLink makes rules what the entry e's net.json records, before its directory becomes the
 // sandbox's: a provider that dies once it has sets them again (startNetwork), and one that dies before
-// discards the entry.
+// discards the entry. The rules the entry's chains hold are recorded already (linkEntry).
 func (p *Provider) recordLink(e poolEntry, rules netpolicy.Rules) error {
 	if err := p.net.enableUplinks(); err != nil {
 		return err
+	}
+	if e.link.holds(rules) {
+		return nil
 	}
 	st := e.link.st
 	st.Rules = rules
@@ -100,7 +113,7 @@ func (p *Provider) openLink(e poolEntry, rules netpolicy.Rules) error {
 	n, st := p.net, e.link.st
 	var epoch uint64
 	var err error
-	if e.link.held != nil && e.link.held.Equal(rules) {
+	if e.link.holds(rules) {
 		epoch, err = n.fw.Open(st.Iface)
 	} else {
 		epoch, err = n.fw.Set(st.Iface, st.Addr, rules)
