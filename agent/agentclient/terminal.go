@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sandboxd/sandbox"
@@ -60,12 +61,15 @@ func (c *Client) AttachTerminal(ctx context.Context, pid int, after int64, beat 
 
 // TerminalStream is the daemon's end of a terminal stream. It trusts nothing the agent says: each
 // frame is bounded before it is read, output must go forward from the offset asked for, and a stream
-// silent for longer than a beat and its slack is taken for gone.
+// silent for longer than a beat and its slack is taken for gone. It needs no deadlines of its
+// connection (a pods/exec stream has none): a silence, or a write past its context, closes it.
 type TerminalStream struct {
 	conn    net.Conn
 	fr      *protocol.FrameReader
 	silence time.Duration
-	next    int64 // the offset the next output may not start before
+	dog     *time.Timer // closes conn after a silence
+	quiet   atomic.Bool // it did
+	next    int64       // the offset the next output may not start before
 	ended   bool
 
 	wmu sync.Mutex
@@ -74,7 +78,12 @@ type TerminalStream struct {
 // NewTerminalStream is the stream on conn, switched already, whose reads come through r: its output
 // from offset after, a frame every beat at least.
 func NewTerminalStream(conn net.Conn, r *bufio.Reader, after int64, beat time.Duration) *TerminalStream {
-	return &TerminalStream{conn: conn, fr: protocol.NewFrameReader(r), silence: beat + protocol.TerminalSlack, next: after}
+	s := &TerminalStream{conn: conn, fr: protocol.NewFrameReader(r), silence: beat + protocol.TerminalSlack, next: after}
+	s.dog = time.AfterFunc(s.silence, func() {
+		s.quiet.Store(true)
+		conn.Close()
+	})
+	return s
 }
 
 // Recv returns the next output, refusal or end; after the end, io.EOF. Errors: ErrProviderUnavailable
@@ -84,14 +93,17 @@ func (s *TerminalStream) Recv() (sandbox.TerminalEvent, error) {
 		return sandbox.TerminalEvent{}, io.EOF
 	}
 	for {
-		_ = s.conn.SetReadDeadline(time.Now().Add(s.silence))
 		f, err := s.fr.Read()
+		if s.quiet.Load() {
+			return sandbox.TerminalEvent{}, fmt.Errorf("agent terminal: no frame for %v: %w", s.silence, sandbox.ErrProviderUnavailable)
+		}
 		if errors.Is(err, protocol.ErrTerminalFrame) {
 			return sandbox.TerminalEvent{}, fmt.Errorf("agent terminal: %v: %w", err, sandbox.ErrProviderProtocol)
 		}
 		if err != nil {
 			return sandbox.TerminalEvent{}, fmt.Errorf("agent terminal: %v: %w", err, sandbox.ErrProviderUnavailable)
 		}
+		s.dog.Reset(s.silence)
 		switch f.Type {
 		case protocol.FrameBeat:
 			continue
@@ -111,6 +123,7 @@ func (s *TerminalStream) Recv() (sandbox.TerminalEvent, error) {
 				return sandbox.TerminalEvent{}, fmt.Errorf("agent terminal: end at %d, output to %d: %w", e.Offset, s.next, sandbox.ErrProviderProtocol)
 			}
 			s.ended = true
+			s.dog.Stop()
 			return sandbox.TerminalEvent{End: &sandbox.TerminalEnd{Reason: e.Reason, ExitCode: e.ExitCode, Offset: e.Offset,
 				Message: e.Message}}, nil
 		}
@@ -118,15 +131,14 @@ func (s *TerminalStream) Recv() (sandbox.TerminalEvent, error) {
 	}
 }
 
-// send writes frames within ctx's deadline (or the default call timeout).
+// send writes frames within ctx's deadline (or the default call timeout); one past it closes the
+// stream.
 func (s *TerminalStream) send(ctx context.Context, frames []byte) error {
 	ctx, cancel := bounded(ctx)
 	defer cancel()
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
-	deadline, _ := ctx.Deadline()
-	_ = s.conn.SetWriteDeadline(deadline)
-	stop := context.AfterFunc(ctx, func() { _ = s.conn.SetWriteDeadline(time.Unix(1, 0)) })
+	stop := context.AfterFunc(ctx, func() { s.conn.Close() })
 	_, err := s.conn.Write(frames)
 	stop()
 	if err != nil {
@@ -166,7 +178,10 @@ func (s *TerminalStream) Signal(ctx context.Context, signal string) error {
 }
 
 // Close closes the stream's connection.
-func (s *TerminalStream) Close() error { return s.conn.Close() }
+func (s *TerminalStream) Close() error {
+	s.dog.Stop()
+	return s.conn.Close()
+}
 
 // AttachTerminal opens a terminal stream to a process of the sandbox, bounded by CallTimeout.
 func (d DataPlane) AttachTerminal(ctx context.Context, ref sandbox.Ref, pid int, after int64, beat time.Duration) (sandbox.TerminalStream, error) {
