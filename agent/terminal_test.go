@@ -94,17 +94,23 @@ func (r *termReader) expect(t *testing.T, want string) {
 	r.until(t, strconv.Quote(want), func() bool { return strings.Contains(r.text, want) })
 }
 
-// TestTerminalStream: keys, resizes and signals go in on one stream in their order, the output comes
-// out of the journal, a refused frame is said and the stream goes on, the exit is the end frame with
-// its code; another stream from an offset replays the journal from there.
-func TestTerminalStream(t *testing.T) {
-	a := start(t)
+// shellStream starts sh on a pty and reads its terminal stream from the start.
+func shellStream(t *testing.T, a *running) (sandbox.Process, *agentclient.TerminalStream, *termReader) {
+	t.Helper()
 	p := startShell(t, a)
 	st, err := a.c.AttachTerminal(ctx(t), p.PID, 0, time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := readStream(t, st)
+	return p, st, readStream(t, st)
+}
+
+// TestTerminalStream: keys, resizes and signals go in on one stream in their order, the output comes
+// out of the journal, a refused frame is said and the stream goes on, the exit is the end frame with
+// its code; another stream from an offset replays the journal from there.
+func TestTerminalStream(t *testing.T) {
+	a := start(t)
+	p, st, r := shellStream(t, a)
 	st.Stdin(ctx(t), []byte("stty size\n"))
 	r.expect(t, "24 80")
 	st.Resize(ctx(t), sandbox.TerminalSize{Rows: 30, Cols: 100})
@@ -137,12 +143,7 @@ func TestTerminalStream(t *testing.T) {
 // saying so.
 func TestTerminalStreamEndsWhenTheAgentStops(t *testing.T) {
 	a := start(t)
-	p := startShell(t, a)
-	st, err := a.c.AttachTerminal(ctx(t), p.PID, 0, time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := readStream(t, st)
+	_, st, r := shellStream(t, a)
 	st.Stdin(ctx(t), []byte("echo up\n"))
 	r.expect(t, "up")
 	proc, _ := os.FindProcess(a.pid)

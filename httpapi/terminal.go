@@ -326,12 +326,11 @@ func (t *terminal) outputLoop(ctx context.Context, wake <-chan struct{}, chunk s
 		select {
 		case <-demoted:
 			demoted = nil
-			if !t.send(ctx, terminalFrameOut{Type: "mode", Offset: t.after, Mode: modeWatch, Reason: "taken_over",
-				Message: "another attach took control; this one watches"}) {
+			if !t.sayDemoted(ctx) {
 				return terminalFrameOut{}, false
 			}
 		case <-beat.C:
-			if !t.send(ctx, terminalFrameOut{Type: "heartbeat", Offset: t.after, State: stateRunning}) {
+			if !t.sayRunning(ctx) {
 				return terminalFrameOut{}, false
 			}
 		case <-s.done:
@@ -360,6 +359,17 @@ func (t *terminal) outputLoop(ctx context.Context, wake <-chan struct{}, chunk s
 			return t.endFrame(ctx, err), true
 		}
 	}
+}
+
+// sayDemoted tells the client that a later control attach took over.
+func (t *terminal) sayDemoted(ctx context.Context) bool {
+	return t.send(ctx, terminalFrameOut{Type: "mode", Offset: t.after, Mode: modeWatch, Reason: "taken_over",
+		Message: "another attach took control; this one watches"})
+}
+
+// sayRunning sends the heartbeat of a sandbox that runs.
+func (t *terminal) sayRunning(ctx context.Context) bool {
+	return t.send(ctx, terminalFrameOut{Type: "heartbeat", Offset: t.after, State: stateRunning})
 }
 
 // offsetFrame says where the bytes that follow start.

@@ -158,12 +158,11 @@ func (t *terminal) streamLoop(ctx context.Context, wake <-chan struct{}, st sand
 			}
 		case <-demoted:
 			demoted = nil
-			if !t.send(ctx, terminalFrameOut{Type: "mode", Offset: t.after, Mode: modeWatch, Reason: "taken_over",
-				Message: "another attach took control; this one watches"}) {
+			if !t.sayDemoted(ctx) {
 				return terminalFrameOut{}, false
 			}
 		case <-beat.C:
-			if !t.send(ctx, terminalFrameOut{Type: "heartbeat", Offset: t.after, State: stateRunning}) {
+			if !t.sayRunning(ctx) {
 				return terminalFrameOut{}, false
 			}
 		case <-s.done:

@@ -12,18 +12,21 @@ import (
 
 // TestTerminals runs the tests of processes on a pty and their WebSocket attach on the host provider.
 func TestTerminals(t *testing.T) {
-	processtest.RunTerminal(t, processtest.Provider{New: func(t *testing.T) sandbox.Provider {
-		p := newProvider(t)
-		t.Cleanup(func() {
-			refs, _ := p.Resources(context.Background())
-			for _, ref := range refs {
-				if err := p.Release(context.Background(), ref); err != nil {
-					t.Error(err)
-				}
+	processtest.RunTerminal(t, processtest.Provider{New: func(t *testing.T) sandbox.Provider { return releasedProvider(t) }})
+}
+
+// releasedProvider is a host provider whose sandboxes are released when the test ends.
+func releasedProvider(t *testing.T) *host.Provider {
+	p := newProvider(t)
+	t.Cleanup(func() {
+		refs, _ := p.Resources(context.Background())
+		for _, ref := range refs {
+			if err := p.Release(context.Background(), ref); err != nil {
+				t.Error(err)
 			}
-		})
-		return p
-	}})
+		}
+	})
+	return p
 }
 
 // callsOnly is a host provider without terminal streams: its field of the method's name hides the
@@ -40,18 +43,7 @@ func TestTerminalsByCalls(t *testing.T) {
 	if _, ok := sandbox.Provider(callsOnly{}).(sandbox.TerminalStreamer); ok {
 		t.Fatal("the provider still has its terminal streams")
 	}
-	processtest.RunTerminal(t, processtest.Provider{New: func(t *testing.T) sandbox.Provider {
-		p := newProvider(t)
-		t.Cleanup(func() {
-			refs, _ := p.Resources(context.Background())
-			for _, ref := range refs {
-				if err := p.Release(context.Background(), ref); err != nil {
-					t.Error(err)
-				}
-			}
-		})
-		return callsOnly{Provider: p}
-	}})
+	processtest.RunTerminal(t, processtest.Provider{New: func(t *testing.T) sandbox.Provider { return callsOnly{Provider: releasedProvider(t)} }})
 }
 
 // benchProvider is a host provider whose sandboxes are released when the benchmark ends.
