@@ -154,8 +154,11 @@ func Main(ctx context.Context, args []string) error {
 		if err != nil {
 			return fmt.Errorf("agent: listen: %w", err)
 		}
-		if ul, ok := ln.(*net.UnixListener); ok && a.suspended != nil {
-			ul.SetUnlinkOnClose(false) // a suspend leaves its file for gVisor's restore (suspend.go)
+		if ul, ok := ln.(*net.UnixListener); ok {
+			if a.suspended != nil {
+				ul.SetUnlinkOnClose(false) // a suspend leaves its file for gVisor's restore (suspend.go)
+			}
+			ln = handoverListener{ul} // relays hand their descriptors over (handover.go)
 		}
 		srv := &http.Server{Handler: a.Handler(), ReadHeaderTimeout: 30 * time.Second,
 			ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
