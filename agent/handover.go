@@ -2,6 +2,7 @@ package agent
 
 import (
 	"errors"
+	"io/fs"
 	"net"
 	"os"
 	"sync"
@@ -55,7 +56,8 @@ func (c *handoverConn) Read(p []byte) (int, error) {
 	c.once.Do(func() { first = true })
 	if !first {
 		if in, _ := c.files(); in != nil {
-			return in.Read(p)
+			n, err := in.Read(p)
+			return n, netError(err)
 		}
 		return c.sock.Read(p)
 	}
@@ -77,7 +79,18 @@ func (c *handoverConn) Read(p []byte) (int, error) {
 	c.mu.Lock()
 	c.in, c.out = in, out
 	c.mu.Unlock()
-	return in.Read(p)
+	n, err = in.Read(p)
+	return n, netError(err)
+}
+
+// netError is err of a file as a connection's: a *net.OpError, which says whether it is a timeout
+// as net.Error does (the HTTP server tells its own cut-short reads from a client that went away so).
+func netError(err error) error {
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		return &net.OpError{Op: pe.Op, Net: "pipe", Err: pe.Err}
+	}
+	return err
 }
 
 // rights returns the descriptors of the SCM_RIGHTS messages in oob.
@@ -112,7 +125,8 @@ func streamFD(fd int) bool {
 
 func (c *handoverConn) Write(p []byte) (int, error) {
 	if _, out := c.files(); out != nil {
-		return out.Write(p)
+		n, err := out.Write(p)
+		return n, netError(err)
 	}
 	return c.sock.Write(p)
 }

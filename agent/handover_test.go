@@ -52,6 +52,19 @@ func TestHandover(t *testing.T) {
 	if _, err := io.ReadFull(outR, buf); err != nil || string(buf) != "HTTP/1.1 200" {
 		t.Fatalf("answer on the handed-over pipes: %q, %v", buf, err)
 	}
+	// A second request after a pause: the agent waited for it on the pipe.
+	time.Sleep(50 * time.Millisecond)
+	io.Copy(io.Discard, io.LimitReader(outR, 0))
+	io.WriteString(inW, "GET /v1/healthz HTTP/1.1\r\nHost: agent\r\n\r\n")
+	rest := make([]byte, 4096)
+	n, _ := outR.Read(rest)
+	for !strings.Contains(string(rest[:n]), "HTTP/1.1 200") {
+		m, err := outR.Read(rest[n:])
+		if err != nil {
+			t.Fatalf("second answer on the handed-over pipes: %q, %v", rest[:n], err)
+		}
+		n += m
+	}
 	inW.Close() // the relay's caller goes away: the agent closes the socket
 	conn.SetReadDeadline(time.Now().Add(10 * time.Second))
 	if _, err := io.Copy(io.Discard, conn); err != nil {
