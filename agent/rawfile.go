@@ -221,6 +221,8 @@ func expectedDigest(put sandbox.FilePut) ([]byte, error) {
 	}
 	td, err := put.TrailerDigest()
 	switch {
+	case err != nil && sandbox.ClassOf(err).Err == nil:
+		return nil, fmt.Errorf("the digest trailer: %w: %w", err, sandbox.ErrInvalidRequest)
 	case err != nil:
 		return nil, err
 	case td == nil:

@@ -62,6 +62,7 @@ func newHashedBody(src io.Reader, want int64, h hash.Hash, offset int64, progres
 			select {
 			case buf = <-b.free:
 			case <-b.stop:
+				b.rerr = errBodyClosed // never an end that looks whole
 				return
 			}
 			m, err := io.ReadFull(src, buf)
