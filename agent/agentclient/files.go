@@ -78,14 +78,17 @@ var streamBufs = sync.Pool{New: func() any { b := make([]byte, 1<<20); return &b
 // fills 1 MiB before each write, so the agent wakes once a MiB rather than once each 32 KiB.
 type bigWrites struct{ net.Conn }
 
-func (c bigWrites) ReadFrom(r io.Reader) (int64, error) {
+func (c bigWrites) ReadFrom(r io.Reader) (int64, error) { return copyMiB(c.Conn, r) }
+
+// copyMiB copies r to w, filling 1 MiB before each write.
+func copyMiB(w io.Writer, r io.Reader) (int64, error) {
 	buf := streamBufs.Get().(*[]byte)
 	defer streamBufs.Put(buf)
 	var n int64
 	for {
 		m, rerr := io.ReadFull(r, *buf)
 		if m > 0 {
-			k, werr := c.Conn.Write((*buf)[:m])
+			k, werr := w.Write((*buf)[:m])
 			n += int64(k)
 			if werr != nil {
 				return n, werr
@@ -138,27 +141,7 @@ func (b *watchedBody) Read(p []byte) (int, error) {
 
 // WriteTo sends the body a MiB at a time: a chunked body (of unknown length, or with a trailer) is
 // otherwise a chunk, and a wake of the agent, each 32 KiB (see bigWrites).
-func (b *watchedBody) WriteTo(w io.Writer) (int64, error) {
-	buf := streamBufs.Get().(*[]byte)
-	defer streamBufs.Put(buf)
-	var n int64
-	for {
-		m, rerr := io.ReadFull(b, *buf)
-		if m > 0 {
-			k, werr := w.Write((*buf)[:m])
-			n += int64(k)
-			if werr != nil {
-				return n, werr
-			}
-		}
-		switch {
-		case rerr == io.EOF || rerr == io.ErrUnexpectedEOF:
-			return n, nil
-		case rerr != nil:
-			return n, rerr
-		}
-	}
-}
+func (b *watchedBody) WriteTo(w io.Writer) (int64, error) { return copyMiB(w, b) }
 
 // stream sends one streamed request and returns its 2xx answer, whose body the caller closes. With
 // a trailer, the body is sent chunked, trailer's keys declared, and atEnd fills their values once

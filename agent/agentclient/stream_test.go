@@ -66,16 +66,22 @@ func rawAgent(t *testing.T) (*agentclient.Client, func() []byte, func() []int) {
 		sum := sha256.Sum256(body)
 		json.NewEncoder(w).Encode(protocol.FileWritten{Path: r.URL.Query().Get("path"), Size: int64(len(body)), Digest: hex.EncodeToString(sum[:])})
 	})})
+	c := recordingClient(t, sock, &mu, &writes)
+	return c, func() []byte { <-done; mu.Lock(); defer mu.Unlock(); return got }, func() []int { mu.Lock(); defer mu.Unlock(); return append([]int(nil), writes...) }
+}
+
+// recordingClient is a client of the agent at sock whose writes to it are noted in writes.
+func recordingClient(t *testing.T, sock string, mu *sync.Mutex, writes *[]int) *agentclient.Client {
 	var d net.Dialer
 	c := agentclient.New(func(ctx context.Context) (net.Conn, error) {
 		conn, err := d.DialContext(ctx, "unix", sock)
 		if err != nil {
 			return nil, err
 		}
-		return recordedConn{conn, &mu, &writes}, nil
+		return recordedConn{conn, mu, writes}, nil
 	})
 	t.Cleanup(func() { c.Close() })
-	return c, func() []byte { <-done; mu.Lock(); defer mu.Unlock(); return got }, func() []int { mu.Lock(); defer mu.Unlock(); return append([]int(nil), writes...) }
+	return c
 }
 
 // A streamed write reaches the agent a MiB at a time however small the reads of its body, and every
@@ -135,15 +141,7 @@ func TestPutFileSendsTheDigestAsATrailer(t *testing.T) {
 	})})
 	var mu sync.Mutex
 	var writes []int
-	var d net.Dialer
-	c := agentclient.New(func(ctx context.Context) (net.Conn, error) {
-		conn, err := d.DialContext(ctx, "unix", sock)
-		if err != nil {
-			return nil, err
-		}
-		return recordedConn{conn, &mu, &writes}, nil
-	})
-	t.Cleanup(func() { c.Close() })
+	c := recordingClient(t, sock, &mu, &writes)
 
 	data := bytes.Repeat([]byte("0123456789abcdef"), (3<<20+5000)/16)
 	sum := sha256.Sum256(data)

@@ -280,6 +280,11 @@ func (e *Env) put(u string, body io.Reader, length int64, h http.Header) (int, s
 	e.T.Helper()
 	req, _ := http.NewRequest("PUT", u, body)
 	req.ContentLength = length
+	return e.send(req, h)
+}
+
+// send sends req with the headers h and returns its status and body.
+func (e *Env) send(req *http.Request, h http.Header) (int, string) {
 	req.Header.Set("Content-Type", "application/octet-stream")
 	for k, v := range h {
 		req.Header[k] = v
@@ -324,17 +329,7 @@ func (e *Env) putTrailer(u string, body []byte, trailer, h http.Header) (int, st
 	req, _ := http.NewRequest("PUT", u, io.NopCloser(bytes.NewReader(body)))
 	req.ContentLength = -1
 	req.Trailer = trailer
-	req.Header.Set("Content-Type", "application/octet-stream")
-	for k, v := range h {
-		req.Header[k] = v
-	}
-	resp, err := e.HC.Do(req)
-	if err != nil {
-		return 0, err.Error()
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(b)
+	return e.send(req, h)
 }
 
 // putWire sends one raw PUT to u as the bytes head+body (head without its request line's method and
