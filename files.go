@@ -21,6 +21,11 @@ type FilePut struct {
 	Offset int64  // where the body starts; non-zero only with Upload
 	Length int64  // the body's length; -1 when the client did not say
 	Digest []byte // the SHA-256 of the whole file the client expects; nil: not checked
+	// TrailerDigest, when set, is the SHA-256 of the whole file the client sent after the body (an
+	// HTTP trailer): called once the body has returned io.EOF, it returns nil when the client sent
+	// none, and an error of class ErrInvalidRequest for a malformed or unexpected trailer. It is
+	// checked as Digest is, before the file is replaced; a Digest it disagrees with is refused.
+	TrailerDigest func() ([]byte, error)
 }
 
 // FileWritten is what a raw write, or an upload's state, says of the file.

@@ -55,7 +55,8 @@ type Agent struct {
 	// suspended takes the name of the socket to bind next from a suspend (suspend.go); nil on an
 	// inherited socket.
 	suspended chan string
-	files     Files // streamed files and watches (rawfile.go, archive.go, watch.go)
+	files     Files   // streamed files and watches (rawfile.go, archive.go, watch.go)
+	streams   streams // terminal streams (terminal.go)
 }
 
 // Main runs the agent until ctx ends or it gets SIGTERM or SIGINT. args are the flags after the
@@ -153,8 +154,11 @@ func Main(ctx context.Context, args []string) error {
 		if err != nil {
 			return fmt.Errorf("agent: listen: %w", err)
 		}
-		if ul, ok := ln.(*net.UnixListener); ok && a.suspended != nil {
-			ul.SetUnlinkOnClose(false) // a suspend leaves its file for gVisor's restore (suspend.go)
+		if ul, ok := ln.(*net.UnixListener); ok {
+			if a.suspended != nil {
+				ul.SetUnlinkOnClose(false) // a suspend leaves its file for gVisor's restore (suspend.go)
+			}
+			ln = handoverListener{ul} // relays hand their descriptors over (handover.go)
 		}
 		srv := &http.Server{Handler: a.Handler(), ReadHeaderTimeout: 30 * time.Second,
 			ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
@@ -163,11 +167,13 @@ func Main(ctx context.Context, args []string) error {
 		log.Info("agent listening", "socket", ln.Addr().String(), "pid", os.Getpid())
 		select {
 		case <-ctx.Done():
+			a.streams.endAll(protocol.TerminalAgentStopping, "the agent is stopping")
 			srv.Close() // cancels every running command through its request context
 			return nil
 		case err := <-served:
 			return fmt.Errorf("agent: serve: %w", err)
 		case next := <-a.suspended:
+			a.streams.endAll(protocol.TerminalSuspended, "the agent suspends its server")
 			if *socket, err = suspendServer(ctx, srv, *socket, next, wake); err != nil {
 				return nil // ctx ended while suspended
 			}
@@ -280,6 +286,7 @@ func (a *Agent) Handler() http.Handler {
 	mux.HandleFunc("GET "+protocol.PathArchive, a.getArchive)
 	mux.HandleFunc("GET "+protocol.PathWatch, a.watch)
 	mux.HandleFunc("GET "+protocol.PathPort, a.dialPort)
+	mux.HandleFunc("GET "+protocol.PathProcessTerminal, a.attachTerminal)
 	return mux
 }
 

@@ -183,9 +183,13 @@ func (f *Files) PutFile(root *fsroot.Root, put sandbox.FilePut, body io.Reader) 
 	}
 	var sum [sha256.Size]byte
 	h.Sum(sum[:0])
-	if put.Digest != nil && !bytes.Equal(put.Digest, sum[:]) {
+	want, err := expectedDigest(put)
+	if err != nil {
+		return none, fmt.Errorf("write %q: %w (the file is as it was)", put.Path, err)
+	}
+	if want != nil && !bytes.Equal(want, sum[:]) {
 		return none, fmt.Errorf("write %q: the bytes received have SHA-256 %x, the request said %x; the file is as it was: %w",
-			put.Path, sum, put.Digest, sandbox.ErrInvalidRequest)
+			put.Path, sum, want, sandbox.ErrInvalidRequest)
 	}
 	if mode == 0 {
 		mode = 0o644
@@ -207,6 +211,28 @@ func (f *Files) PutFile(root *fsroot.Root, put sandbox.FilePut, body io.Reader) 
 	size := put.Offset + n
 	f.remember(file, sum)
 	return sandbox.FileWritten{Path: put.Path, Size: size, Digest: sum[:]}, nil
+}
+
+// expectedDigest is the SHA-256 put expects of the whole file, read once its body has ended: its
+// Digest, its TrailerDigest, or both when they are the same; nil: none.
+func expectedDigest(put sandbox.FilePut) ([]byte, error) {
+	if put.TrailerDigest == nil {
+		return put.Digest, nil
+	}
+	td, err := put.TrailerDigest()
+	switch {
+	case err != nil && sandbox.ClassOf(err).Err == nil:
+		return nil, fmt.Errorf("the digest trailer: %w: %w", err, sandbox.ErrInvalidRequest)
+	case err != nil:
+		return nil, err
+	case td == nil:
+		return put.Digest, nil
+	case len(td) != sha256.Size:
+		return nil, fmt.Errorf("the digest trailer of %d bytes is no SHA-256: %w", len(td), sandbox.ErrInvalidRequest)
+	case put.Digest != nil && !bytes.Equal(td, put.Digest):
+		return nil, fmt.Errorf("the digest trailer %x disagrees with the digest header %x: %w", td, put.Digest, sandbox.ErrInvalidRequest)
+	}
+	return td, nil
 }
 
 // resumePartial opens the partial tmp of an upload to go on at offset: a new one at 0, one that
@@ -477,12 +503,16 @@ func (a *Agent) putRawFile(w http.ResponseWriter, r *http.Request) {
 		put.Offset = off
 	}
 	if v := r.Header.Get(protocol.HeaderDigest); v != "" {
-		sum, err := hex.DecodeString(v)
+		sum, err := hexDigest(v)
 		if err != nil {
-			writeErr(w, fmt.Errorf("digest %.80q is not hex: %w", v, sandbox.ErrInvalidRequest))
+			writeErr(w, err)
 			return
 		}
 		put.Digest = sum
+	}
+	if err := bodyTrailer(r, &put); err != nil {
+		writeErr(w, err)
+		return
 	}
 	res, err := a.files.PutFile(a.root, put, r.Body)
 	if err != nil {
@@ -490,6 +520,48 @@ func (a *Agent) putRawFile(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, protocol.FileWritten{Path: res.Path, Size: res.Size, Digest: hex.EncodeToString(res.Digest)})
+}
+
+// hexDigest reads a SHA-256 in hex.
+func hexDigest(v string) ([]byte, error) {
+	sum, err := hex.DecodeString(v)
+	if err != nil || len(sum) != sha256.Size {
+		return nil, fmt.Errorf("digest %.80q is not a SHA-256 in hex: %w", v, sandbox.ErrInvalidRequest)
+	}
+	return sum, nil
+}
+
+// bodyTrailer sets put.TrailerDigest from the protocol.HeaderDigest trailer r declares: the only
+// trailer a raw write takes, and only after a chunked body (net/http leaves the Trailer header in
+// place on any other).
+func bodyTrailer(r *http.Request, put *sandbox.FilePut) error {
+	if len(r.Header.Values("Trailer")) > 0 {
+		return fmt.Errorf("a trailer declared on a body that is not chunked: %w", sandbox.ErrInvalidRequest)
+	}
+	for k := range r.Trailer {
+		if k != protocol.HeaderDigest {
+			return fmt.Errorf("trailer %.80q: a raw write takes only %s: %w", k, protocol.HeaderDigest, sandbox.ErrInvalidRequest)
+		}
+	}
+	if _, ok := r.Trailer[protocol.HeaderDigest]; !ok {
+		return nil
+	}
+	put.TrailerDigest = func() ([]byte, error) {
+		var v string
+		for k, vs := range r.Trailer {
+			if k != protocol.HeaderDigest || len(vs) > 1 {
+				return nil, fmt.Errorf("trailer %.80q: a raw write takes one %s: %w", k, protocol.HeaderDigest, sandbox.ErrInvalidRequest)
+			}
+			if len(vs) == 1 {
+				v = vs[0]
+			}
+		}
+		if v == "" {
+			return nil, nil
+		}
+		return hexDigest(v)
+	}
+	return nil
 }
 
 func (a *Agent) uploadState(w http.ResponseWriter, r *http.Request) {

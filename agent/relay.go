@@ -67,6 +67,11 @@ func Relay(ctx context.Context, socket string, in io.Reader, out io.Writer) erro
 		return fmt.Errorf("agent relay: %w", err)
 	}
 	defer conn.Close()
+	if fin, ok := in.(*os.File); ok {
+		if fout, ok := out.(*os.File); ok {
+			return relayHandedOver(ctx, conn.(*net.UnixConn), fin, fout)
+		}
+	}
 	done := make(chan error, 2)
 	go func() {
 		_, err := io.Copy(conn, in)
@@ -84,6 +89,24 @@ func Relay(ctx context.Context, socket string, in io.Reader, out io.Writer) erro
 	// relay's normal end, as a clean EOF is.
 	if err != nil && !errors.Is(err, net.ErrClosed) && !errors.Is(err, io.ErrClosedPipe) && !errors.Is(err, syscall.EPIPE) {
 		return fmt.Errorf("agent relay: %w", err)
+	}
+	return nil
+}
+
+// relayHandedOver hands in and out over to the agent on conn (handover.go) and waits until the agent
+// is done with them, or ctx ends.
+func relayHandedOver(ctx context.Context, conn *net.UnixConn, in, out *os.File) error {
+	if err := handOver(conn, in, out); err != nil {
+		return fmt.Errorf("agent relay: hand over: %w", err)
+	}
+	done := make(chan struct{})
+	go func() {
+		_, _ = io.Copy(io.Discard, conn) // the agent closes the socket when the connection ends
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-ctx.Done():
 	}
 	return nil
 }

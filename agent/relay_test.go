@@ -8,8 +8,11 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
+	"time"
 
+	"github.com/sandboxd/sandbox"
 	"github.com/sandboxd/sandbox/agent"
 	"github.com/sandboxd/sandbox/agent/agentclient"
 	"github.com/sandboxd/sandbox/agent/protocol"
@@ -61,6 +64,13 @@ func TestRelayProcess(t *testing.T) {
 	res, err := c.Exec(ctx(t), protocol.ExecRequest{ID: "r1", Argv: []string{"sh", "-c", "echo relayed"}, TimeoutMs: 10000, MaxOutputBytes: 100})
 	if err != nil || res.ExitCode == nil || *res.ExitCode != 0 || string(res.Stdout) != "relayed\n" {
 		t.Fatalf("exec through the relay: %+v, %v", res, err)
+	}
+	p, err := c.StartProcess(ctx(t), sandbox.ProcessSpec{Argv: []string{"sh", "-c", "echo started"}})
+	if err != nil {
+		t.Fatalf("start a process through the relay: %v", err)
+	}
+	if out, err := c.Output(ctx(t), p.PID, 0, 100, 5*time.Second); err != nil || !strings.HasPrefix(string(out.Data), "started") {
+		t.Fatalf("its output through the relay: %+v, %v", out, err)
 	}
 	data := bytes.Repeat([]byte{0, 1, 2, 255}, 1<<18) // 1 MiB of binary data
 	if err := c.WriteFile(ctx(t), "bin.dat", data); err != nil {

@@ -34,9 +34,9 @@ var ErrDigestMismatch = errors.New("digest mismatch")
 type UploadOptions struct {
 	// Size is the content's length; 0 with a source that is not an io.Seeker means unknown.
 	Size int64
-	// Digest is the SHA-256 of the content, when the caller knows it. Otherwise Upload computes it,
-	// first, from a source it can seek back (so the server refuses bytes that arrive changed and
-	// keeps the old file), or as it sends from one it cannot (then a mismatch is found only after).
+	// Digest is the SHA-256 of the content, when the caller knows it: it goes in the request's head.
+	// Otherwise Upload computes it as it sends and sends it as the body's trailer: either way the
+	// server refuses bytes that arrive changed and keeps the old file.
 	Digest []byte
 	// Upload names the upload for resuming; empty: a random name when the source can be sought.
 	Upload string
@@ -48,7 +48,9 @@ type UploadOptions struct {
 
 // Upload writes the file at path of generation gen from src, atomically: the old file stays until
 // the new one is whole and its digest checked. From a src that is an io.Seeker (a file), a broken
-// connection is resumed from the offset the sandbox holds. Errors: ErrInvalidRequest (a digest
+// connection is resumed from the offset the sandbox holds. Without opts.Digest, src is read ahead
+// of the send by a goroutine; after an error, one still in a Read of a src that is no io.Seeker
+// (a pipe) ends when that Read returns. Errors: ErrInvalidRequest (a digest
 // mismatch among them), ErrRequestTooLarge (the sandbox's disk is full), ErrNotFound,
 // ErrGenerationConflict, ErrInvalidState, ErrUnsupportedCapability, ErrProviderUnavailable,
 // ErrDigestMismatch.
@@ -70,16 +72,6 @@ func (c *Client) Upload(ctx context.Context, id sandbox.ID, gen sandbox.Generati
 	}
 	known := size > 0 || seeker != nil
 	digest := opts.Digest
-	if digest == nil && seeker != nil {
-		h := sha256.New()
-		if _, err := seeker.Seek(start, io.SeekStart); err != nil {
-			return nil, err
-		}
-		if _, err := io.CopyBuffer(h, src, make([]byte, 1<<20)); err != nil {
-			return nil, fmt.Errorf("upload %s: hashing the source: %w", path, err)
-		}
-		digest = h.Sum(nil)
-	}
 	upload := opts.Upload
 	if upload == "" && seeker != nil {
 		upload = newUploadID()
@@ -90,25 +82,40 @@ func (c *Client) Upload(ctx context.Context, id sandbox.ID, gen sandbox.Generati
 	}
 	var offset int64
 	for attempt := 0; ; attempt++ {
-		if seeker != nil {
+		var hashed *hashedBody // the body when the digest is sent as the trailer
+		if digest == nil {
+			h := sha256.New()
+			if seeker != nil {
+				if err := hashPrefix(seeker, src, start, offset, h); err != nil {
+					return nil, fmt.Errorf("upload %s: %w", path, err)
+				}
+			}
+			remaining := int64(-1)
+			if known {
+				remaining = size - offset
+			}
+			hashed = newHashedBody(src, remaining, h, offset, opts.Progress)
+		} else if seeker != nil {
 			if _, err := seeker.Seek(start+offset, io.SeekStart); err != nil {
 				return nil, err
 			}
 		}
-		var h hash.Hash
-		if digest == nil {
-			h = sha256.New()
-		}
-		res, err := c.putRaw(ctx, id, gen, path, upload, offset, digest, src, size, known, h, opts.Progress)
+		res, err := c.putRaw(ctx, id, gen, path, upload, offset, digest, src, size, known, hashed, opts.Progress)
 		if err == nil {
 			want := digest
-			if want == nil {
-				want = h.Sum(nil)
+			if hashed != nil {
+				hashed.wait() // the body has ended: its hash is whole
+				want = hashed.h.Sum(nil)
 			}
 			if res.Digest != formatDigest(want) {
 				return res, fmt.Errorf("upload %s: the sandbox wrote %s, sent %s: %w", path, res.Digest, formatDigest(want), ErrDigestMismatch)
 			}
 			return res, nil
+		}
+		if hashed != nil && seeker != nil {
+			hashed.wait() // src is this goroutine's again (a file's read does not block)
+		} else if hashed != nil {
+			hashed.Close() // a read of src under way ends as it returns
 		}
 		var apiErr *Error
 		if errors.As(err, &apiErr) && apiErr.Status != http.StatusBadGateway && apiErr.Status != http.StatusServiceUnavailable {
@@ -128,9 +135,31 @@ func (c *Client) Upload(ctx context.Context, id sandbox.ID, gen sandbox.Generati
 	}
 }
 
-// putRaw sends one PUT of the upload from offset.
+// hashPrefix seeks src to start+offset, hashing into h the offset bytes before: the trailer of an
+// upload resumed at offset is the digest of the whole file.
+func hashPrefix(seeker io.Seeker, src io.Reader, start, offset int64, h hash.Hash) error {
+	if offset > 0 {
+		if _, err := seeker.Seek(start, io.SeekStart); err != nil {
+			return err
+		}
+		buf := uploadBufs.Get().(*[]byte)
+		n, err := io.CopyBuffer(h, io.LimitReader(src, offset), *buf)
+		uploadBufs.Put(buf)
+		if err == nil && n != offset {
+			err = fmt.Errorf("the source ended after %d bytes, before the %d the sandbox holds", n, offset)
+		}
+		if err != nil {
+			return fmt.Errorf("hashing the bytes sent before: %w", err)
+		}
+	}
+	_, err := seeker.Seek(start+offset, io.SeekStart)
+	return err
+}
+
+// putRaw sends one PUT of the upload from offset: with digest, from src in its header; without,
+// hashed (a hashedBody) with the digest in its trailer.
 func (c *Client) putRaw(ctx context.Context, id sandbox.ID, gen sandbox.Generation, path, upload string, offset int64, digest []byte,
-	src io.Reader, size int64, known bool, h hash.Hash, progress func(int64)) (*api.RawFileWritten, error) {
+	src io.Reader, size int64, known bool, hashed *hashedBody, progress func(int64)) (*api.RawFileWritten, error) {
 	q := genQuery(gen, path)
 	if upload != "" {
 		q.Set("upload", upload)
@@ -138,24 +167,27 @@ func (c *Client) putRaw(ctx context.Context, id sandbox.ID, gen sandbox.Generati
 	if offset > 0 {
 		q.Set("offset", strconv.FormatInt(offset, 10))
 	}
-	var body io.Reader = &countingReader{r: src, n: offset, progress: progress, h: h}
-	if known {
-		body = io.LimitReader(body, size-offset)
-	}
 	req, err := c.newRequest(ctx, call{method: "PUT", path: sandboxPath(id) + "/files/raw", query: q}, nil)
 	if err != nil {
 		return nil, err
 	}
-	req.Body = io.NopCloser(body)
-	req.ContentLength = -1
-	if known {
+	req.GetBody = nil
+	req.Header.Set("Content-Type", "application/octet-stream")
+	switch {
+	case hashed != nil:
+		req.Body = hashed
+		req.ContentLength = -1 // chunked: the trailer follows the last chunk
+		req.Trailer = hashed.trailer
+	case known:
+		req.Body = io.NopCloser(io.LimitReader(&countingReader{r: src, n: offset, progress: progress}, size-offset))
 		req.ContentLength = size - offset
 		if req.ContentLength == 0 {
 			req.Body = http.NoBody
 		}
+	default:
+		req.Body = io.NopCloser(&countingReader{r: src, n: offset, progress: progress})
+		req.ContentLength = -1
 	}
-	req.GetBody = nil
-	req.Header.Set("Content-Type", "application/octet-stream")
 	if digest != nil {
 		req.Header.Set("Repr-Digest", formatDigest(digest))
 	}
@@ -174,21 +206,17 @@ func (c *Client) putRaw(ctx context.Context, id sandbox.ID, gen sandbox.Generati
 	return &out, nil
 }
 
-// countingReader counts, hashes (h, when set) and reports what passes.
+// countingReader counts and reports what passes.
 type countingReader struct {
 	r        io.Reader
 	n        int64
 	progress func(int64)
-	h        hash.Hash
 }
 
 func (c *countingReader) Read(p []byte) (int, error) {
 	n, err := c.r.Read(p)
 	if n > 0 {
 		c.n += int64(n)
-		if c.h != nil {
-			c.h.Write(p[:n])
-		}
 		if c.progress != nil {
 			c.progress(c.n)
 		}

@@ -223,3 +223,41 @@ func (r *Runtime) terminals(pm sandbox.ProcessManager) error {
 	}
 	return nil
 }
+
+// AttachTerminal opens the stream of a pty process's terminal from offset after, where the provider
+// has them (sandbox.TerminalStreamer); the sandbox says it is there every beat. Only the opening is
+// bounded by the provider timeout; the stream is the caller's to close. Errors: as WaitProcess,
+// ErrInvalidRequest for an offset past the end, and ErrUnsupportedCapability where there is no stream
+// (the provider, the sandbox's agent, or a process without a terminal): the caller reads and writes
+// through ReadOutput and WriteStdin instead.
+func (r *Runtime) AttachTerminal(ctx context.Context, id sandbox.ID, gen sandbox.Generation, pid int, after int64, beat time.Duration) (sandbox.TerminalStream, error) {
+	if err := checkPID(pid); err != nil {
+		return nil, err
+	}
+	if after < 0 {
+		return nil, fmt.Errorf("offset %d is negative: %w", after, sandbox.ErrInvalidRequest)
+	}
+	ref, pm, err := r.processes(ctx, id, gen, "attach terminal")
+	if err != nil {
+		return nil, err
+	}
+	ts, ok := pm.(sandbox.TerminalStreamer)
+	if !ok || r.terminals(pm) != nil {
+		return nil, fmt.Errorf("provider has no terminal streams: %w", sandbox.ErrUnsupportedCapability)
+	}
+	var st sandbox.TerminalStream
+	err = r.processCall(ctx, ref, "attach terminal", 0, func(ctx context.Context) (err error) {
+		st, err = ts.AttachTerminal(ctx, ref, pid, after, beat)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return st, nil
+}
+
+// StreamFailed tells the runtime that a terminal stream of generation gen of sandbox id failed with
+// err after it opened: as a failed call's, a provider failure schedules a reconcile of the sandbox.
+func (r *Runtime) StreamFailed(id sandbox.ID, gen sandbox.Generation, err error) {
+	r.providerTrouble(sandbox.Ref{ID: id, Generation: gen}, err)
+}

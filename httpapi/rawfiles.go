@@ -65,6 +65,9 @@ func (s *Server) putRawFile(w http.ResponseWriter, r *http.Request, _ []byte) er
 	if put.Digest, err = reprDigest(r.Header); err != nil {
 		return err
 	}
+	if put.TrailerDigest, err = trailerDigest(r); err != nil {
+		return err
+	}
 	body, done := s.streamBody(w, r)
 	fw, err := s.rt.PutFile(r.Context(), sandboxID(r), gen, put, body)
 	done()
@@ -101,6 +104,41 @@ func reprDigest(h http.Header) ([]byte, error) {
 		}
 	}
 	return nil, nil
+}
+
+// trailerDigest checks the trailers of a raw write: a Repr-Digest, and nothing else, only after a
+// chunked body (net/http leaves the Trailer header in place on any other). For a chunked body it
+// returns the function that reads the trailer once the body has ended: nil when none came.
+func trailerDigest(r *http.Request) (func() ([]byte, error), error) {
+	if len(r.Header.Values("Trailer")) > 0 {
+		return nil, fmt.Errorf("a Trailer header on a body that is not chunked: a trailer follows only a chunked body: %w", sandbox.ErrInvalidRequest)
+	}
+	if err := onlyReprDigest(r.Trailer); err != nil {
+		return nil, err
+	}
+	if r.ContentLength >= 0 {
+		return nil, nil
+	}
+	return func() ([]byte, error) {
+		if err := onlyReprDigest(r.Trailer); err != nil {
+			return nil, err
+		}
+		sum, err := reprDigest(r.Trailer)
+		if err != nil {
+			return nil, fmt.Errorf("the trailer: %w", err)
+		}
+		return sum, nil
+	}, nil
+}
+
+// onlyReprDigest refuses a trailer other than Repr-Digest.
+func onlyReprDigest(t http.Header) error {
+	for k := range t {
+		if k != "Repr-Digest" {
+			return fmt.Errorf("trailer %.80q: a raw write takes no trailer but Repr-Digest: %w", k, sandbox.ErrInvalidRequest)
+		}
+	}
+	return nil
 }
 
 // formatDigest is a SHA-256 as RFC 9530 writes it.

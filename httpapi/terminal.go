@@ -3,6 +3,7 @@ package httpapi
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"slices"
@@ -165,11 +166,19 @@ func (s *Server) attachTerminal(w http.ResponseWriter, r *http.Request, _ []byte
 	id := sandboxID(r)
 	wake, stop := s.rt.Watch()
 	defer stop()
-	// The first read answers what would fail the attach (no process, an offset past its end) as an
-	// ErrorResponse, before the upgrade.
-	chunk, err := s.rt.ReadOutput(r.Context(), id, gen, pid, after, outputPiece, 0)
+	// The terminal's stream where the provider has one, else the first read of the output: either
+	// answers what would fail the attach (no process, an offset past its end) as an ErrorResponse,
+	// before the upgrade.
+	var chunk sandbox.OutputChunk
+	st, err := s.rt.AttachTerminal(r.Context(), id, gen, pid, after, min(s.heartbeat, terminalBeat))
+	if errors.Is(err, sandbox.ErrUnsupportedCapability) {
+		chunk, err = s.rt.ReadOutput(r.Context(), id, gen, pid, after, outputPiece, 0)
+	}
 	if err != nil {
 		return err
+	}
+	if st != nil {
+		defer func() { st.Close() }()
 	}
 	if !wantsWebSocket(r) {
 		return fmt.Errorf("the terminal is a WebSocket: the request needs Connection: Upgrade and Upgrade: websocket: %w", sandbox.ErrInvalidRequest)
@@ -183,6 +192,7 @@ func (s *Server) attachTerminal(w http.ResponseWriter, r *http.Request, _ []byte
 	conn.SetReadLimit(terminalFrame)
 
 	t := &terminal{s: s, conn: conn, id: id, gen: gen, pid: pid, after: after, me: &attach{demoted: make(chan struct{})}}
+	defer t.setStream(nil)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	if mode == modeControl {
@@ -203,7 +213,14 @@ func (s *Server) attachTerminal(w http.ResponseWriter, r *http.Request, _ []byte
 		defer wg.Done()
 		t.pingLoop(ctx)
 	}()
-	if e, ok := t.outputLoop(ctx, wake, chunk); ok {
+	var e terminalFrameOut
+	var ok bool
+	if st != nil {
+		e, ok = t.streamLoop(ctx, wake, st)
+	} else {
+		e, ok = t.outputLoop(ctx, wake, chunk)
+	}
+	if ok {
 		t.send(ctx, e)
 		conn.Close(websocket.StatusNormalClosure, e.Reason)
 	}
@@ -234,6 +251,27 @@ type terminal struct {
 	pid   int
 	me    *attach
 	after int64 // the offset past the last byte sent; the output loop's own
+
+	smu sync.Mutex
+	st  sandbox.TerminalStream // the open stream, which the read loop writes to; nil on the calls' path
+}
+
+// stream returns the open stream, or nil.
+func (t *terminal) stream() sandbox.TerminalStream {
+	t.smu.Lock()
+	defer t.smu.Unlock()
+	return t.st
+}
+
+// setStream makes st the open stream, and closes the one before.
+func (t *terminal) setStream(st sandbox.TerminalStream) {
+	t.smu.Lock()
+	old := t.st
+	t.st = st
+	t.smu.Unlock()
+	if old != nil && old != st {
+		old.Close()
+	}
 }
 
 // beat is the attach's heartbeat interval.
@@ -288,12 +326,11 @@ func (t *terminal) outputLoop(ctx context.Context, wake <-chan struct{}, chunk s
 		select {
 		case <-demoted:
 			demoted = nil
-			if !t.send(ctx, terminalFrameOut{Type: "mode", Offset: t.after, Mode: modeWatch, Reason: "taken_over",
-				Message: "another attach took control; this one watches"}) {
+			if !t.sayDemoted(ctx) {
 				return terminalFrameOut{}, false
 			}
 		case <-beat.C:
-			if !t.send(ctx, terminalFrameOut{Type: "heartbeat", Offset: t.after, State: stateRunning}) {
+			if !t.sayRunning(ctx) {
 				return terminalFrameOut{}, false
 			}
 		case <-s.done:
@@ -322,6 +359,17 @@ func (t *terminal) outputLoop(ctx context.Context, wake <-chan struct{}, chunk s
 			return t.endFrame(ctx, err), true
 		}
 	}
+}
+
+// sayDemoted tells the client that a later control attach took over.
+func (t *terminal) sayDemoted(ctx context.Context) bool {
+	return t.send(ctx, terminalFrameOut{Type: "mode", Offset: t.after, Mode: modeWatch, Reason: "taken_over",
+		Message: "another attach took control; this one watches"})
+}
+
+// sayRunning sends the heartbeat of a sandbox that runs.
+func (t *terminal) sayRunning(ctx context.Context) bool {
+	return t.send(ctx, terminalFrameOut{Type: "heartbeat", Offset: t.after, State: stateRunning})
 }
 
 // offsetFrame says where the bytes that follow start.
@@ -467,6 +515,12 @@ func (t *terminal) readLoop(ctx context.Context) {
 				continue
 			}
 			act = func() error {
+				if st := t.stream(); st != nil {
+					if err := st.Stdin(ctx, b); err != nil {
+						return fmt.Errorf("stdin: %w", err)
+					}
+					return nil
+				}
 				if err := t.s.rt.WriteStdin(ctx, t.id, t.gen, t.pid, b, false); err != nil {
 					return fmt.Errorf("stdin: %w", err)
 				}
@@ -492,6 +546,12 @@ func (t *terminal) readLoop(ctx context.Context) {
 
 // control carries out one control frame.
 func (t *terminal) control(ctx context.Context, f terminalFrameIn) error {
+	if st := t.stream(); st != nil {
+		if f.Type == "resize" {
+			return st.Resize(ctx, sandbox.TerminalSize{Rows: f.Rows, Cols: f.Cols})
+		}
+		return st.Signal(ctx, f.Signal)
+	}
 	if f.Type == "resize" {
 		return t.s.rt.ResizeProcess(ctx, t.id, t.gen, t.pid, sandbox.TerminalSize{Rows: f.Rows, Cols: f.Cols})
 	}

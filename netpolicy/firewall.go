@@ -29,8 +29,12 @@ import (
 //	postrouting (nat, priority 100): the pools' addresses masqueraded behind the outgoing interface.
 //
 // fwd-X and in-X hold sandbox X's policy (rules); a policy change replaces them in one transaction, so
-// every packet meets the old rules or the new ones. Established connections keep going. Chains made
-// ahead (Hold) have no jump to them until Open: until then the base chains drop whatever comes from X.
+// every packet meets the old rules or the new ones. Established connections keep going. Each begins
+// with a gate: what comes from an interface not in the set "open" is dropped. Chains made ahead
+// (Hold) are in place with their jumps, their interface not in the set: Open adds it, a transaction
+// of one set element. (A transaction that adds a jump has the kernel check the whole table's chains
+// for loops, which with a few dozen sandboxes takes milliseconds; one that adds an element to a set
+// without verdicts checks nothing.)
 type Firewall struct {
 	table    *nftables.Table
 	pool     netip.Prefix
@@ -48,6 +52,7 @@ type Firewall struct {
 	conn *nftables.Conn
 	fwd  *nftables.Chain
 	in   *nftables.Chain
+	open *nftables.Set   // the interfaces whose chains are in effect (the gate)
 	set  map[string]bool // the interfaces with chains
 	v6   map[string]bool // those of them whose sandbox has an IPv6 address (and chains for it)
 	held map[string]bool // those of them whose chains no base chain jumps to yet (Hold)
@@ -73,7 +78,7 @@ var ErrStalePolicy = errors.New("the policy changed since the query was let thro
 // ones (invalid: none, and IPv6 is dropped); ifPrefix begins the name of every sandbox's host
 // interface.
 func NewFirewall(name string, pool, pool6 netip.Prefix, ifPrefix string) (*Firewall, error) {
-	conn, err := nftables.New()
+	conn, err := nftables.New(nftables.AsLasting())
 	if err != nil {
 		return nil, fmt.Errorf("nftables: %w", err)
 	}
@@ -110,6 +115,10 @@ func (f *Firewall) ensure() error {
 		Hooknum: nftables.ChainHookInput, Priority: nftables.ChainPriorityFilter, Policy: &accept})
 	post := conn.AddChain(&nftables.Chain{Name: "postrouting", Table: t, Type: nftables.ChainTypeNAT,
 		Hooknum: nftables.ChainHookPostrouting, Priority: nftables.ChainPriorityNATSource, Policy: &accept})
+	open := &nftables.Set{Table: t, Name: "open", KeyType: nftables.TypeIFName}
+	if err := conn.AddSet(open, nil); err != nil {
+		return fmt.Errorf("nftables: %w", err)
+	}
 	sbx := []byte(f.ifPrefix) // a prefix match, as nft's "sbx*"
 	conn.AddRule(&nftables.Rule{Table: t, Chain: fwd, Exprs: join(ifname(expr.MetaKeyOIFNAME, sbx, true),
 		ctState(expr.CtStateBitESTABLISHED|expr.CtStateBitRELATED), verdict(expr.VerdictAccept))})
@@ -130,10 +139,10 @@ func (f *Firewall) ensure() error {
 		conn.AddRule(&nftables.Rule{Table: t, Chain: post, Exprs: join(saddr(pool, false), daddr(pool, true),
 			ifname(expr.MetaKeyOIFNAME, sbx, false), []expr.Any{&expr.Masq{}})})
 	}
-	if err := conn.Flush(); err != nil {
+	if err := f.flush(); err != nil {
 		return fmt.Errorf("nftables: table %s: %w", f.table.Name, err)
 	}
-	f.fwd, f.in, f.set, f.held, f.epoch = fwd, in, map[string]bool{}, map[string]bool{}, map[string]uint64{}
+	f.fwd, f.in, f.open, f.set, f.held, f.epoch = fwd, in, open, map[string]bool{}, map[string]bool{}, map[string]uint64{}
 	f.v6 = map[string]bool{}
 	f.learned, f.refused = map[string]map[netip.Addr]time.Time{}, map[string]map[netip.Addr]time.Time{}
 	return nil
@@ -165,7 +174,7 @@ func (f *Firewall) GuardForwarding6() error {
 		return f.ensure()
 	}
 	f.conn.AddRule(f.guard6Rule(f.fwd))
-	if err := f.conn.Flush(); err != nil {
+	if err := f.flush(); err != nil {
 		f.guard6 = false
 		return fmt.Errorf("nftables: guard IPv6 forwarding: %w", err)
 	}
@@ -176,19 +185,41 @@ func (f *Firewall) GuardForwarding6() error {
 func (f *Firewall) Close() error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return f.deleteTable()
+	err := f.deleteTable()
+	f.conn.CloseLasting()
+	return err
+}
+
+// flush sends the transaction built on f.conn.
+func (f *Firewall) flush() error {
+	err := f.conn.Flush()
+	if err != nil {
+		f.redial()
+	}
+	return err
+}
+
+// redial replaces f.conn, whose netlink socket stays open from one transaction to the next (a
+// socket and its bind spared each time), after an error: one that failed part way may have left
+// answers unread in it. Without a new one, the old one, closed, opens a socket for each use.
+func (f *Firewall) redial() {
+	f.conn.CloseLasting()
+	if c, err := nftables.New(nftables.AsLasting()); err == nil {
+		f.conn = c
+	}
 }
 
 func (f *Firewall) deleteTable() error {
-	f.fwd, f.in = nil, nil
+	f.fwd, f.in, f.open = nil, nil, nil
 	tables, err := f.conn.ListTablesOfFamily(nftables.TableFamilyINet)
 	if err != nil {
+		f.redial()
 		return fmt.Errorf("nftables: list tables: %w", err)
 	}
 	for _, t := range tables {
 		if t.Name == f.table.Name {
 			f.conn.DelTable(f.table)
-			if err := f.conn.Flush(); err != nil {
+			if err := f.flush(); err != nil {
 				return fmt.Errorf("nftables: delete table %s: %w", f.table.Name, err)
 			}
 		}
@@ -210,10 +241,10 @@ func (f *Firewall) Set(ifn string, self Addrs, rules Rules) (uint64, error) {
 	return f.setLocked(ifn, self, rules, true)
 }
 
-// Hold makes the chains of the sandbox on ifname, whose addresses are self, holding rules, with no
-// jump to them: whatever comes from ifname is still dropped by the base chains (forward and input),
-// and only replies to a connection tracked reach it. Open then makes them its policy in a transaction
-// of two rules; Set replaces them and opens them in one. The epoch returned is the rules' (Set's).
+// Hold makes the chains of the sandbox on ifname, whose addresses are self, holding rules, with
+// their gate shut: whatever comes from ifname is dropped at their first rule, and only replies to a
+// connection tracked reach it. Open then makes them its policy in a transaction of one set element;
+// Set replaces them and opens them in one. The epoch returned is the rules' (Set's).
 func (f *Firewall) Hold(ifn string, self Addrs, rules Rules) (uint64, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -223,20 +254,29 @@ func (f *Firewall) Hold(ifn string, self Addrs, rules Rules) (uint64, error) {
 	return f.setLocked(ifn, self, rules, false)
 }
 
-// Open makes the rules Hold made for ifname its policy: the base chains jump to its chains, in one
-// transaction. It returns their epoch.
+// Open makes the rules Hold made for ifname its policy: its gate opens, in one transaction. It
+// returns their epoch.
 func (f *Firewall) Open(ifn string) (uint64, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if !f.set[ifn] || !f.held[ifn] {
 		return 0, fmt.Errorf("nftables: %s has no rules held", ifn)
 	}
-	f.jump(ifn)
-	if err := f.conn.Flush(); err != nil {
+	if err := f.conn.SetAddElements(f.open, []nftables.SetElement{{Key: ifnameKey(ifn)}}); err != nil {
+		return 0, fmt.Errorf("nftables: %w", err)
+	}
+	if err := f.flush(); err != nil {
 		return 0, fmt.Errorf("nftables: open the rules of %s: %w", ifn, err)
 	}
 	delete(f.held, ifn)
 	return f.epoch[ifn], nil
+}
+
+// ifnameKey is ifn as a key of a set of interface names.
+func ifnameKey(ifn string) []byte {
+	k := make([]byte, nftables.TypeIFName.Bytes)
+	copy(k, ifn)
+	return k
 }
 
 // jump adds to the transaction the base chains' jumps to ifn's chains.
@@ -248,8 +288,8 @@ func (f *Firewall) jump(ifn string) {
 		Exprs: join(ifname(expr.MetaKeyIIFNAME, me, true), []expr.Any{&expr.Verdict{Kind: expr.VerdictJump, Chain: "in-" + ifn}})})
 }
 
-// setLocked makes or replaces ifn's chains; with open, the base chains jump to them (from the same
-// transaction on, when they did not).
+// setLocked makes or replaces ifn's chains, the base chains' jumps to them with new ones; with open,
+// their gate opens (from the same transaction on, when it was shut).
 func (f *Firewall) setLocked(ifn string, self Addrs, rules Rules, open bool) (uint64, error) {
 	if err := f.ensure(); err != nil {
 		return 0, err
@@ -289,9 +329,14 @@ func (f *Firewall) setLocked(ifn string, self Addrs, rules Rules, open bool) (ui
 			}
 		}
 	}
-	jumps := open && (!f.set[ifn] || f.held[ifn])
-	if jumps {
+	if !f.set[ifn] {
 		f.jump(ifn) // after the chains in the transaction: inserted at the base chains' heads
+	}
+	opens := open && (!f.set[ifn] || f.held[ifn])
+	if opens {
+		if err := f.conn.SetAddElements(f.open, []nftables.SetElement{{Key: ifnameKey(ifn)}}); err != nil {
+			return 0, fmt.Errorf("nftables: %w", err)
+		}
 	}
 	add := func(c *nftables.Chain, e ...[]expr.Any) {
 		f.conn.AddRule(&nftables.Rule{Table: f.table, Chain: c, Exprs: join(e...)})
@@ -335,6 +380,8 @@ func (f *Firewall) setLocked(ifn string, self Addrs, rules Rules, open bool) (ui
 		gateways = append(gateways, f.gateway6)
 	}
 	for _, c := range []*nftables.Chain{fwd, in} {
+		add(c, []expr.Any{&expr.Meta{Key: expr.MetaKeyIIFNAME, Register: 1}, // the gate
+			&expr.Lookup{SourceRegister: 1, SetName: f.open.Name, SetID: f.open.ID, Invert: true}}, verdict(expr.VerdictDrop))
 		if !v6 {
 			add(c, notIPv4(), verdict(expr.VerdictDrop)) // IPv6: denied
 		} else if c == in {
@@ -425,12 +472,12 @@ func (f *Firewall) setLocked(ifn string, self Addrs, rules Rules, open bool) (ui
 	// under the policy being replaced is learned.
 	f.epochs++
 	f.epoch[ifn] = f.epochs
-	if err := f.conn.Flush(); err != nil {
+	if err := f.flush(); err != nil {
 		return 0, fmt.Errorf("nftables: rules of %s: %w", ifn, err)
 	}
 	if !f.set[ifn] && !open {
 		f.held[ifn] = true
-	} else if jumps {
+	} else if opens {
 		delete(f.held, ifn)
 	}
 	f.set[ifn] = true
@@ -463,15 +510,18 @@ func (f *Firewall) Remove(ifn string) error {
 	if f.fwd == nil || !f.set[ifn] {
 		return nil
 	}
-	if !f.held[ifn] { // held chains have no jump to them
-		rules, err := f.jumps(ifn)
-		if err != nil || len(rules) == 0 {
+	rules, err := f.jumps(ifn)
+	if err != nil || len(rules) == 0 {
+		return err
+	}
+	for _, r := range rules {
+		if err := f.conn.DelRule(r); err != nil {
 			return err
 		}
-		for _, r := range rules {
-			if err := f.conn.DelRule(r); err != nil {
-				return err
-			}
+	}
+	if !f.held[ifn] {
+		if err := f.conn.SetDeleteElements(f.open, []nftables.SetElement{{Key: ifnameKey(ifn)}}); err != nil {
+			return err
 		}
 	}
 	f.conn.FlushChain(&nftables.Chain{Name: "fwd-" + ifn, Table: f.table})
@@ -486,7 +536,7 @@ func (f *Firewall) Remove(ifn string) error {
 		f.conn.DelSet(&nftables.Set{Table: f.table, Name: "a6-" + ifn})
 		f.conn.DelSet(&nftables.Set{Table: f.table, Name: "x6-" + ifn})
 	}
-	if err := f.conn.Flush(); err != nil {
+	if err := f.flush(); err != nil {
 		return fmt.Errorf("nftables: remove the rules of %s: %w", ifn, err)
 	}
 	delete(f.set, ifn)
@@ -534,6 +584,7 @@ func (f *Firewall) Status(ifn string) (Status, error) {
 	for _, name := range []string{"fwd-", "in-", "rej-"} {
 		rules, err := f.conn.GetRules(f.table, &nftables.Chain{Name: name + ifn, Table: f.table})
 		if err != nil {
+			f.redial()
 			return st, fmt.Errorf("nftables: %w", err)
 		}
 		for _, r := range rules {
@@ -560,6 +611,7 @@ func (f *Firewall) Status(ifn string) (Status, error) {
 		}
 		some, err := f.conn.GetSetElements(denialSet(f.table, ifn, is6))
 		if err != nil {
+			f.redial()
 			return st, fmt.Errorf("nftables: %w", err)
 		}
 		els = append(els, some...)
@@ -630,7 +682,7 @@ func (f *Firewall) Learn(ifn string, epoch uint64, addrs []netip.Addr, ttl time.
 			if err := f.conn.SetDeleteElements(set, renew[is6]); err != nil {
 				return err
 			}
-			if err := f.conn.Flush(); err != nil {
+			if err := f.flush(); err != nil {
 				return fmt.Errorf("nftables: renew in %s: %w", set.Name, err)
 			}
 		}
@@ -640,7 +692,7 @@ func (f *Firewall) Learn(ifn string, epoch uint64, addrs []netip.Addr, ttl time.
 		if err := f.conn.SetAddElements(set, append(fresh[is6], renew[is6]...)); err != nil {
 			return err
 		}
-		if err := f.conn.Flush(); err != nil {
+		if err := f.flush(); err != nil {
 			return fmt.Errorf("nftables: learn in %s: %w", set.Name, err)
 		}
 	}
@@ -653,6 +705,7 @@ func (f *Firewall) jumps(ifn string) ([]*nftables.Rule, error) {
 	for _, c := range []*nftables.Chain{f.fwd, f.in} {
 		rules, err := f.conn.GetRules(f.table, c)
 		if err != nil {
+			f.redial()
 			if errors.Is(err, unix.ENOENT) {
 				continue
 			}

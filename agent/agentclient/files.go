@@ -14,6 +14,7 @@ import (
 	"net/url"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sandboxd/sandbox"
@@ -77,14 +78,17 @@ var streamBufs = sync.Pool{New: func() any { b := make([]byte, 1<<20); return &b
 // fills 1 MiB before each write, so the agent wakes once a MiB rather than once each 32 KiB.
 type bigWrites struct{ net.Conn }
 
-func (c bigWrites) ReadFrom(r io.Reader) (int64, error) {
+func (c bigWrites) ReadFrom(r io.Reader) (int64, error) { return copyMiB(c.Conn, r) }
+
+// copyMiB copies r to w, filling 1 MiB before each write.
+func copyMiB(w io.Writer, r io.Reader) (int64, error) {
 	buf := streamBufs.Get().(*[]byte)
 	defer streamBufs.Put(buf)
 	var n int64
 	for {
 		m, rerr := io.ReadFull(r, *buf)
 		if m > 0 {
-			k, werr := c.Conn.Write((*buf)[:m])
+			k, werr := w.Write((*buf)[:m])
 			n += int64(k)
 			if werr != nil {
 				return n, werr
@@ -105,26 +109,49 @@ type errBody struct{ err error }
 func (e errBody) Error() string { return e.err.Error() }
 func (e errBody) Unwrap() error { return e.err }
 
-// watchedBody remembers the error its reader returned.
+// watchedBody remembers the error its reader returned. At its end it calls atEnd (when set), which
+// fills the request's trailer: an error of atEnd ends the body as a failure to read it would, so
+// the agent never takes the body as whole.
 type watchedBody struct {
-	r   io.Reader
-	err error
+	r      io.Reader
+	atEnd  func() error
+	ended  bool
+	err    error // the reader's
+	endErr error // atEnd's
 }
 
 func (b *watchedBody) Read(p []byte) (int, error) {
+	if b.ended {
+		return 0, io.EOF
+	}
 	n, err := b.r.Read(p)
-	if err != nil && err != io.EOF {
+	switch {
+	case err == io.EOF && b.atEnd != nil:
+		if b.endErr = b.atEnd(); b.endErr != nil {
+			return n, b.endErr
+		}
+		b.ended = true
+	case err == io.EOF:
+		b.ended = true
+	case err != nil:
 		b.err = err
 	}
 	return n, err
 }
 
-// stream sends one streamed request and returns its 2xx answer, whose body the caller closes.
-func (c *Client) stream(ctx context.Context, method, path string, q url.Values, h http.Header, body io.Reader, length int64) (*http.Response, error) {
+// WriteTo sends the body a MiB at a time: a chunked body (of unknown length, or with a trailer) is
+// otherwise a chunk, and a wake of the agent, each 32 KiB (see bigWrites).
+func (b *watchedBody) WriteTo(w io.Writer) (int64, error) { return copyMiB(w, b) }
+
+// stream sends one streamed request and returns its 2xx answer, whose body the caller closes. With
+// a trailer, the body is sent chunked, trailer's keys declared, and atEnd fills their values once
+// body has ended.
+func (c *Client) stream(ctx context.Context, method, path string, q url.Values, h http.Header, body io.Reader, length int64,
+	trailer http.Header, atEnd func() error) (*http.Response, error) {
 	var wb *watchedBody
 	var rd io.Reader
 	if body != nil {
-		wb = &watchedBody{r: body}
+		wb = &watchedBody{r: body, atEnd: atEnd}
 		rd = wb
 	}
 	req, err := http.NewRequestWithContext(ctx, method, "http://agent"+path+"?"+q.Encode(), rd)
@@ -140,9 +167,17 @@ func (c *Client) stream(ctx context.Context, method, path string, q url.Values, 
 	for k, v := range h {
 		req.Header[k] = v
 	}
+	if trailer != nil && body != nil {
+		req.Trailer = trailer
+		req.ContentLength = -1
+		req.Body = io.NopCloser(rd)
+	}
 	req.Header.Set(protocol.HeaderDeadline, strconv.FormatInt(time.Now().Add(streamStart).UnixNano(), 10))
 	resp, err := c.streamTransport().RoundTrip(req)
 	if err != nil {
+		if wb != nil && wb.endErr != nil {
+			return nil, errBody{fmt.Errorf("agent %s: %w", path, wb.endErr)}
+		}
 		if wb != nil && wb.err != nil {
 			return nil, errBody{fmt.Errorf("agent %s: the request body broke off: %v: %w", path, wb.err, sandbox.ErrInvalidRequest)}
 		}
@@ -206,7 +241,22 @@ func (c *Client) PutFile(ctx context.Context, put sandbox.FilePut, body io.Reade
 	if put.Digest != nil {
 		h.Set(protocol.HeaderDigest, hex.EncodeToString(put.Digest))
 	}
-	resp, err := c.stream(ctx, http.MethodPut, protocol.PathRawFile, q, h, body, put.Length)
+	// A digest known at the body's end goes on as a trailer of the same name.
+	var trailer http.Header
+	var atEnd func() error
+	var sent atomic.Pointer[[]byte] // set by the transport's writer, read after the answer
+	if put.TrailerDigest != nil {
+		trailer = http.Header{protocol.HeaderDigest: nil}
+		atEnd = func() error {
+			sum, err := put.TrailerDigest()
+			if err == nil && sum != nil {
+				trailer.Set(protocol.HeaderDigest, hex.EncodeToString(sum))
+				sent.Store(&sum)
+			}
+			return err
+		}
+	}
+	resp, err := c.stream(ctx, http.MethodPut, protocol.PathRawFile, q, h, body, put.Length, trailer, atEnd)
 	if err != nil {
 		return sandbox.FileWritten{}, err
 	}
@@ -215,7 +265,8 @@ func (c *Client) PutFile(ctx context.Context, put sandbox.FilePut, body io.Reade
 		return sandbox.FileWritten{}, err
 	}
 	sum, err := hex.DecodeString(fw.Digest)
-	if err != nil || len(sum) != 32 || fw.Path != put.Path || fw.Size < put.Offset || (put.Digest != nil && !bytes.Equal(sum, put.Digest)) {
+	if err != nil || len(sum) != 32 || fw.Path != put.Path || fw.Size < put.Offset || (put.Digest != nil && !bytes.Equal(sum, put.Digest)) ||
+		(sent.Load() != nil && !bytes.Equal(sum, *sent.Load())) {
 		return sandbox.FileWritten{}, fmt.Errorf("agent %s: %w", protocol.PathRawFile, badAnswer("path %.64q, size %d, digest %.80q", fw.Path, fw.Size, fw.Digest))
 	}
 	return sandbox.FileWritten{Path: fw.Path, Size: fw.Size, Digest: sum}, nil
@@ -225,7 +276,7 @@ func (c *Client) PutFile(ctx context.Context, put sandbox.FilePut, body io.Reade
 func (c *Client) UploadState(ctx context.Context, path, upload string) (sandbox.FileWritten, error) {
 	ctx, cancel := bounded(ctx)
 	defer cancel()
-	resp, err := c.stream(ctx, http.MethodGet, protocol.PathUpload, url.Values{"path": {path}, "upload": {upload}}, nil, nil, 0)
+	resp, err := c.stream(ctx, http.MethodGet, protocol.PathUpload, url.Values{"path": {path}, "upload": {upload}}, nil, nil, 0, nil, nil)
 	if err != nil {
 		return sandbox.FileWritten{}, err
 	}
@@ -253,7 +304,7 @@ func (c *Client) GetFile(ctx context.Context, path string, rng *sandbox.FileRang
 	if wantDigest {
 		h.Set(protocol.HeaderWantDigest, "1")
 	}
-	resp, err := c.stream(ctx, http.MethodGet, protocol.PathRawFile, url.Values{"path": {path}}, h, nil, 0)
+	resp, err := c.stream(ctx, http.MethodGet, protocol.PathRawFile, url.Values{"path": {path}}, h, nil, 0, nil, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -317,7 +368,7 @@ func (b *answerBody) Close() error { return b.c.Close() }
 // PutArchive extracts a tar stream into dir.
 func (c *Client) PutArchive(ctx context.Context, dir string, body io.Reader) (sandbox.ArchiveWritten, error) {
 	h := http.Header{"Content-Type": {"application/x-tar"}}
-	resp, err := c.stream(ctx, http.MethodPut, protocol.PathArchive, url.Values{"path": {dir}}, h, body, -1)
+	resp, err := c.stream(ctx, http.MethodPut, protocol.PathArchive, url.Values{"path": {dir}}, h, body, -1, nil, nil)
 	if err != nil {
 		return sandbox.ArchiveWritten{}, err
 	}
@@ -333,7 +384,7 @@ func (c *Client) PutArchive(ctx context.Context, dir string, body io.Reader) (sa
 
 // GetArchive opens the tar stream of dir. A stream that breaks is unavailability.
 func (c *Client) GetArchive(ctx context.Context, dir string) (io.ReadCloser, error) {
-	resp, err := c.stream(ctx, http.MethodGet, protocol.PathArchive, url.Values{"path": {dir}}, nil, nil, 0)
+	resp, err := c.stream(ctx, http.MethodGet, protocol.PathArchive, url.Values{"path": {dir}}, nil, nil, 0, nil, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -349,7 +400,7 @@ func (c *Client) Watch(ctx context.Context, dir string, recursive bool) (sandbox
 	if recursive {
 		q.Set("recursive", "1")
 	}
-	resp, err := c.stream(ctx, http.MethodGet, protocol.PathWatch, q, nil, nil, 0)
+	resp, err := c.stream(ctx, http.MethodGet, protocol.PathWatch, q, nil, nil, 0, nil, nil)
 	if err != nil {
 		cancel()
 		return nil, err

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -51,50 +52,75 @@ func (c *Client) DialPort(ctx context.Context, port int) (net.Conn, error) {
 
 // handshake asks the agent for the relay on conn and reads its answer.
 func handshake(conn net.Conn, port int, deadline time.Time) (net.Conn, error) {
-	req := "GET " + protocol.PathPort + "?port=" + strconv.Itoa(port) + " HTTP/1.1\r\nHost: agent\r\n" +
-		"Connection: Upgrade\r\nUpgrade: " + protocol.UpgradeTCP + "\r\n" +
+	br, err := upgrade(conn, "port relay", protocol.PathPort+"?port="+strconv.Itoa(port), protocol.UpgradeTCP, deadline,
+		func(code, msg string) error {
+			if code == protocol.CodePortUnreachable {
+				return fmt.Errorf("%s: %w", msg, sandbox.ErrPortUnreachable)
+			}
+			return nil
+		})
+	if errors.Is(err, errNoRoute) {
+		return nil, fmt.Errorf("agent port relay: the sandbox's agent has no port relay (an agent of an earlier build): %w", sandbox.ErrProviderProtocol)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return &relayConn{Conn: conn, r: br}, nil
+}
+
+// errNoRoute: the agent answered a bare 404, an agent of a build without the route.
+var errNoRoute = errors.New("the agent has no such route")
+
+// upgrade asks the agent on conn to switch target's connection to protocol proto, and returns the
+// reader of what follows the switch (which may hold the connection's first bytes). An error answer's
+// code goes through codeErr first (nil: the common mapping). Errors: errNoRoute, ErrInvalidRequest,
+// ErrNotFound, ErrInvalidState, ErrProviderUnavailable, ErrProviderProtocol.
+func upgrade(conn net.Conn, what, target, proto string, deadline time.Time, codeErr func(code, msg string) error) (*bufio.Reader, error) {
+	req := "GET " + target + " HTTP/1.1\r\nHost: agent\r\n" +
+		"Connection: Upgrade\r\nUpgrade: " + proto + "\r\n" +
 		protocol.HeaderDeadline + ": " + strconv.FormatInt(deadline.UnixNano(), 10) + "\r\n\r\n"
 	if _, err := io.WriteString(conn, req); err != nil {
-		return nil, fmt.Errorf("agent port relay: %v: %w", err, sandbox.ErrProviderUnavailable)
+		return nil, fmt.Errorf("agent %s: %v: %w", what, err, sandbox.ErrProviderUnavailable)
 	}
 	lr := &io.LimitedReader{R: conn, N: maxPortAnswerBytes}
 	br := bufio.NewReaderSize(lr, 4<<10)
 	resp, err := http.ReadResponse(br, nil)
 	if err != nil {
 		if lr.N <= 0 {
-			return nil, fmt.Errorf("agent port relay: an answer past %d bytes: %w", maxPortAnswerBytes, sandbox.ErrProviderProtocol)
+			return nil, fmt.Errorf("agent %s: an answer past %d bytes: %w", what, maxPortAnswerBytes, sandbox.ErrProviderProtocol)
 		}
-		return nil, fmt.Errorf("agent port relay: %v: %w", err, sandbox.ErrProviderUnavailable)
+		return nil, fmt.Errorf("agent %s: %v: %w", what, err, sandbox.ErrProviderUnavailable)
 	}
 	if resp.StatusCode == http.StatusSwitchingProtocols {
-		if resp.Header.Get("Upgrade") != protocol.UpgradeTCP {
-			return nil, fmt.Errorf("agent port relay: switched to %q: %w", resp.Header.Get("Upgrade"), sandbox.ErrProviderProtocol)
+		if resp.Header.Get("Upgrade") != proto {
+			return nil, fmt.Errorf("agent %s: switched to %q: %w", what, resp.Header.Get("Upgrade"), sandbox.ErrProviderProtocol)
 		}
 		lr.N = math.MaxInt64
-		return &relayConn{Conn: conn, r: br}, nil
+		return br, nil
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode == http.StatusNotFound && resp.Header.Get("Content-Type") != "application/json" {
-		return nil, fmt.Errorf("agent port relay: the sandbox's agent has no port relay (an agent of an earlier build): %w", sandbox.ErrProviderProtocol)
+		return nil, errNoRoute
 	}
 	raw, err := io.ReadAll(resp.Body)
 	if err != nil {
-		return nil, fmt.Errorf("agent port relay: status %d: %v: %w", resp.StatusCode, err, sandbox.ErrProviderUnavailable)
+		return nil, fmt.Errorf("agent %s: status %d: %v: %w", what, resp.StatusCode, err, sandbox.ErrProviderUnavailable)
 	}
 	var e protocol.Error
 	if err := json.Unmarshal(raw, &e); err != nil || e.Code == "" {
-		return nil, fmt.Errorf("agent port relay: status %d with a malformed error: %w", resp.StatusCode, sandbox.ErrProviderProtocol)
+		return nil, fmt.Errorf("agent %s: status %d with a malformed error: %w", what, resp.StatusCode, sandbox.ErrProviderProtocol)
 	}
 	msg := sandbox.TruncateUTF8(e.Message, 512)
-	switch e.Code {
-	case protocol.CodePortUnreachable:
-		return nil, fmt.Errorf("%s: %w", msg, sandbox.ErrPortUnreachable)
-	case string(sandbox.CodeInvalidRequest):
-		return nil, fmt.Errorf("agent port relay: %s: %w", msg, sandbox.ErrInvalidRequest)
-	case protocol.CodeDeadline, string(sandbox.CodeInternal), string(sandbox.CodeProviderUnavailable):
-		return nil, fmt.Errorf("agent port relay: %s: %w", msg, sandbox.ErrProviderUnavailable)
+	if err := codeErr(e.Code, msg); err != nil {
+		return nil, err
 	}
-	return nil, fmt.Errorf("agent port relay: unexpected error code %q: %w", e.Code, sandbox.ErrProviderProtocol)
+	switch e.Code {
+	case string(sandbox.CodeInvalidRequest), string(sandbox.CodeNotFound), string(sandbox.CodeInvalidState):
+		return nil, fmt.Errorf("agent %s: %s: %w", what, msg, sandbox.ErrorForCode(sandbox.ErrorCode(e.Code)))
+	case protocol.CodeDeadline, string(sandbox.CodeInternal), string(sandbox.CodeProviderUnavailable):
+		return nil, fmt.Errorf("agent %s: %s: %w", what, msg, sandbox.ErrProviderUnavailable)
+	}
+	return nil, fmt.Errorf("agent %s: unexpected error code %q: %w", what, e.Code, sandbox.ErrProviderProtocol)
 }
 
 // relayConn is the agent's socket once switched: its reads come through the reader that read the

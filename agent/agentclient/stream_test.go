@@ -7,9 +7,11 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"strings"
 	"sync"
 	"testing"
 
@@ -64,16 +66,22 @@ func rawAgent(t *testing.T) (*agentclient.Client, func() []byte, func() []int) {
 		sum := sha256.Sum256(body)
 		json.NewEncoder(w).Encode(protocol.FileWritten{Path: r.URL.Query().Get("path"), Size: int64(len(body)), Digest: hex.EncodeToString(sum[:])})
 	})})
+	c := recordingClient(t, sock, &mu, &writes)
+	return c, func() []byte { <-done; mu.Lock(); defer mu.Unlock(); return got }, func() []int { mu.Lock(); defer mu.Unlock(); return append([]int(nil), writes...) }
+}
+
+// recordingClient is a client of the agent at sock whose writes to it are noted in writes.
+func recordingClient(t *testing.T, sock string, mu *sync.Mutex, writes *[]int) *agentclient.Client {
 	var d net.Dialer
 	c := agentclient.New(func(ctx context.Context) (net.Conn, error) {
 		conn, err := d.DialContext(ctx, "unix", sock)
 		if err != nil {
 			return nil, err
 		}
-		return recordedConn{conn, &mu, &writes}, nil
+		return recordedConn{conn, mu, writes}, nil
 	})
 	t.Cleanup(func() { c.Close() })
-	return c, func() []byte { <-done; mu.Lock(); defer mu.Unlock(); return got }, func() []int { mu.Lock(); defer mu.Unlock(); return append([]int(nil), writes...) }
+	return c
 }
 
 // A streamed write reaches the agent a MiB at a time however small the reads of its body, and every
@@ -112,5 +120,53 @@ func TestPutFileDeliversABrokenBodysBytes(t *testing.T) {
 	}
 	if b := got(); !bytes.Equal(b, data) {
 		t.Fatalf("agent got %d bytes, want the %d read", len(b), len(data))
+	}
+}
+
+// A digest known only at the body's end goes to the agent as the trailer of a chunked body, a MiB a
+// chunk; one the caller cannot give (a malformed trailer of its own client) ends the body unfinished,
+// so the agent never takes it as whole, and the error is the request's.
+func TestPutFileSendsTheDigestAsATrailer(t *testing.T) {
+	type seen struct {
+		te, trailer string
+		n           int
+		err         error
+	}
+	seenc := make(chan seen, 4)
+	sock := serveUnix(t, &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, err := io.ReadAll(r.Body)
+		seenc <- seen{te: strings.Join(r.TransferEncoding, ","), trailer: r.Trailer.Get(protocol.HeaderDigest), n: len(body), err: err}
+		sum := sha256.Sum256(body)
+		json.NewEncoder(w).Encode(protocol.FileWritten{Path: "f", Size: int64(len(body)), Digest: hex.EncodeToString(sum[:])})
+	})})
+	var mu sync.Mutex
+	var writes []int
+	c := recordingClient(t, sock, &mu, &writes)
+
+	data := bytes.Repeat([]byte("0123456789abcdef"), (3<<20+5000)/16)
+	sum := sha256.Sum256(data)
+	fw, err := c.PutFile(bounded(t), sandbox.FilePut{Path: "f", Length: -1, TrailerDigest: func() ([]byte, error) { return sum[:], nil }},
+		&trickle{data: data, err: io.EOF})
+	if err != nil || !bytes.Equal(fw.Digest, sum[:]) {
+		t.Fatalf("%+v %v", fw, err)
+	}
+	if s := <-seenc; s.err != nil || s.n != len(data) || s.trailer != hex.EncodeToString(sum[:]) || s.te != "chunked" {
+		t.Fatalf("the agent saw %+v", s)
+	}
+	mu.Lock()
+	n := len(writes)
+	mu.Unlock()
+	if n > 20 { // a few a MiB chunk; 32 KiB chunks would be a hundred
+		t.Fatalf("%d writes to the agent for 3 MiB: %v", n, writes)
+	}
+
+	bad := fmt.Errorf("the trailer is no digest: %w", sandbox.ErrInvalidRequest)
+	_, err = c.PutFile(bounded(t), sandbox.FilePut{Path: "f", Length: -1, TrailerDigest: func() ([]byte, error) { return nil, bad }},
+		&trickle{data: data, err: io.EOF})
+	if !errors.Is(err, sandbox.ErrInvalidRequest) || !strings.Contains(err.Error(), "the trailer is no digest") {
+		t.Fatalf("a trailer that fails: %v", err)
+	}
+	if s := <-seenc; s.err == nil {
+		t.Fatalf("the agent took a body whose trailer failed as whole: %+v", s)
 	}
 }

@@ -12,7 +12,9 @@ const (
 	PathArchive = "/v1/files/archive" // PUT ?path=DIR, a tar body: ArchiveWritten. GET ?path=DIR: a tar stream
 	PathWatch   = "/v1/files/watch"   // GET ?path=DIR&recursive=1: WatchLine lines
 
-	// HeaderDigest carries a SHA-256 in hex.
+	// HeaderDigest carries a SHA-256 in hex. A raw write whose digest is known only once its body
+	// has been sent declares it as a trailer ("Trailer: Sandbox-Digest") and sends its body chunked:
+	// the agent checks it, and a header of the same name it must agree with, before the rename.
 	HeaderDigest = "Sandbox-Digest"
 	// HeaderRange asks a raw read for bytes START to END inclusive, or START to the end.
 	HeaderRange = "Sandbox-Range"

@@ -1,12 +1,17 @@
 package host
 
 import (
+	"bufio"
 	"context"
+	"errors"
 	"fmt"
+	"net"
 	"time"
 
 	"github.com/sandboxd/sandbox"
 	"github.com/sandboxd/sandbox/agent"
+	"github.com/sandboxd/sandbox/agent/agentclient"
+	"github.com/sandboxd/sandbox/agent/protocol"
 )
 
 // Background processes run the agent's own table (agent.Processes) in the daemon: each generation has
@@ -122,4 +127,26 @@ func (p *Provider) ResizeProcess(_ context.Context, ref sandbox.Ref, pid int, si
 		return err
 	}
 	return t.Resize(pid, size)
+}
+
+var _ sandbox.TerminalStreamer = (*Provider)(nil)
+
+// AttachTerminal opens the terminal stream of a pty process of ref: the agent's own stream, served in
+// the daemon on one end of a pipe whose other end is the stream returned.
+func (p *Provider) AttachTerminal(_ context.Context, ref sandbox.Ref, pid int, after int64, beat time.Duration) (sandbox.TerminalStream, error) {
+	t, _, err := p.table(ref)
+	if err != nil {
+		return nil, err
+	}
+	term, err := t.Terminal(pid, after)
+	if errors.Is(err, agent.ErrNotTerminal) {
+		return nil, fmt.Errorf("host provider: %v: %w", err, sandbox.ErrUnsupportedCapability)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("host provider: attach terminal in %s: %w", ref, err)
+	}
+	beat = min(max(beat, protocol.MinTerminalBeat), protocol.MaxTerminalBeat)
+	theirs, ours := net.Pipe()
+	go term.Serve(context.Background(), theirs, bufio.NewReader(theirs), beat)
+	return agentclient.NewTerminalStream(ours, bufio.NewReader(ours), after, beat), nil
 }

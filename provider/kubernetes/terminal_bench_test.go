@@ -31,6 +31,8 @@ import (
 //   - provider: the process on the agent's pty, as the terminal attach drives it but without the
 //     daemon's HTTP server and WebSocket: the byte by the provider's WriteStdin, the echo by its
 //     ReadOutput, a long poll always waiting, as the attach's.
+//   - stream: the same over the provider's terminal stream (AttachTerminal), as the attach drives it
+//     where the agent has one: the key in and its echo out on one pods/exec stream of their own.
 //   - call: one call to the agent that waits for nothing (a read of a silent process's output), for
 //     its round trip through pods/exec, the relay and the agent's HTTP; no floor.
 //   - podsexec: `cat` in the sandbox container on a pods/exec stream of its own, through the API
@@ -62,6 +64,10 @@ func BenchmarkTerminalEchoPath(b *testing.B) {
 
 	b.Run("provider", func(b *testing.B) {
 		w, r := processStream(b, ctx, p, ref)
+		processtest.BenchmarkStreamEcho(b, w, r)
+	})
+	b.Run("stream", func(b *testing.B) {
+		w, r := terminalStream(b, ctx, p, ref)
 		processtest.BenchmarkStreamEcho(b, w, r)
 	})
 	b.Run("call", func(b *testing.B) {
@@ -230,6 +236,57 @@ func processStream(b *testing.B, ctx context.Context, p *kubernetes.Provider, re
 		<-done
 	})
 	return stdinWriter{ctx: ctx, p: p, ref: ref, pid: proc.PID}, pr
+}
+
+// terminalStream starts EchoArgv on a pty of ref and opens its terminal stream: what is written to
+// the writer goes in as keys, the reader reads the output.
+func terminalStream(b *testing.B, ctx context.Context, p *kubernetes.Provider, ref sandbox.Ref) (io.Writer, io.Reader) {
+	proc, err := p.StartProcess(ctx, ref, sandbox.ProcessSpec{Argv: processtest.EchoArgv, PTY: &sandbox.TerminalSize{Rows: 24, Cols: 80}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	st, err := p.AttachTerminal(ctx, ref, proc.PID, 0, 5*time.Second)
+	if err != nil {
+		b.Fatal(err)
+	}
+	pr, pw := io.Pipe()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			ev, err := st.Recv()
+			if err == nil && ev.End != nil {
+				err = io.EOF
+			}
+			if err == nil {
+				_, err = pw.Write(ev.Output.Data)
+			}
+			if err != nil {
+				pw.CloseWithError(err)
+				return
+			}
+		}
+	}()
+	b.Cleanup(func() {
+		p.SignalProcess(context.Background(), ref, proc.PID, "KILL")
+		st.Close()
+		pr.Close()
+		<-done
+	})
+	return streamWriter{ctx: ctx, st: st}, pr
+}
+
+// streamWriter writes to a terminal stream's keys.
+type streamWriter struct {
+	ctx context.Context
+	st  sandbox.TerminalStream
+}
+
+func (w streamWriter) Write(b []byte) (int, error) {
+	if err := w.st.Stdin(w.ctx, b); err != nil {
+		return 0, err
+	}
+	return len(b), nil
 }
 
 type stdinWriter struct {

@@ -5,6 +5,7 @@ import (
 
 	"github.com/sandboxd/sandbox"
 	"github.com/sandboxd/sandbox/internal/testenv/processtest"
+	"github.com/sandboxd/sandbox/provider/kubernetes"
 )
 
 // TestTerminals runs the tests of processes on a pty and their WebSocket attach on Pods: the agent's
@@ -20,4 +21,14 @@ func TestTerminals(t *testing.T) {
 // local pty's.
 func BenchmarkTerminalEcho(b *testing.B) {
 	processtest.BenchmarkEcho(b, newProvider(b))
+}
+
+// BenchmarkTerminalEchoCalls is BenchmarkTerminalEcho without the provider's terminal streams: each
+// key a stdin call, each echo the answer to a waiting output poll, as an agent without the stream
+// is driven.
+func BenchmarkTerminalEchoCalls(b *testing.B) {
+	processtest.BenchmarkEcho(b, struct {
+		*kubernetes.Provider
+		AttachTerminal struct{} // hides the provider's
+	}{Provider: newProvider(b)})
 }

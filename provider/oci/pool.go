@@ -353,15 +353,23 @@ func (p *Provider) claim(ctx context.Context, b *box, res sandbox.Resources, img
 		if !ok {
 			return false
 		}
-		var open chan error
+		var open, recorded chan error
 		var err error
-		if e.link != nil {
+		switch {
+		case e.link != nil && e.link.holds(rules):
+			// Recorded already, and opened by one set element: no work worth a goroutine.
 			open = make(chan error, 1)
 			if err = p.recordLink(e, rules); err == nil {
-				go func() { open <- p.openLink(e, rules) }()
-			} else {
-				open <- err
+				err = p.openLink(e, rules)
 			}
+			open <- err
+		case e.link != nil:
+			// Both beside the health check: net.json must name the rules before the directory is
+			// the sandbox's (below), and the rules must be in effect before the sandbox is ready
+			// (the caller waits for opening).
+			open, recorded = make(chan error, 1), make(chan error, 1)
+			go func() { open <- p.openLink(e, rules) }()
+			go func() { recorded <- p.recordLink(e, rules) }()
 		}
 		hctx, cancel := context.WithTimeout(ctx, min(p.cfg.CallTimeout, time.Second))
 		_, err = e.client.Health(hctx)
@@ -393,6 +401,11 @@ func (p *Provider) claim(ctx context.Context, b *box, res sandbox.Resources, img
 				m.Image = img // the sandbox's own reference, of the entry's digest
 			}
 			err = writeJSONFile(e.l.meta(), m)
+		}
+		if recorded != nil {
+			if rerr := <-recorded; err == nil {
+				err = rerr
+			}
 		}
 		if err == nil && img != nil {
 			// Before the directory is the sandbox's: a crash between leaves a hold by a name no

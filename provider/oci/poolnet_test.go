@@ -76,7 +76,7 @@ func TestNetworkPoolLinks(t *testing.T) {
 				t.Errorf("case %d: the entry's chains held: %v, want %v", i, e.Held, c.held)
 			}
 			if e.Held {
-				// With no jump to its chains, still nothing passes.
+				// With its chains' gate shut, still nothing passes.
 				entryReachesNothing(t, in, e)
 			}
 			ref := withPolicy(t, p, c.policy)
@@ -90,6 +90,36 @@ func TestNetworkPoolLinks(t *testing.T) {
 			mustNotReach(t, p, ref, c.not)
 		}
 	})
+}
+
+// TestNetworkPoolLinksOutliveTheProvider: a sandbox that took an entry whose chains held its policy
+// (the take records nothing then: the entry's net.json named that policy from the start) keeps its
+// policy when its provider dies at once and the next one starts.
+func TestNetworkPoolLinksOutliveTheProvider(t *testing.T) {
+	in := newInternet(t)
+	dir := testenv.StateDir(t)
+	cfg := testConfig(t, dir)
+	cfg.Network = in.config()
+	cfg.WarmPool, cfg.Network.WarmPoolLinks = 1, 1
+	dead, err := oci.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	policy := `{"allow":["other.test"]}`
+	withPolicy(t, dead, policy) // the entries made from now on hold its rules
+	waitFor(t, func() bool { le := oci.LinkedEntries(dead); return len(le) == 1 && le[0].Held })
+	e := oci.LinkedEntries(dead)[0]
+	ref := withPolicy(t, dead, policy)
+	if got := oci.Container(dead, ref); got != e.Name {
+		t.Fatalf("the sandbox runs in %s, want the entry with held chains %s", got, e.Name)
+	}
+	oci.Abandon(dead)
+
+	next := netProvider(t, in, dir)
+	mustReach(t, next, ref, "http://other.test/", "other")
+	mustNotReach(t, next, ref, "http://"+in.server.String()+"/")
+	releaseAll(t, next)
+	checkNoNetwork(t, dir, in, true)
 }
 
 // entryReachesNothing fails unless the idle entry e has its link (eth0, with e's address) and nothing

@@ -6,14 +6,17 @@ package filetest
 
 import (
 	"archive/tar"
+	"bufio"
 	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/base64"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -160,6 +163,8 @@ func Run(t *testing.T, newProv func(t *testing.T) sandbox.Provider, killAgent fu
 		{"RoundTrip", testRoundTrip},
 		{"Range", testRange},
 		{"DigestMismatchKeepsOldFile", testDigestMismatch},
+		{"DigestTrailer", testDigestTrailer},
+		{"DigestTrailerAttacks", testDigestTrailerAttacks},
 		{"ResumeAfterBrokenBody", testResume},
 		{"UploadRetriesByItself", testClientResume},
 		{"SymlinkOutside", testSymlinkOutside},
@@ -275,6 +280,11 @@ func (e *Env) put(u string, body io.Reader, length int64, h http.Header) (int, s
 	e.T.Helper()
 	req, _ := http.NewRequest("PUT", u, body)
 	req.ContentLength = length
+	return e.send(req, h)
+}
+
+// send sends req with the headers h and returns its status and body.
+func (e *Env) send(req *http.Request, h http.Header) (int, string) {
 	req.Header.Set("Content-Type", "application/octet-stream")
 	for k, v := range h {
 		req.Header[k] = v
@@ -310,6 +320,162 @@ func testDigestMismatch(t *testing.T, e *Env) {
 	if st, _ := e.put(e.RawURL("raw", "f.txt", nil), strings.NewReader("x"), 1, http.Header{"Repr-Digest": {"sha-256=:nope:"}}); st != 400 {
 		t.Fatalf("a malformed digest: %d", st)
 	}
+}
+
+// putTrailer sends one raw PUT of body, chunked, with trailer (its values final up front) and h,
+// and returns its status and body.
+func (e *Env) putTrailer(u string, body []byte, trailer, h http.Header) (int, string) {
+	e.T.Helper()
+	req, _ := http.NewRequest("PUT", u, io.NopCloser(bytes.NewReader(body)))
+	req.ContentLength = -1
+	req.Trailer = trailer
+	return e.send(req, h)
+}
+
+// putWire sends one raw PUT to u as the bytes head+body (head without its request line's method and
+// target nor Host, ending before the blank line) on a connection of its own: what net/http's client
+// never sends. It returns the answer's status and body.
+func (e *Env) putWire(u, head, body string) (int, string) {
+	e.T.Helper()
+	pu, err := url.Parse(u)
+	if err != nil {
+		e.T.Fatal(err)
+	}
+	conn, err := net.DialTimeout("tcp", pu.Host, 5*time.Second)
+	if err != nil {
+		e.T.Fatal(err)
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(30 * time.Second))
+	if _, err := io.WriteString(conn, "PUT "+pu.RequestURI()+" HTTP/1.1\r\nHost: "+pu.Host+"\r\nConnection: close\r\n"+
+		"Content-Type: application/octet-stream\r\n"+head+"\r\n"+body); err != nil {
+		return 0, err.Error()
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		return 0, err.Error()
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// chunked is data as one chunk and the last, without the trailer section's end.
+func chunked(data string) string {
+	return strconv.FormatInt(int64(len(data)), 16) + "\r\n" + data + "\r\n0\r\n"
+}
+
+// testDigestTrailer: a digest sent after the body, as its trailer, is checked before the rename; the
+// Go client sends one whenever it is not given the digest (from a file: Put; from a pipe); a resumed
+// upload's is the digest of the whole file (the client's own resume: testClientResume).
+func testDigestTrailer(t *testing.T, e *Env) {
+	e.Put("t.bin", []byte("old"))
+	data := Random(3<<20+17, 6)
+	if st, body := e.putTrailer(e.RawURL("raw", "t.bin", nil), data, http.Header{"Repr-Digest": {digestHeader(data)}}, nil); st != 200 || !strings.Contains(body, digestHeader(data)[9:]) {
+		t.Fatalf("a trailer that matches: %d %s", st, body)
+	}
+	if got, err := e.Get("t.bin"); err != nil || !bytes.Equal(got, data) {
+		t.Fatalf("after a trailer that matches: %d bytes %v", len(got), err)
+	}
+	// A header and a trailer that agree; a trailer declared and not sent checks nothing more.
+	if st, body := e.putTrailer(e.RawURL("raw", "t.bin", nil), []byte("two"), http.Header{"Repr-Digest": {digestHeader([]byte("two"))}},
+		http.Header{"Repr-Digest": {digestHeader([]byte("two"))}}); st != 200 {
+		t.Fatalf("header and trailer agree: %d %s", st, body)
+	}
+	if st, body := e.putTrailer(e.RawURL("raw", "t.bin", nil), []byte("three"), http.Header{"Repr-Digest": nil}, nil); st != 200 {
+		t.Fatalf("a trailer declared, none sent: %d %s", st, body)
+	}
+	// The Go client from a pipe (no io.Seeker, no size): the trailer is checked before the rename.
+	pr, pw := io.Pipe()
+	go func() {
+		_, err := pw.Write(data)
+		pw.CloseWithError(err)
+	}()
+	if res, err := e.C.Upload(context.Background(), e.SB.ID, e.SB.Generation, "t.bin", pr, client.UploadOptions{}); err != nil || res.Size != int64(len(data)) {
+		t.Fatalf("upload from a pipe: %+v %v", res, err)
+	}
+	if got, err := e.Get("t.bin"); err != nil || !bytes.Equal(got, data) {
+		t.Fatalf("after the pipe: %d bytes %v", len(got), err)
+	}
+	// A resumed upload's trailer is the whole file's digest: the first 1 MiB sent by hand, the rest
+	// by the client from the offset the sandbox holds.
+	const upload = "trailer-resume-1"
+	st, msg := e.put(e.RawURL("raw", "r.bin", url.Values{"upload": {upload}}), &brokenReader{data: data, n: 1 << 20}, int64(len(data)), nil)
+	if st != 0 {
+		t.Fatalf("a broken body answered %d %s", st, msg)
+	}
+	var off int64
+	for deadline := time.Now().Add(10 * time.Second); off == 0 && time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		s, err := e.C.UploadState(context.Background(), e.SB.ID, e.SB.Generation, "r.bin", upload)
+		if err != nil {
+			t.Fatal(err)
+		}
+		off = s.Offset
+	}
+	if off <= 0 {
+		t.Fatal("the partial holds nothing")
+	}
+	if st, body := e.putTrailer(e.RawURL("raw", "r.bin", url.Values{"upload": {upload}, "offset": {strconv.FormatInt(off, 10)}}), data[off:],
+		http.Header{"Repr-Digest": {digestHeader(data)}}, nil); st != 200 {
+		t.Fatalf("resume at %d with the whole file's digest: %d %s", off, st, body)
+	}
+	if got, err := e.Get("r.bin"); err != nil || !bytes.Equal(got, data) {
+		t.Fatalf("after the resume: %d bytes %v", len(got), err)
+	}
+}
+
+// testDigestTrailerAttacks: each malformed or unexpected trailer is a 400, and the old file stays.
+func testDigestTrailerAttacks(t *testing.T, e *Env) {
+	e.Put("a.txt", []byte("old"))
+	data := []byte("new bytes")
+	other := []byte("something else")
+	u := e.RawURL("raw", "a.txt", nil)
+	for _, tc := range []struct {
+		name       string
+		st         int
+		trailer, h http.Header
+	}{
+		{"mismatch", 400, http.Header{"Repr-Digest": {digestHeader(other)}}, nil},
+		{"malformed", 400, http.Header{"Repr-Digest": {"sha-256=:nope:"}}, nil},
+		{"short", 400, http.Header{"Repr-Digest": {"sha-256=:" + base64.StdEncoding.EncodeToString([]byte("short")) + ":"}}, nil},
+		{"header and trailer disagree", 400, http.Header{"Repr-Digest": {digestHeader(data)}}, http.Header{"Repr-Digest": {digestHeader(other)}}},
+		{"trailer and header disagree", 400, http.Header{"Repr-Digest": {digestHeader(other)}}, http.Header{"Repr-Digest": {digestHeader(data)}}},
+		{"another trailer", 400, http.Header{"Repr-Digest": {digestHeader(data)}, "X-Other": {"1"}}, nil},
+		{"another trailer alone", 400, http.Header{"Sandbox-Digest": {hexOf(data)}}, nil},
+		{"oversized", 400, http.Header{"Repr-Digest": {digestHeader(data) + ", " + strings.Repeat("x=1, ", 2000)}}, nil},
+	} {
+		st, body := e.putTrailer(u, data, tc.trailer, tc.h)
+		if st == 0 && tc.name == "oversized" {
+			st, body = 400, "cut off" // the daemon may close the connection before the client reads the answer
+		}
+		if st != tc.st || (st == 400 && !strings.Contains(body, "invalid_request") && body != "cut off") {
+			t.Fatalf("%s: %d %s", tc.name, st, body)
+		}
+		if got, err := e.Get("a.txt"); err != nil || string(got) != "old" {
+			t.Fatalf("%s: the file after: %q %v", tc.name, got, err)
+		}
+	}
+	// What net/http's client never sends: a trailer undeclared, one after a body that is not chunked.
+	for _, tc := range []struct{ name, head, body string }{
+		{"undeclared trailer", "Transfer-Encoding: chunked\r\n", chunked(string(data)) + "X-Other: 1\r\nRepr-Digest: " + digestHeader(data) + "\r\n\r\n"},
+		{"undeclared mismatch", "Transfer-Encoding: chunked\r\n", chunked(string(data)) + "Repr-Digest: " + digestHeader(other) + "\r\n\r\n"},
+		{"trailer on a body of known length", "Trailer: Repr-Digest\r\nContent-Length: " + strconv.Itoa(len(data)) + "\r\n", string(data)},
+	} {
+		if st, body := e.putWire(u, tc.head, tc.body); st != 400 || !strings.Contains(body, "invalid_request") {
+			t.Fatalf("%s: %d %s", tc.name, st, body)
+		}
+		if got, err := e.Get("a.txt"); err != nil || string(got) != "old" {
+			t.Fatalf("%s: the file after: %q %v", tc.name, got, err)
+		}
+	}
+	if out := e.Sh("ls -a | grep -c -e tmp -e upload- || true"); strings.TrimSpace(out) != "0" {
+		t.Fatalf("a temporary is left: %s", e.Sh("ls -a"))
+	}
+}
+
+func hexOf(b []byte) string {
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])
 }
 
 // brokenReader returns n bytes of data, then fails.
@@ -379,11 +545,11 @@ type flakySource struct {
 	*bytes.Reader
 	failAt, pos int64
 	failed      bool
-	passes      int // reads from the start: the first hashes, the second sends
+	passes      int // reads from the start: the first sends, hashing as it goes
 }
 
 func (f *flakySource) Read(p []byte) (int, error) {
-	if !f.failed && f.pos+int64(len(p)) > f.failAt && f.passes >= 2 {
+	if !f.failed && f.pos+int64(len(p)) > f.failAt && f.passes >= 1 {
 		f.failed = true
 		return 0, errors.New("network down")
 	}

@@ -171,6 +171,8 @@ def response_pointer(operation: str, status: int) -> Optional[str]:
         return "extensions.yaml#/components/schemas/ProcessOutputEvent"  # each "output" event's data
     if operation == "watchFiles" and status == 200:
         return "extensions.yaml#/components/schemas/FileChangeEvent"  # each "change" event's data
+    if operation == "streamHeartbeat" and status == 200:
+        return "extensions.yaml#/components/schemas/StreamHeartbeatEvent"  # each "heartbeat" event's data
     if operation == "imageProgress" and status == 200:
         return "extensions.yaml#/components/schemas/ImageProgress"  # each "progress" event's data of a pull or import
     if operation == "imageStreamError" and status == 200:
@@ -189,6 +191,9 @@ def response_pointer(operation: str, status: int) -> Optional[str]:
     media = "application/json" if "application/json" in content else next(iter(content))
     return f"{name}{at}/content/{_escape(media)}/schema"
 
+
+STREAMED = frozenset({"streamEvents", "streamHeartbeat"})
+"""The names of the events of streams whose data is checked and counted as an operation's answer."""
 
 ERROR_RESPONSE = "#/components/schemas/ErrorResponse"
 NO_CONTENT = "-"
@@ -218,4 +223,4 @@ def check(operation: str, status: int, doc: Any) -> None:
         raise AssertionError(
             f"{operation} {status}: answer does not match {pointer}: {e.message} at {list(e.path)}"
         )
-    validated[operation if operation in OPERATIONS or operation == "streamEvents" else "custom"] += 1
+    validated[operation if operation in OPERATIONS or operation in STREAMED else "custom"] += 1

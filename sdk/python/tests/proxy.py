@@ -10,6 +10,8 @@ daemon's own Host. Rules, each used a given number of times, break the answers o
   are closed.
 - ``stall_stream``: an event stream passes ``events`` events, then nothing more (the connections stay
   open), as a dead peer behind a live socket would.
+- ``answer_stream``: the proxy answers the request itself, never asking the daemon: an event stream of
+  the given bytes, sent a few at a time, then the connection's end.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ class Rule:
     times: int
     events: int = 0
     used: int = 0
+    body: bytes = b""
 
 
 @dataclass
@@ -68,6 +71,9 @@ class FaultProxy:
 
     def stall_stream(self, events: int, times: int = 1) -> Rule:
         return self._add(Rule("stall", "GET", "/v1/events/stream", times, events))
+
+    def answer_stream(self, path: str, body: bytes, times: int = 1) -> Rule:
+        return self._add(Rule("answer", "GET", path, times, body=body))
 
     def seen(self, method: str, path: str) -> List[Seen]:
         with self._lock:
@@ -125,6 +131,11 @@ class FaultProxy:
             with self._lock:
                 self.requests.append(Seen(method, u.path, dict(parse_qsl(u.query)), hdrs, body))
             rule = self._rule(method, u.path)
+            if rule is not None and rule.kind == "answer":
+                c.sendall(b"HTTP/1.0 200 OK\r\nContent-Type: text/event-stream\r\n\r\n")
+                for i in range(0, len(rule.body), 7):  # events and lines cut across reads
+                    c.sendall(rule.body[i : i + 7])
+                return
             out = [f"{method} {target} HTTP/1.0", "Host: %s:%d" % self.upstream, "Connection: close"]
             out += [f"{k}: {v}" for k, v in hdrs.items() if k not in ("host", "connection", "keep-alive")]
             up = socket.create_connection(self.upstream)

@@ -56,6 +56,7 @@ CLASSES: List[Any] = [
     x.FileChange,
     x.ProcessEnd,
     x.TerminalSize,
+    x.StreamHeartbeat,
 ]
 
 

@@ -84,6 +84,7 @@ export type {
   TerminalOptions,
   TerminalSize,
 } from "./extensions/processes.js";
+export type { StreamHeartbeat, StreamState } from "./extensions/sse.js";
 export type {
   NetworkDenial,
   NetworkDenialsEnd,

@@ -18,6 +18,7 @@ import { extCheckpoints } from "./scenarios/ext-checkpoints.js";
 import { extVolumes } from "./scenarios/ext-volumes.js";
 import { extFiles } from "./scenarios/ext-files.js";
 import { lifecycle } from "./scenarios/lifecycle.js";
+import { pause } from "./scenarios/pause.js";
 
 const ctx = new Context();
 
@@ -39,6 +40,7 @@ extProcesses(ctx);
 extPorts(ctx);
 extCheckpoints(ctx);
 extFiles(ctx);
+pause(ctx);
 
 describe("conformance", () => {
   it("every answer the SDK decoded matches its schema in api/openapi.yaml or api/extensions.yaml", (t) => {
@@ -87,6 +89,7 @@ describe("conformance", () => {
       "streamProcessOutput 200",
       "streamProcessOutput output",
       "streamProcessOutput end",
+      "streamProcessOutput heartbeat",
       "streamProcessOutput 409",
       // terminals: host and oci both have them
       "resizeProcess 200",
@@ -99,6 +102,7 @@ describe("conformance", () => {
       "getRawFile 404",
       "watchFiles 200",
       "watchFiles change",
+      "watchFiles heartbeat",
       "watchFiles 404",
       ...(ctx.daemon.provider === "host"
         ? [

@@ -89,6 +89,7 @@ from .extensions.network import (
     stream_network_denials,
 )
 from .extensions.processes import (
+    HeartbeatHook,
     OutputChunk,
     Process,
     Reading,
@@ -893,10 +894,16 @@ class AsyncSandbox:
         await self.client._call(signal_process(self.id, self.generation, pid, signal))
 
     def process_output(
-        self, pid: int, *, after: int = 0, read_timeout: float = DEFAULT_READ_TIMEOUT
+        self,
+        pid: int,
+        *,
+        after: int = 0,
+        read_timeout: float = DEFAULT_READ_TIMEOUT,
+        on_heartbeat: Optional[HeartbeatHook] = None,
     ) -> AsyncOutputStream:
-        """See :meth:`sandboxd.Sandbox.process_output`: ``async for chunk in sandbox.process_output(pid)``."""
-        return AsyncOutputStream(self, pid, after, read_timeout)
+        """See :meth:`sandboxd.Sandbox.process_output`: ``async for chunk in sandbox.process_output(pid)``
+        (``on_heartbeat`` is a plain function, called on the loop)."""
+        return AsyncOutputStream(self, pid, after, read_timeout, on_heartbeat)
 
     def __repr__(self) -> str:
         return f"<AsyncSandbox {self.id} generation {self.generation} {self.state}>"
@@ -1050,8 +1057,15 @@ class AsyncOutputStream(Reading, AsyncIterator[OutputChunk]):
     """The asynchronous :class:`sandboxd.OutputStream`: ``async for chunk in stream``; close it with
     ``await stream.aclose()`` or ``async with``."""
 
-    def __init__(self, sandbox: AsyncSandbox, pid: int, after: int, read_timeout: float) -> None:
-        super().__init__(sandbox.id, sandbox.generation, pid, after, read_timeout, sandbox.client._backoff)
+    def __init__(
+        self,
+        sandbox: AsyncSandbox,
+        pid: int,
+        after: int,
+        read_timeout: float,
+        on_heartbeat: Optional[HeartbeatHook] = None,
+    ) -> None:
+        super().__init__(sandbox.id, sandbox.generation, pid, after, read_timeout, sandbox.client._backoff, on_heartbeat)
         self._client = sandbox.client
         self._stream: Optional[AsyncStream] = None
 
@@ -1077,7 +1091,7 @@ class AsyncOutputStream(Reading, AsyncIterator[OutputChunk]):
             except (Lost, Unsent) as e:
                 self._drop()
                 await asyncio.sleep(self.failed(e))
-            except SandboxdError:
+            except Exception:  # the stream's error, or the one on_heartbeat raised: the stream ends
                 self._close()
                 raise
         return self.pending.popleft()

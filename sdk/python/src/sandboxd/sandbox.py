@@ -52,6 +52,7 @@ from .extensions.network import (
     stream_network_denials,
 )
 from .extensions.processes import (
+    HeartbeatHook,
     OutputChunk,
     Process,
     Reading,
@@ -424,12 +425,21 @@ class Sandbox:
 
         return files.download(self, path, dst, **kw)
 
-    def watch(self, path: str, *, recursive: bool = False, read_timeout: float = 60.0) -> Any:
+    def watch(
+        self,
+        path: str,
+        *,
+        recursive: bool = False,
+        read_timeout: float = 60.0,
+        on_heartbeat: Optional[HeartbeatHook] = None,
+    ) -> Any:
         """The changes under the directory ``path``, an iterator of
-        :class:`~sandboxd.extensions.files.FileChange` (:func:`sandboxd.extensions.files.watch`)."""
+        :class:`~sandboxd.extensions.files.FileChange` (:func:`sandboxd.extensions.files.watch`). A
+        pause of the sandbox holds it as it holds :meth:`process_output`: its ``paused`` and
+        ``on_heartbeat`` say so."""
         from .extensions import files
 
-        return files.watch(self, path, recursive=recursive, read_timeout=read_timeout)
+        return files.watch(self, path, recursive=recursive, read_timeout=read_timeout, on_heartbeat=on_heartbeat)
 
     # --- background processes (api/extensions.yaml) ---
 
@@ -501,7 +511,14 @@ class Sandbox:
         ValidationError, NotFound, GenerationConflict, InvalidState (the process has ended)."""
         self.client._call(signal_process(self.id, self.generation, pid, signal))
 
-    def process_output(self, pid: int, *, after: int = 0, read_timeout: float = DEFAULT_READ_TIMEOUT) -> OutputStream:
+    def process_output(
+        self,
+        pid: int,
+        *,
+        after: int = 0,
+        read_timeout: float = DEFAULT_READ_TIMEOUT,
+        on_heartbeat: Optional[HeartbeatHook] = None,
+    ) -> OutputStream:
         """The process's output from byte offset ``after`` (``GET .../processes/{pid}/output``): an
         iterator of :class:`~sandboxd.extensions.OutputChunk`, each the bytes from its ``offset``, that
         ends with the stream's end event, in :attr:`OutputStream.end` (``reason == "exited"`` once every
@@ -509,9 +526,14 @@ class Sandbox:
         seconds (the daemon sends a heartbeat at least every 15 s), is resumed from the offset reached,
         so nothing the sandbox kept is lost or given twice; ConnectionFailed once the client's retries
         reconnect without getting anything. Bytes no longer kept (past 64 MiB) are skipped and listed
-        in :attr:`OutputStream.dropped`. Errors: NotFound, GenerationConflict, InvalidState,
-        UnsupportedCapability."""
-        return OutputStream(self, pid, after, read_timeout)
+        in :attr:`OutputStream.dropped`. A pause of the sandbox holds the stream on its connection,
+        without a reconnect: :attr:`OutputStream.paused` is true from the daemon's heartbeat saying
+        ``paused`` until the one saying ``running`` after the resume, ``on_heartbeat`` is called with
+        each (a :class:`~sandboxd.extensions.StreamHeartbeat`; what it raises ends the stream with that
+        error), and the output then goes on where it was, every byte once; a terminate or recreate during
+        the pause ends the stream with its end event. A heartbeat that is not one is skipped. Errors:
+        NotFound, GenerationConflict, InvalidState, UnsupportedCapability."""
+        return OutputStream(self, pid, after, read_timeout, on_heartbeat)
 
     # --- commands ---
 
@@ -629,10 +651,12 @@ class DenialStream(Iterator[NetworkDenial]):
 
 class OutputStream(Reading, Iterator[OutputChunk]):
     """The output of a background process (see :meth:`Sandbox.process_output`): ``end``, ``offset``
-    and ``dropped`` say how far it went."""
+    and ``dropped`` say how far it went, ``paused`` whether a pause of the sandbox holds it."""
 
-    def __init__(self, sandbox: Sandbox, pid: int, after: int, read_timeout: float) -> None:
-        super().__init__(sandbox.id, sandbox.generation, pid, after, read_timeout, sandbox.client._backoff)
+    def __init__(
+        self, sandbox: Sandbox, pid: int, after: int, read_timeout: float, on_heartbeat: Optional[HeartbeatHook] = None
+    ) -> None:
+        super().__init__(sandbox.id, sandbox.generation, pid, after, read_timeout, sandbox.client._backoff, on_heartbeat)
         self._client = sandbox.client
         self._stream: Optional[SyncStream] = None
 
@@ -658,7 +682,7 @@ class OutputStream(Reading, Iterator[OutputChunk]):
             except (Lost, Unsent) as e:
                 self._drop()
                 time.sleep(self.failed(e))
-            except SandboxdError:
+            except Exception:  # the stream's error, or the one on_heartbeat raised: the stream ends
                 self.close()
                 raise
         return self.pending.popleft()

@@ -7,7 +7,7 @@ import { ConnectionError, SandboxdError, errorFromResponse } from "../errors.js"
 import type { components } from "../generated/extensions.js";
 import type { RequestOptions } from "../transport.js";
 import { sleep } from "../transport.js";
-import { connection } from "./sse.js";
+import { connection, parseHeartbeat, type StreamHeartbeat } from "./sse.js";
 
 /** What a raw write wrote: the file's size and its SHA-256 as RFC 9530 writes it (`sha-256=:…:`). */
 export type RawFileWritten = components["schemas"]["RawFileWritten"];
@@ -34,6 +34,12 @@ export interface WatchOptions {
   recursive?: boolean | undefined;
   /** How long the stream may stay silent; default 45 s (the daemon sends heartbeats). */
   heartbeatTimeoutMs?: number | undefined;
+  /**
+   * Called with each heartbeat event: `paused` as the sandbox pauses and every heartbeat interval
+   * after, `running` once after the resume (see {@link FileWatchStream.paused}). What it throws ends
+   * the watch with that error.
+   */
+  onHeartbeat?: ((beat: StreamHeartbeat) => void) | undefined;
   signal?: AbortSignal | undefined;
 }
 
@@ -194,12 +200,15 @@ export async function download(t: FileTarget, path: string, signal?: AbortSignal
 /**
  * The changes under a directory (`GET .../files/watch`): an async iterator of {@link FileChange}
  * (kind `overflow` when changes were dropped: read the directory again) that ends with the stream's
- * end event, in {@link FileWatchStream.end}.
+ * end event, in {@link FileWatchStream.end}. A pause of the sandbox holds the watch on its connection:
+ * {@link FileWatchStream.paused} says so (and `onHeartbeat` hears each heartbeat), and after the resume
+ * the changes go on where they were; a terminate or recreate during the pause ends it with its end event.
  */
 export class FileWatchStream implements AsyncIterableIterator<FileChange> {
   readonly #stop = new AbortController();
   readonly #changes: AsyncGenerator<FileChange, undefined, undefined>;
   #end: FileWatchEnd | undefined;
+  #paused = false;
 
   /** Made by {@link Sandbox.watch}. @hidden */
   constructor(
@@ -222,6 +231,13 @@ export class FileWatchStream implements AsyncIterableIterator<FileChange> {
       silentMs: opts.heartbeatTimeoutMs ?? 45_000,
       what: "watch",
       take: (event, data, queue) => {
+        if (event === "heartbeat") {
+          const beat = parseHeartbeat(data);
+          if (beat === undefined) return; // one that says nothing this client knows: the watch goes on
+          this.#paused = beat.state === "paused";
+          opts.onHeartbeat?.(beat);
+          return;
+        }
         if (event !== "change" && event !== "overflow" && event !== "end") return;
         let v: unknown;
         try {
@@ -229,6 +245,7 @@ export class FileWatchStream implements AsyncIterableIterator<FileChange> {
         } catch {
           throw new SandboxdError(`watch: the data of a ${event} event is not JSON`, { code: "unexpected_response" });
         }
+        this.#paused = false;
         if (event === "end") this.#end = v as FileWatchEnd;
         else queue.push(v as FileChange);
       },
@@ -239,6 +256,14 @@ export class FileWatchStream implements AsyncIterableIterator<FileChange> {
   /** Why the stream ended, once it has. */
   get end(): FileWatchEnd | undefined {
     return this.#end;
+  }
+
+  /**
+   * Whether the watch's last heartbeat said the sandbox is paused: a pending `next` waits for the
+   * resume on the same connection. False again with the resume's heartbeat, the next change, or the end.
+   */
+  get paused(): boolean {
+    return this.#paused;
   }
 
   next(): Promise<IteratorResult<FileChange, undefined>> {

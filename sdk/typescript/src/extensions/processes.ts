@@ -6,7 +6,7 @@ import { decodeBase64 } from "../base64.js";
 import { ConnectionError, SandboxdError } from "../errors.js";
 import type { components } from "../generated/extensions.js";
 import type { RequestOptions } from "../transport.js";
-import { connection } from "./sse.js";
+import { connection, parseHeartbeat, type StreamHeartbeat } from "./sse.js";
 
 /**
  * A background process: `exitCode` is null while it runs and 128+n when signal n killed it; its output
@@ -80,6 +80,12 @@ export interface ProcessOutputOptions {
   heartbeatTimeoutMs?: number | undefined;
   /** How long the daemon may take to answer. Default: the client's `requestTimeoutMs`. */
   connectTimeoutMs?: number | undefined;
+  /**
+   * Called with each heartbeat event: `paused` as the sandbox pauses and every heartbeat interval
+   * after, `running` once after the resume (see {@link ProcessOutputStream.paused}). What it throws
+   * ends the stream with that error.
+   */
+  onHeartbeat?: ((beat: StreamHeartbeat) => void) | undefined;
 }
 
 /** What a {@link ProcessOutputStream} needs of its sandbox. @hidden */
@@ -102,8 +108,11 @@ const resumed = new Set(["slow_client"]);
  * lost or given twice; a {@link ConnectionError} is thrown once the client's retry attempts in a row
  * gave nothing. It ends with the stream's end event, in {@link ProcessOutputStream.end}. Bytes no
  * longer kept are skipped and listed in {@link ProcessOutputStream.dropped}. The daemon's refusal of
- * the stream (404, 409, 422) is thrown by the first `next`. Breaking out of a `for await` loop,
- * {@link ProcessOutputStream.close} or the `signal` closes it.
+ * the stream (404, 409, 422) is thrown by the first `next`. A pause of the sandbox holds the stream on
+ * its connection, without a reconnect: {@link ProcessOutputStream.paused} says so (and
+ * `onHeartbeat` hears each heartbeat), and after the resume the output goes on where it was, every byte
+ * once; a terminate or recreate during the pause ends it with its end event. Breaking out of a
+ * `for await` loop, {@link ProcessOutputStream.close} or the `signal` closes it.
  *
  * ```ts
  * const p = await sb.startProcess({ argv: ["make", "test"] });
@@ -118,6 +127,7 @@ export class ProcessOutputStream implements AsyncIterableIterator<OutputChunk> {
   readonly #dropped: OutputDropped[] = [];
   #offset: number;
   #end: ProcessEnd | undefined;
+  #paused = false;
 
   /** Made by {@link Sandbox.processOutput}. @hidden */
   constructor(src: OutputSource, opts: ProcessOutputOptions = {}) {
@@ -143,6 +153,14 @@ export class ProcessOutputStream implements AsyncIterableIterator<OutputChunk> {
   /** The ranges of output skipped because they were no longer kept. */
   get dropped(): readonly OutputDropped[] {
     return this.#dropped;
+  }
+
+  /**
+   * Whether the stream's last heartbeat said the sandbox is paused: a pending `next` waits for the
+   * resume on the same connection. False again with the resume's heartbeat, the next output, or the end.
+   */
+  get paused(): boolean {
+    return this.#paused;
   }
 
   /** The next chunk. */
@@ -229,6 +247,13 @@ export class ProcessOutputStream implements AsyncIterableIterator<OutputChunk> {
   }
 
   #take(event: string | undefined, data: string, queue: OutputChunk[]): void {
+    if (event === "heartbeat") {
+      const beat = parseHeartbeat(data);
+      if (beat === undefined) return; // one that says nothing this client knows: the stream goes on
+      this.#paused = beat.state === "paused";
+      this.#opts.onHeartbeat?.(beat);
+      return;
+    }
     if (event !== "output" && event !== "dropped" && event !== "end") return; // an event this client does not know
     let o: Record<string, unknown> | undefined;
     try {
@@ -251,6 +276,7 @@ export class ProcessOutputStream implements AsyncIterableIterator<OutputChunk> {
       });
     }
     if (event === "end") {
+      this.#paused = false;
       this.#end = o as ProcessEnd;
       this.#offset = Math.max(this.#offset, this.#end.offset);
       return;
@@ -267,6 +293,7 @@ export class ProcessOutputStream implements AsyncIterableIterator<OutputChunk> {
     if (offset < this.#offset) bytes = bytes.subarray(this.#offset - offset);
     const c = { offset: Math.max(offset, this.#offset), data: bytes };
     this.#offset = c.offset + bytes.length;
+    this.#paused = false;
     queue.push(c);
   }
 }

@@ -4,7 +4,38 @@
 
 import { createParser } from "eventsource-parser";
 import { ConnectionError, SandboxdError } from "../errors.js";
+import type { components } from "../generated/extensions.js";
 import type { RequestOptions } from "../transport.js";
+
+/**
+ * A heartbeat event of a process's output stream or a watch: the daemon sends one saying `paused` as
+ * the sandbox pauses and every heartbeat interval (15 s) after, and one saying `running` after the
+ * resume, from which the stream goes on where it was; `offset` (an output stream's) is where its output
+ * goes on. A running stream's heartbeats are comments, which make no event.
+ */
+export type StreamHeartbeat = components["schemas"]["StreamHeartbeatEvent"];
+
+/** What a stream's heartbeat says of its sandbox: `paused`, or `running` again. */
+export type StreamState = StreamHeartbeat["state"];
+
+/**
+ * The heartbeat the data of a heartbeat event says, or undefined when it says none (not JSON, not an
+ * object, a state this client does not know, an offset that is not a count of bytes). @hidden
+ */
+export function parseHeartbeat(data: string): StreamHeartbeat | undefined {
+  let v: unknown;
+  try {
+    v = JSON.parse(data);
+  } catch {
+    return undefined;
+  }
+  if (typeof v !== "object" || v === null || Array.isArray(v)) return undefined;
+  const { state, offset } = v as Record<string, unknown>;
+  if (state !== "running" && state !== "paused") return undefined;
+  if (offset === undefined) return { state };
+  if (typeof offset !== "number" || !Number.isSafeInteger(offset) || offset < 0) return undefined;
+  return { state, offset };
+}
 
 /** @hidden */
 export interface Connection<T> {

@@ -99,10 +99,16 @@ export class Conformance {
       streamNetworkDenials: { denial: ext("NetworkDenial"), end: ext("NetworkDenialsEnd") },
       pullImage: { progress: ext("ImageProgress"), done: ext("ImageInfo"), error: this.#error },
       importImage: { progress: ext("ImageProgress"), done: ext("ImageInfo"), error: this.#error },
-      watchFiles: { change: ext("FileChangeEvent"), overflow: ext("FileChangeEvent"), end: ext("ProcessEndEvent") },
+      watchFiles: {
+        change: ext("FileChangeEvent"),
+        overflow: ext("FileChangeEvent"),
+        heartbeat: ext("StreamHeartbeatEvent"),
+        end: ext("ProcessEndEvent"),
+      },
       streamProcessOutput: {
         output: ext("ProcessOutputEvent"),
         dropped: ext("ProcessDroppedEvent"),
+        heartbeat: ext("StreamHeartbeatEvent"),
         end: ext("ProcessEndEvent"),
       },
     };

@@ -40,7 +40,7 @@ from .images import ImageInfo, ImageList, ImageProgress, ImagePruneResult, Image
 from .lifetime import LIFETIME_KEY, Lifetime, OnIdle, RecordedLifetime
 from .network import NETWORK_KEY, Egress, NetworkDenial, NetworkDenialsEnd, NetworkPolicy, NetworkStatus
 from .ports import PreviewToken, parse_port
-from .processes import OutputChunk, OutputDropped, Process, ProcessEnd, Signal, TerminalSize
+from .processes import OutputChunk, OutputDropped, Process, ProcessEnd, Signal, StreamHeartbeat, StreamState, TerminalSize
 from .snapshots import ForkResult, SnapshotInfo, SnapshotList, TemplateInfo, TemplateList, TemplateVersion
 from .stats import SandboxStats
 from .volumes import VOLUMES_KEY, Volume, VolumeMount
@@ -80,6 +80,8 @@ __all__ = [
     "RecordedLifetime",
     "SandboxStats",
     "Signal",
+    "StreamHeartbeat",
+    "StreamState",
     "UploadState",
     "Volume",
     "VolumeMount",

@@ -23,10 +23,11 @@ from dataclasses import dataclass
 from typing import IO, Any, Callable, ClassVar, Dict, Iterator, List, Optional, Union
 from urllib.parse import urlencode
 
-from .._sse import Parser, SSEError
+from .._sse import Message, Parser, SSEError
 from .._transport import RESPONSE_HOOKS, Request, Retry, observe, path
 from ..errors import ConnectionFailed, SandboxdError, UnexpectedResponse, error_from_response
 from ..types import _obj, _opt, _req, _wire
+from .processes import HeartbeatHook, StreamHeartbeat
 
 __all__ = ["DigestMismatch", "Downloaded", "FileChange", "FileWatch", "RawFileWritten", "UploadState", "download", "upload", "watch"]
 
@@ -303,14 +304,24 @@ def download(
 
 class FileWatch(Iterator[FileChange]):
     """An open watch (see :func:`watch`): an iterator of :class:`FileChange` that stops after the
-    stream's end event, whose reason is in :attr:`end`. A pause of the sandbox holds it: :attr:`paused`
-    says so (the daemon's heartbeat events), and the changes go on after the resume."""
+    stream's end event, whose reason is in :attr:`end`. A pause of the sandbox holds it on its
+    connection: :attr:`paused` is true from the daemon's heartbeat saying ``paused`` until the one
+    saying ``running`` after the resume (it may be read from any thread), ``on_heartbeat`` is called
+    with each :class:`~sandboxd.extensions.StreamHeartbeat` (what it raises ends the watch with that
+    error), and the changes go on after the resume, none lost or repeated; a terminate during the pause
+    ends the watch with its end event. A heartbeat that is not one is skipped."""
 
-    def __init__(self, resp: http.client.HTTPResponse, conn: http.client.HTTPConnection) -> None:
+    def __init__(
+        self,
+        resp: http.client.HTTPResponse,
+        conn: http.client.HTTPConnection,
+        on_heartbeat: Optional[HeartbeatHook] = None,
+    ) -> None:
         self._resp: Optional[http.client.HTTPResponse] = resp
         self._conn = conn
         self._parser = Parser()
         self._pending: List[FileChange] = []
+        self._on_heartbeat = on_heartbeat
         self.end: Optional[Dict[str, Any]] = None
         self.paused = False
 
@@ -331,24 +342,40 @@ class FileWatch(Iterator[FileChange]):
                 self.close()
                 raise ConnectionFailed("watch: the stream ended without its end event")
             try:
-                msgs = self._parser.feed(chunk)
+                self._take(self._parser.feed(chunk))
             except SSEError as e:
                 self.close()
                 raise UnexpectedResponse(f"watch: {e}") from None
-            for m in msgs:
-                doc = json.loads(m.data)
-                if m.event == "end":
-                    self.end = doc
-                    break
-                if m.event == "heartbeat":
-                    self.paused = isinstance(doc, dict) and doc.get("state") == "paused"
-                    continue
-                if m.event not in ("change", "overflow"):
-                    raise UnexpectedResponse(f"watch: unknown event {m.event!r}")
-                if RESPONSE_HOOKS:
-                    observe("watchFiles", 200, doc)
-                self._pending.append(FileChange.from_json(doc))
+            except Exception:  # the stream's error, or the one on_heartbeat raised: the watch ends
+                self.close()
+                raise
         return self._pending.pop(0)
+
+    def _take(self, msgs: List[Message]) -> None:
+        for m in msgs:
+            if m.event == "heartbeat":
+                beat = StreamHeartbeat.parse(m.data)
+                if beat is None:
+                    continue  # one that says nothing this client knows: the watch goes on
+                self.paused = beat.state == "paused"
+                if self._on_heartbeat is not None:
+                    self._on_heartbeat(beat)
+                continue
+            if m.event not in ("change", "overflow", "end"):
+                raise UnexpectedResponse(f"watch: unknown event {m.event!r}")
+            try:
+                doc = json.loads(m.data)
+            except (ValueError, RecursionError):
+                raise UnexpectedResponse(f"watch: the data of a {m.event!r} event is not JSON") from None
+            self.paused = False
+            if m.event == "end":
+                if not isinstance(doc, dict):
+                    raise UnexpectedResponse("watch: the data of its end event is not an object")
+                self.end = doc
+                return
+            if RESPONSE_HOOKS:
+                observe("watchFiles", 200, doc)
+            self._pending.append(FileChange.from_json(doc))
 
     def close(self) -> None:
         """Closes the connection; iteration then stops."""
@@ -364,9 +391,12 @@ class FileWatch(Iterator[FileChange]):
         self.close()
 
 
-def watch(sb: Any, p: str, *, recursive: bool = False, read_timeout: float = 60.0) -> FileWatch:
-    """The changes under the directory ``p`` (``GET .../files/watch``). Errors: NotFound,
-    ValidationError (not a directory), InvalidState (too many watches, or not ready)."""
+def watch(
+    sb: Any, p: str, *, recursive: bool = False, read_timeout: float = 60.0, on_heartbeat: Optional[HeartbeatHook] = None
+) -> FileWatch:
+    """The changes under the directory ``p`` (``GET .../files/watch``): a :class:`FileWatch`, held by a
+    pause of the sandbox (its ``paused``, ``on_heartbeat``). Errors: NotFound, ValidationError (not a
+    directory), InvalidState (too many watches, or not ready)."""
     conn = _conn(sb, read_timeout)
     conn.request("GET", _target(sb, "watch", p, recursive="true" if recursive else None), headers=_headers(sb, {"Accept": "text/event-stream"}))
     resp = conn.getresponse()
@@ -374,4 +404,4 @@ def watch(sb: Any, p: str, *, recursive: bool = False, read_timeout: float = 60.
         err = _error("watchFiles", resp)
         conn.close()
         raise err
-    return FileWatch(resp, conn)
+    return FileWatch(resp, conn, on_heartbeat)

@@ -5,7 +5,9 @@ their output, which keeps the last 64 MiB of each process addressed by byte offs
 :meth:`sandboxd.Sandbox.start_process` starts one (fenced by the sandbox's generation) and
 :meth:`sandboxd.Sandbox.process_output` reads its output as an iterator of :class:`OutputChunk`, which
 reconnects from the offset it reached when a connection drops and ends with the stream's ``end`` event
-(:class:`ProcessEnd`, its ``reason`` ``exited`` once every byte was read).
+(:class:`ProcessEnd`, its ``reason`` ``exited`` once every byte was read). A pause of the sandbox holds
+the stream on its connection: its ``paused`` says so, ``on_heartbeat`` hears each
+:class:`StreamHeartbeat`, and the output goes on where it was after the resume.
 """
 
 from __future__ import annotations
@@ -15,17 +17,29 @@ import collections
 import json
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, ClassVar, Deque, Dict, List, Literal, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, ClassVar, Deque, Dict, List, Literal, Mapping, Optional, Sequence, Tuple, Union
 
 from .._sse import Parser, SSEError
 from .._transport import RESPONSE_HOOKS, Backoff, Lost, Request, Retry, json_body, observe, path
 from ..errors import ConnectionFailed, SandboxdError, UnexpectedResponse
 from ..types import JSONObject, _obj, _opt, _req, _time, _wire
 
-__all__ = ["OutputChunk", "OutputDropped", "Process", "ProcessEnd", "Signal", "TerminalSize"]
+__all__ = [
+    "OutputChunk",
+    "OutputDropped",
+    "Process",
+    "ProcessEnd",
+    "Signal",
+    "StreamHeartbeat",
+    "StreamState",
+    "TerminalSize",
+]
 
 Signal = Literal["HUP", "INT", "QUIT", "KILL", "USR1", "USR2", "TERM", "CONT", "STOP", "WINCH"]
 """The signals a process's group may be sent."""
+
+StreamState = Literal["running", "paused"]
+"""What a stream's heartbeat says of its sandbox: ``paused``, or ``running`` again."""
 
 RESUMED_ENDS = frozenset({"slow_client"})
 """End reasons after which an output stream opens again from its offset by itself (the client fell
@@ -161,6 +175,51 @@ class ProcessEnd:
         )
 
 
+@dataclass(frozen=True)
+class StreamHeartbeat:
+    """A heartbeat event of a process's output stream or a watch: the daemon sends one saying
+    ``paused`` as the sandbox pauses and every heartbeat interval (15 s) after, and one saying
+    ``running`` after the resume, from which the stream goes on where it was. ``offset`` is an output
+    stream's: where its output goes on (None on a watch). A running stream's heartbeats are comments,
+    which make no event."""
+
+    schema: ClassVar[str] = "extensions.yaml#/components/schemas/StreamHeartbeatEvent"
+
+    state: StreamState = _wire("state")
+    offset: Optional[int] = _wire("offset", default=None)
+
+    @classmethod
+    def from_json(cls, v: Any) -> StreamHeartbeat:
+        w = "stream heartbeat"
+        d = _obj(v, w)
+        state = _req(d, "state", str, w)
+        if state not in ("running", "paused"):
+            raise UnexpectedResponse(f"{w}.state: want running or paused, got {state[:50]!r}")
+        offset = _opt(d, "offset", int, w)
+        if offset is not None and offset < 0:
+            raise UnexpectedResponse(f"{w}.offset: want a count of bytes, got {offset}")
+        return cls(state="paused" if state == "paused" else "running", offset=offset)
+
+    @classmethod
+    def parse(cls, data: str) -> Optional[StreamHeartbeat]:
+        """The heartbeat the data of a heartbeat event says, or None when it says none (not JSON, not
+        an object, a state this client does not know, an offset that is not a count of bytes): the
+        readers skip such an event and read on."""
+        try:
+            doc = json.loads(data)
+            beat = cls.from_json(doc)
+        except (ValueError, RecursionError, UnexpectedResponse):
+            return None
+        if RESPONSE_HOOKS:
+            observe("streamHeartbeat", 200, doc)
+        return beat
+
+
+HeartbeatHook = Callable[[StreamHeartbeat], None]
+"""Called with each heartbeat event of a stream (``on_heartbeat``). What it raises ends the stream
+with that error."""
+
+
 def process_list(doc: Any) -> List[Process]:
     items = doc.get("processes") if isinstance(doc, dict) else None
     if not isinstance(items, list):
@@ -170,13 +229,16 @@ def process_list(doc: Any) -> List[Process]:
 
 class Output:
     """What the bytes of output streams come to, across the connections of one reader: each "output"
-    an OutputChunk, each "dropped" an OutputDropped kept in ``dropped``, the "end" a ProcessEnd. It
-    knows the offset to resume from; the synchronous and asynchronous readers feed it what they read."""
+    an OutputChunk, each "dropped" an OutputDropped kept in ``dropped``, the "end" a ProcessEnd, each
+    "heartbeat" the state in ``paused`` and a call of ``on_heartbeat``. It knows the offset to resume
+    from; the synchronous and asynchronous readers feed it what they read."""
 
-    def __init__(self, after: int) -> None:
+    def __init__(self, after: int, on_heartbeat: Optional[HeartbeatHook] = None) -> None:
         self.offset = after
         self.end: Optional[ProcessEnd] = None
         self.dropped: List[OutputDropped] = []
+        self.paused = False
+        self._on_heartbeat = on_heartbeat
         self._parser = Parser()
 
     def reconnect(self) -> None:
@@ -201,12 +263,21 @@ class Output:
         return out
 
     def _take(self, event: str, data: str) -> Optional[OutputChunk]:
+        if event == "heartbeat":
+            beat = StreamHeartbeat.parse(data)
+            if beat is None:
+                return None  # one that says nothing this client knows: the stream goes on
+            self.paused = beat.state == "paused"
+            if self._on_heartbeat is not None:
+                self._on_heartbeat(beat)
+            return None
         if event not in ("output", "dropped", "end"):
             return None  # an event this client does not know
         try:
             doc = json.loads(data)
             d = _obj(doc, f"process {event} event")
             if event == "end":
+                self.paused = False
                 self.end = ProcessEnd.from_json(d)
                 self.offset = max(self.offset, self.end.offset)
                 return None
@@ -227,6 +298,7 @@ class Output:
         if c.offset < self.offset:
             c = OutputChunk(offset=self.offset, data=raw[self.offset - c.offset :])
         self.offset = c.end
+        self.paused = False
         return c
 
 
@@ -234,13 +306,22 @@ class Reading:
     """What the synchronous and asynchronous readers of a process's output share: the Output, the
     chunks not yet given, and when to open a connection again, which they do the waiting and I/O of."""
 
-    def __init__(self, sandbox_id: str, generation: int, pid: int, after: int, read_timeout: float, backoff: Backoff) -> None:
+    def __init__(
+        self,
+        sandbox_id: str,
+        generation: int,
+        pid: int,
+        after: int,
+        read_timeout: float,
+        backoff: Backoff,
+        on_heartbeat: Optional[HeartbeatHook] = None,
+    ) -> None:
         self.sandbox_id = sandbox_id
         self.generation = generation
         self.pid = pid
         self.read_timeout = read_timeout
         self.backoff = backoff
-        self.out = Output(after)
+        self.out = Output(after, on_heartbeat)
         self.pending: Deque[OutputChunk] = collections.deque()
         self.failures = 0
         self.closed = False
@@ -259,6 +340,13 @@ class Reading:
     def dropped(self) -> List[OutputDropped]:
         """The ranges of output skipped because they were no longer kept."""
         return list(self.out.dropped)
+
+    @property
+    def paused(self) -> bool:
+        """Whether the stream's last heartbeat said the sandbox is paused: the next chunk waits for the
+        resume on the same connection. False again with the resume's heartbeat, the next output, or
+        the end. It may be read from any thread or task."""
+        return self.out.paused
 
     def request(self) -> Request:
         """The request of a connection from the offset reached."""
