@@ -723,8 +723,13 @@ export interface paths {
          * @description The body is the file's bytes (from `offset`, for an upload resumed). The write is atomic: the
          *     bytes go to a temporary file beside the target, renamed over it once whole; until then the
          *     old file stays. A `Repr-Digest: sha-256=:<base64>:` header (RFC 9530) is checked against the
-         *     bytes of the whole file: on a mismatch the write fails with 400 and the old file stays. The
-         *     answer carries the digest of what was written, in `Repr-Digest` and in the body. With
+         *     bytes of the whole file: on a mismatch the write fails with 400 and the old file stays. A
+         *     client that learns the digest only as it sends puts it in a trailer instead: the body chunked,
+         *     `Trailer: Repr-Digest` declared, and `Repr-Digest` sent after the last chunk; it is checked as
+         *     the header is, before the rename. Answered 400, the old file kept: a trailer that is not a
+         *     well-formed digest, one that disagrees with a `Repr-Digest` header, a `Trailer` header on a
+         *     body that is not chunked, any trailer but `Repr-Digest`, trailers past 4 KiB. The answer
+         *     carries the digest of what was written, in `Repr-Digest` and in the body. With
          *     `upload` (a name the client picks), a body that breaks off leaves its partial file for a later
          *     PUT with the same `upload` and `offset` at the bytes it holds (GET .../files/upload says how
          *     many); a partial nobody comes back for is removed after 24 hours. A sandbox whose disk
