@@ -299,6 +299,10 @@ while True:
 		if err != nil {
 			t.Fatal(err)
 		}
+		if onGVisor(t, dead) {
+			dead.Close()
+			t.Skip("gVisor's sandboxes have loopback only: netProvider's check of the refusal is all there is")
+		}
 		ref, addr := keepFlow(t, dead)
 		oci.Abandon(dead)
 		if out, err := exec.Command("runc", "--root", dir+"/runc", "delete", "-f", oci.Container(dead, ref)).CombinedOutput(); err != nil {
