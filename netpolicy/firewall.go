@@ -29,12 +29,10 @@ import (
 //	postrouting (nat, priority 100): the pools' addresses masqueraded behind the outgoing interface.
 //
 // fwd-X and in-X hold sandbox X's policy (rules); a policy change replaces them in one transaction, so
-// every packet meets the old rules or the new ones. Established connections keep going. Each begins
-// with a gate: what comes from an interface not in the set "open" is dropped. Chains made ahead
-// (Hold) are in place with their jumps, their interface not in the set: Open adds it, a transaction
-// of one set element. (A transaction that adds a jump has the kernel check the whole table's chains
-// for loops, which with a few dozen sandboxes takes milliseconds; one that adds an element to a set
-// without verdicts checks nothing.)
+// every packet meets the old rules or the new ones. Established connections keep going. (A
+// transaction that adds the jumps has the kernel check the whole table's chains for loops, which with
+// a few dozen sandboxes takes milliseconds: a warm pool makes an entry's chains before a sandbox
+// takes it.)
 type Firewall struct {
 	table    *nftables.Table
 	pool     netip.Prefix
@@ -52,10 +50,8 @@ type Firewall struct {
 	conn *nftables.Conn
 	fwd  *nftables.Chain
 	in   *nftables.Chain
-	open *nftables.Set   // the interfaces whose chains are in effect (the gate)
 	set  map[string]bool // the interfaces with chains
 	v6   map[string]bool // those of them whose sandbox has an IPv6 address (and chains for it)
-	held map[string]bool // those of them whose chains no base chain jumps to yet (Hold)
 	// learned holds, per interface, when each address learned from a resolved name stops being
 	// allowed: the set's own timeouts, kept to tell when an answer extends one.
 	learned map[string]map[netip.Addr]time.Time
@@ -115,10 +111,6 @@ func (f *Firewall) ensure() error {
 		Hooknum: nftables.ChainHookInput, Priority: nftables.ChainPriorityFilter, Policy: &accept})
 	post := conn.AddChain(&nftables.Chain{Name: "postrouting", Table: t, Type: nftables.ChainTypeNAT,
 		Hooknum: nftables.ChainHookPostrouting, Priority: nftables.ChainPriorityNATSource, Policy: &accept})
-	open := &nftables.Set{Table: t, Name: "open", KeyType: nftables.TypeIFName}
-	if err := conn.AddSet(open, nil); err != nil {
-		return fmt.Errorf("nftables: %w", err)
-	}
 	sbx := []byte(f.ifPrefix) // a prefix match, as nft's "sbx*"
 	conn.AddRule(&nftables.Rule{Table: t, Chain: fwd, Exprs: join(ifname(expr.MetaKeyOIFNAME, sbx, true),
 		ctState(expr.CtStateBitESTABLISHED|expr.CtStateBitRELATED), verdict(expr.VerdictAccept))})
@@ -142,7 +134,7 @@ func (f *Firewall) ensure() error {
 	if err := f.flush(); err != nil {
 		return fmt.Errorf("nftables: table %s: %w", f.table.Name, err)
 	}
-	f.fwd, f.in, f.open, f.set, f.held, f.epoch = fwd, in, open, map[string]bool{}, map[string]bool{}, map[string]uint64{}
+	f.fwd, f.in, f.set, f.epoch = fwd, in, map[string]bool{}, map[string]uint64{}
 	f.v6 = map[string]bool{}
 	f.learned, f.refused = map[string]map[netip.Addr]time.Time{}, map[string]map[netip.Addr]time.Time{}
 	return nil
@@ -210,7 +202,7 @@ func (f *Firewall) redial() {
 }
 
 func (f *Firewall) deleteTable() error {
-	f.fwd, f.in, f.open = nil, nil, nil
+	f.fwd, f.in = nil, nil
 	tables, err := f.conn.ListTablesOfFamily(nftables.TableFamilyINet)
 	if err != nil {
 		f.redial()
@@ -238,45 +230,7 @@ type Addrs struct {
 func (f *Firewall) Set(ifn string, self Addrs, rules Rules) (uint64, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return f.setLocked(ifn, self, rules, true)
-}
-
-// Hold makes the chains of the sandbox on ifname, whose addresses are self, holding rules, with
-// their gate shut: whatever comes from ifname is dropped at their first rule, and only replies to a
-// connection tracked reach it. Open then makes them its policy in a transaction of one set element;
-// Set replaces them and opens them in one. The epoch returned is the rules' (Set's).
-func (f *Firewall) Hold(ifn string, self Addrs, rules Rules) (uint64, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.set[ifn] {
-		return 0, fmt.Errorf("nftables: %s has rules already", ifn)
-	}
-	return f.setLocked(ifn, self, rules, false)
-}
-
-// Open makes the rules Hold made for ifname its policy: its gate opens, in one transaction. It
-// returns their epoch.
-func (f *Firewall) Open(ifn string) (uint64, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if !f.set[ifn] || !f.held[ifn] {
-		return 0, fmt.Errorf("nftables: %s has no rules held", ifn)
-	}
-	if err := f.conn.SetAddElements(f.open, []nftables.SetElement{{Key: ifnameKey(ifn)}}); err != nil {
-		return 0, fmt.Errorf("nftables: %w", err)
-	}
-	if err := f.flush(); err != nil {
-		return 0, fmt.Errorf("nftables: open the rules of %s: %w", ifn, err)
-	}
-	delete(f.held, ifn)
-	return f.epoch[ifn], nil
-}
-
-// ifnameKey is ifn as a key of a set of interface names.
-func ifnameKey(ifn string) []byte {
-	k := make([]byte, nftables.TypeIFName.Bytes)
-	copy(k, ifn)
-	return k
+	return f.setLocked(ifn, self, rules)
 }
 
 // jump adds to the transaction the base chains' jumps to ifn's chains.
@@ -288,9 +242,8 @@ func (f *Firewall) jump(ifn string) {
 		Exprs: join(ifname(expr.MetaKeyIIFNAME, me, true), []expr.Any{&expr.Verdict{Kind: expr.VerdictJump, Chain: "in-" + ifn}})})
 }
 
-// setLocked makes or replaces ifn's chains, the base chains' jumps to them with new ones; with open,
-// their gate opens (from the same transaction on, when it was shut).
-func (f *Firewall) setLocked(ifn string, self Addrs, rules Rules, open bool) (uint64, error) {
+// setLocked makes or replaces ifn's chains, and the base chains' jumps to them when they are new.
+func (f *Firewall) setLocked(ifn string, self Addrs, rules Rules) (uint64, error) {
 	if err := f.ensure(); err != nil {
 		return 0, err
 	}
@@ -331,12 +284,6 @@ func (f *Firewall) setLocked(ifn string, self Addrs, rules Rules, open bool) (ui
 	}
 	if !f.set[ifn] {
 		f.jump(ifn) // after the chains in the transaction: inserted at the base chains' heads
-	}
-	opens := open && (!f.set[ifn] || f.held[ifn])
-	if opens {
-		if err := f.conn.SetAddElements(f.open, []nftables.SetElement{{Key: ifnameKey(ifn)}}); err != nil {
-			return 0, fmt.Errorf("nftables: %w", err)
-		}
 	}
 	add := func(c *nftables.Chain, e ...[]expr.Any) {
 		f.conn.AddRule(&nftables.Rule{Table: f.table, Chain: c, Exprs: join(e...)})
@@ -380,8 +327,6 @@ func (f *Firewall) setLocked(ifn string, self Addrs, rules Rules, open bool) (ui
 		gateways = append(gateways, f.gateway6)
 	}
 	for _, c := range []*nftables.Chain{fwd, in} {
-		add(c, []expr.Any{&expr.Meta{Key: expr.MetaKeyIIFNAME, Register: 1}, // the gate
-			&expr.Lookup{SourceRegister: 1, SetName: f.open.Name, SetID: f.open.ID, Invert: true}}, verdict(expr.VerdictDrop))
 		if !v6 {
 			add(c, notIPv4(), verdict(expr.VerdictDrop)) // IPv6: denied
 		} else if c == in {
@@ -475,11 +420,6 @@ func (f *Firewall) setLocked(ifn string, self Addrs, rules Rules, open bool) (ui
 	if err := f.flush(); err != nil {
 		return 0, fmt.Errorf("nftables: rules of %s: %w", ifn, err)
 	}
-	if !f.set[ifn] && !open {
-		f.held[ifn] = true
-	} else if opens {
-		delete(f.held, ifn)
-	}
 	f.set[ifn] = true
 	f.v6[ifn] = v6
 	return f.epochs, nil
@@ -519,11 +459,6 @@ func (f *Firewall) Remove(ifn string) error {
 			return err
 		}
 	}
-	if !f.held[ifn] {
-		if err := f.conn.SetDeleteElements(f.open, []nftables.SetElement{{Key: ifnameKey(ifn)}}); err != nil {
-			return err
-		}
-	}
 	f.conn.FlushChain(&nftables.Chain{Name: "fwd-" + ifn, Table: f.table})
 	f.conn.FlushChain(&nftables.Chain{Name: "in-" + ifn, Table: f.table})
 	f.conn.DelChain(&nftables.Chain{Name: "fwd-" + ifn, Table: f.table})
@@ -540,7 +475,6 @@ func (f *Firewall) Remove(ifn string) error {
 		return fmt.Errorf("nftables: remove the rules of %s: %w", ifn, err)
 	}
 	delete(f.set, ifn)
-	delete(f.held, ifn)
 	delete(f.learned, ifn)
 	delete(f.refused, ifn)
 	delete(f.epoch, ifn)
@@ -646,7 +580,7 @@ func (f *Firewall) Status(ifn string) (Status, error) {
 func (f *Firewall) Learn(ifn string, epoch uint64, addrs []netip.Addr, ttl time.Duration) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if !f.set[ifn] || f.held[ifn] {
+	if !f.set[ifn] {
 		return fmt.Errorf("nftables: no rules in effect for %s", ifn)
 	}
 	if f.epoch[ifn] != epoch {

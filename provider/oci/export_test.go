@@ -142,7 +142,7 @@ func RelayPorts(p *Provider, on bool) { p.relayPorts.Store(on) }
 type LinkedEntry struct {
 	Name, Iface, Addr string
 	Pid               int
-	Held              bool // its chains are held in the firewall for the expected policy
+	Ruled             bool // the expected policy is in effect on its link
 }
 
 // LinkedEntries are the idle entries of the shared root's pool that have a link.
@@ -154,7 +154,7 @@ func LinkedEntries(p *Provider) []LinkedEntry {
 		if e.link == nil {
 			continue
 		}
-		le := LinkedEntry{Name: e.name, Iface: e.link.st.Iface, Addr: e.link.st.Addr.String(), Held: e.link.held != nil}
+		le := LinkedEntry{Name: e.name, Iface: e.link.st.Iface, Addr: e.link.st.Addr.String(), Ruled: e.link.rules != nil}
 		if m, err := readMetaFile(e.l); err == nil {
 			le.Pid, _ = containerPid(e.l, m.CgroupPath)
 		}

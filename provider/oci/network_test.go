@@ -304,7 +304,7 @@ func TestNetworkLeaks(t *testing.T) {
 	checkNoNetwork(t, dir, in, true)
 
 	// A provider that dies with three networked sandboxes running; two of them die with it. Its warm
-	// pool's idle entries have their links, with chains held for the policy its sandboxes asked for.
+	// pool's idle entries have their links, with the policy its sandboxes asked for in effect.
 	cfg := testConfig(t, dir)
 	cfg.Network = in.config()
 	cfg.WarmPool, cfg.Network.WarmPoolLinks = 2, 2
@@ -322,7 +322,7 @@ func TestNetworkLeaks(t *testing.T) {
 	survivor := refs[0]
 	waitFor(t, func() bool {
 		le := oci.LinkedEntries(dead)
-		return len(le) == 2 && le[0].Held && le[1].Held
+		return len(le) == 2 && le[0].Ruled && le[1].Ruled
 	})
 	oci.Abandon(dead)
 	for _, ref := range refs[1:] {

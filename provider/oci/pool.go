@@ -356,13 +356,10 @@ func (p *Provider) claim(ctx context.Context, b *box, res sandbox.Resources, img
 		var open, recorded chan error
 		var err error
 		switch {
-		case e.link != nil && e.link.holds(rules):
-			// Recorded already, and opened by one set element: no work worth a goroutine.
+		case e.link != nil && e.link.under(rules):
+			// In effect and recorded already: the uplinks' forwarding only, turned on once.
 			open = make(chan error, 1)
-			if err = p.recordLink(e, rules); err == nil {
-				err = p.openLink(e, rules)
-			}
-			open <- err
+			open <- p.recordLink(e, rules)
 		case e.link != nil:
 			// Both beside the health check: net.json must name the rules before the directory is
 			// the sandbox's (below), and the rules must be in effect before the sandbox is ready

@@ -12,15 +12,20 @@ import (
 // the pool's entries are kept with their link made when they start instead: the veth pair, the
 // entry's addresses (IPv6 too, with an IPv6 pool: every link of the provider has it) and its routes,
 // forwarding on the host's end, and, when the provider knows which policy the next sandbox will ask
-// for (network.expect), that policy's chains held in the firewall
-// with their gate shut (Firewall.Hold). Until the entry is taken nothing comes through its link: the
-// firewall drops whatever arrives from a sandbox interface whose chains are not in effect (forward
-// and input: no other sandbox, no host address, no resolver), and the resolver, which tells its
-// clients by their source address, does not know the entry's. Taking it is then one nftables
-// transaction, the sandbox's policy in effect: the held chains' gate opened (one set element) when
-// the policy is the one held, or the policy's chains replaced and opened together when it is not.
-// Beside it, net.json names the sandbox's rules (before the entry's directory becomes the sandbox's,
-// so that a provider that dies after sets those rules again); then the resolver learns the address.
+// for (network.expect), that policy in effect: its chains in the firewall (Firewall.Set) and the
+// resolver knowing the entry's addresses, before the link comes up. An entry without a policy
+// reaches nothing: the firewall drops whatever arrives from a sandbox interface without chains
+// (forward and input: no other sandbox, no host address, no resolver), and the resolver, which tells
+// its clients by their source address, does not know the entry's.
+//
+// An idle entry runs the agent alone, the provider's own program: nothing a sandbox controls runs in
+// it before a sandbox takes it, so its policy may be in effect early. Taking an entry under the
+// policy in effect on it then changes nothing of the network (net.json records that policy from the
+// start). Taking it under another replaces its chains in one nftables transaction, beside the
+// rewrite of its net.json (before the entry's directory becomes the sandbox's, so that a provider
+// that dies after sets those rules again), both before the sandbox is ready. A transaction that adds
+// a sandbox's chains and jumps costs milliseconds (the kernel checks the table's chains for loops,
+// more of them the more sandboxes there are): made ahead, it is off the create's path.
 //
 // A sandbox that needs no network never takes an entry with a link (its namespace stays loopback
 // only); one that needs a network takes an entry without a link when none with one is idle, and gets
@@ -31,14 +36,15 @@ import (
 
 // entryLink is the link of a warm pool entry.
 type entryLink struct {
-	st    netState         // its interface and address, and the rules held (net.json's record)
-	held  *netpolicy.Rules // the rules its chains hold in the firewall (Hold), nil: none
-	epoch uint64           // held's
+	st    netState         // its interface and address, and the rules in effect (net.json's record)
+	rules *netpolicy.Rules // the rules in effect on the link (Firewall.Set), nil: none
 }
 
-// holds reports whether the link's chains hold rules: a take then only opens them, and its net.json
-// names them already.
-func (lk *entryLink) holds(rules netpolicy.Rules) bool { return lk.held != nil && lk.held.Equal(rules) }
+// under reports whether rules are in effect on the link already, and named by its net.json: a
+// sandbox that takes the entry under them changes nothing of its network.
+func (lk *entryLink) under(rules netpolicy.Rules) bool {
+	return lk.rules != nil && lk.rules.Equal(rules)
+}
 
 // wantsLink reports whether the next entry of the shared root's pool should get a link: fewer idle
 // entries than NetworkConfig.WarmPoolLinks have one.
@@ -46,8 +52,8 @@ func (p *Provider) wantsLink() bool {
 	return p.net != nil && p.pool.linked() < min(p.cfg.Network.WarmPoolLinks, p.cfg.WarmPool)
 }
 
-// linkEntry makes the link of the idle entry e, which is not in the pool yet, and its chains for the
-// expected policy, held. On failure the caller removes what it made (unlinkEntry).
+// linkEntry makes the link of the idle entry e, which is not in the pool yet, with the expected
+// policy in effect. On failure the caller removes what it made (unlinkEntry).
 func (p *Provider) linkEntry(e *poolEntry) error {
 	n := p.net
 	ns, err := containerNetns(e.l)
@@ -71,13 +77,16 @@ func (p *Provider) linkEntry(e *poolEntry) error {
 		return err
 	}
 	e.link = lk // from here on, what is made is recorded: unlinkEntry removes it
-	// Before the link is up: the base chains drop what it sends until a sandbox's rules are in effect.
+	// Before the link is up: without a policy, the base chains drop what it sends.
 	if expect != nil {
-		epoch, err := n.fw.Hold(lk.st.Iface, lk.st.addrs(), *expect)
+		epoch, err := n.fw.Set(lk.st.Iface, lk.st.addrs(), *expect)
 		if err != nil {
 			return err
 		}
-		lk.held, lk.epoch = expect, epoch
+		if n.dns != nil {
+			n.dns.Set(lk.st.addrs(), lk.st.Iface, *expect, epoch)
+		}
+		lk.rules = expect
 	} else if err := n.fw.Ensure(); err != nil {
 		return err
 	}
@@ -95,12 +104,12 @@ func (p *Provider) unlinkEntry(e *poolEntry) error {
 
 // recordLink makes rules what the entry e's net.json records, before its directory becomes the
 // sandbox's: a provider that dies once it has sets them again (startNetwork), and one that dies before
-// discards the entry. The rules the entry's chains hold are recorded already (linkEntry).
+// discards the entry. The rules in effect on the entry's link are recorded already (linkEntry).
 func (p *Provider) recordLink(e poolEntry, rules netpolicy.Rules) error {
 	if err := p.net.enableUplinks(); err != nil {
 		return err
 	}
-	if e.link.holds(rules) {
+	if e.link.under(rules) {
 		return nil
 	}
 	st := e.link.st
@@ -108,17 +117,11 @@ func (p *Provider) recordLink(e poolEntry, rules netpolicy.Rules) error {
 	return writeJSONFile(e.l.netFile(), st)
 }
 
-// openLink puts rules in effect on the link of the entry e, which a sandbox takes: one nftables
-// transaction (Open when e holds them, Set otherwise), then the resolver knows the sandbox.
+// openLink puts rules, which are not in effect on the link of the entry e that a sandbox takes, in
+// effect there: one nftables transaction, then the resolver knows the sandbox's.
 func (p *Provider) openLink(e poolEntry, rules netpolicy.Rules) error {
 	n, st := p.net, e.link.st
-	var epoch uint64
-	var err error
-	if e.link.holds(rules) {
-		epoch, err = n.fw.Open(st.Iface)
-	} else {
-		epoch, err = n.fw.Set(st.Iface, st.addrs(), rules)
-	}
+	epoch, err := n.fw.Set(st.Iface, st.addrs(), rules)
 	if err != nil {
 		return fmt.Errorf("the policy of %s: %w", st.Iface, err)
 	}

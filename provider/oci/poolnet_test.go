@@ -14,11 +14,12 @@ import (
 	"github.com/sandboxd/sandbox/provider/oci"
 )
 
-// TestNetworkPoolLinks: warm pool entries kept with their link made ahead (WarmPoolLinks). One not
-// taken reaches nothing, neither through its link nor the resolver; a sandbox that needs no network
-// never takes it and keeps loopback alone; a sandbox that takes it has its own policy in effect once it
-// is ready, whether the entry held that policy's rules already or another's; and a provider that closes
-// leaves nothing of them.
+// TestNetworkPoolLinks: warm pool entries kept with their link made ahead (WarmPoolLinks). One made
+// before any networked create (no policy expected) reaches nothing, neither through its link nor the
+// resolver; one made after has the last create's policy in effect, and reaches what it allows only; a
+// sandbox that needs no network never takes one and keeps loopback alone; a sandbox that takes one has
+// its own policy in effect once it is ready, whether the entry's was that policy already or another;
+// and a provider that closes leaves nothing of them.
 func TestNetworkPoolLinks(t *testing.T) {
 	in := newInternet(t)
 	dir := testenv.StateDir(t)
@@ -29,7 +30,7 @@ func TestNetworkPoolLinks(t *testing.T) {
 	waitFor(t, full)
 	first := oci.LinkedEntries(p)[0]
 
-	t.Run("an entry not taken reaches nothing", func(t *testing.T) {
+	t.Run("an entry without a policy reaches nothing", func(t *testing.T) {
 		entryReachesNothing(t, in, first)
 	})
 
@@ -59,25 +60,32 @@ func TestNetworkPoolLinks(t *testing.T) {
 		server := fmt.Sprintf(`{"allow":["%s/32"]}`, in.server)
 		for i, c := range []struct {
 			policy     string
-			held       bool // the entry's chains are held, for the last create's policy
+			ruled      bool // the entry has a policy in effect: the last create's
 			reach, not string
 			want       string
 		}{
 			{server, false, "http://" + in.server.String() + "/", "http://" + in.other.String() + "/", "server"},
 			{server, true, "http://" + in.server.String() + "/", "http://" + in.other.String() + "/", "server"},
-			// Rules other than those held, and by name: the resolver knows the sandbox at once.
+			// Rules other than those in effect on the entry, and by name: the resolver knows the sandbox at once.
 			{`{"allow":["other.test"]}`, true, "http://other.test/", "http://" + in.server.String() + "/", "other"},
 			// Over IPv6: the entry's link has it from the start.
 			{fmt.Sprintf(`{"allow":["%s"]}`, in.server6), true, url6(in.server6, 80), url6(in.other6, 80), "server6"},
 		} {
 			waitFor(t, full)
 			e := oci.LinkedEntries(p)[0]
-			if e.Held != c.held {
-				t.Errorf("case %d: the entry's chains held: %v, want %v", i, e.Held, c.held)
+			if e.Ruled != c.ruled {
+				t.Errorf("case %d: the entry has a policy in effect: %v, want %v", i, e.Ruled, c.ruled)
 			}
-			if e.Held {
-				// With its chains' gate shut, still nothing passes.
-				entryReachesNothing(t, in, e)
+			if e.Ruled {
+				// The last create's policy, before any sandbox owns the entry: what it allows, no more.
+				server, other := netip.AddrPortFrom(in.server, 80), netip.AddrPortFrom(in.other, 80)
+				if i == 3 { // the last create allowed other.test by name, and nothing is learned yet
+					entryDials(t, e, other, false)
+					entryDials(t, e, server, false)
+				} else {
+					entryDials(t, e, server, true)
+					entryDials(t, e, other, false)
+				}
 			}
 			ref := withPolicy(t, p, c.policy)
 			if got := oci.Container(p, ref); got != e.Name {
@@ -92,8 +100,8 @@ func TestNetworkPoolLinks(t *testing.T) {
 	})
 }
 
-// TestNetworkPoolLinksOutliveTheProvider: a sandbox that took an entry whose chains held its policy
-// (the take records nothing then: the entry's net.json named that policy from the start) keeps its
+// TestNetworkPoolLinksOutliveTheProvider: a sandbox that took an entry under the policy in effect on
+// it (the take records nothing then: the entry's net.json named that policy from the start) keeps its
 // policy when its provider dies at once and the next one starts.
 func TestNetworkPoolLinksOutliveTheProvider(t *testing.T) {
 	in := newInternet(t)
@@ -110,12 +118,12 @@ func TestNetworkPoolLinksOutliveTheProvider(t *testing.T) {
 		t.Skip("gVisor's sandboxes have loopback only: netProvider's check of the refusal is all there is")
 	}
 	policy := `{"allow":["other.test"]}`
-	withPolicy(t, dead, policy) // the entries made from now on hold its rules
-	waitFor(t, func() bool { le := oci.LinkedEntries(dead); return len(le) == 1 && le[0].Held })
+	withPolicy(t, dead, policy) // the entries made from now on have its rules in effect
+	waitFor(t, func() bool { le := oci.LinkedEntries(dead); return len(le) == 1 && le[0].Ruled })
 	e := oci.LinkedEntries(dead)[0]
 	ref := withPolicy(t, dead, policy)
 	if got := oci.Container(dead, ref); got != e.Name {
-		t.Fatalf("the sandbox runs in %s, want the entry with held chains %s", got, e.Name)
+		t.Fatalf("the sandbox runs in %s, want the entry under its policy %s", got, e.Name)
 	}
 	oci.Abandon(dead)
 
@@ -124,6 +132,20 @@ func TestNetworkPoolLinksOutliveTheProvider(t *testing.T) {
 	mustNotReach(t, next, ref, "http://"+in.server.String()+"/")
 	releaseAll(t, next)
 	checkNoNetwork(t, dir, in, true)
+}
+
+// entryDials fails unless a TCP connection from the idle entry e to to succeeds exactly when want.
+func entryDials(t *testing.T, e oci.LinkedEntry, to netip.AddrPort, want bool) {
+	t.Helper()
+	inNetns(t, e.Pid, func() {
+		c, err := net.DialTimeout("tcp", to.String(), time.Second)
+		if err == nil {
+			c.Close()
+		}
+		if (err == nil) != want {
+			t.Errorf("the idle entry's connection to %s: %v, want it to succeed: %v", to, err, want)
+		}
+	})
 }
 
 // entryReachesNothing fails unless the idle entry e has its link (eth0, with e's address) and nothing
