@@ -152,3 +152,31 @@ func FuzzParse(f *testing.F) {
 		}
 	})
 }
+
+// TestParseRepeated: a policy parsed again (the last one is kept) gives the same rules, each call
+// its own copy, and only for the same bytes and default.
+func TestParseRepeated(t *testing.T) {
+	raw := json.RawMessage(`{"allow":["203.0.113.0/24","pypi.org"],"deny":["198.51.100.7/32","bad.example"]}`)
+	first, err := Parse(raw, EgressDeny)
+	if err != nil {
+		t.Fatal(err)
+	}
+	second, err := Parse(raw, EgressDeny)
+	if err != nil || !second.Equal(first) {
+		t.Fatalf("again: %+v %v, want %+v", second, err, first)
+	}
+	first.Allow[0], first.AllowNames[0], first.Deny[0], first.DenyNames[0] = netip.Prefix{}, "x", netip.Prefix{}, "y"
+	third, _ := Parse(raw, EgressDeny)
+	if !third.Equal(second) {
+		t.Errorf("a caller's change to its rules reached the next call's: %+v, want %+v", third, second)
+	}
+	if r, _ := Parse(raw, EgressAllow); !r.Egress {
+		t.Errorf("the same policy under the default allow: %+v, want egress allowed", r)
+	}
+	if _, err := Parse(json.RawMessage(`{"allow":["203.0.113.0/24"],"x":1}`), EgressDeny); err == nil {
+		t.Error("a policy with an unknown field after a good one: no error")
+	}
+	if r, _ := Parse(json.RawMessage(`{"allow":["192.0.2.1"]}`), EgressDeny); len(r.Allow) != 1 || r.Allow[0] != netip.MustParsePrefix("192.0.2.1/32") {
+		t.Errorf("another policy: %+v", r)
+	}
+}
