@@ -71,10 +71,10 @@ func (c *Client) dialStream(ctx context.Context, _, _ string) (net.Conn, error) 
 	return bigWrites{conn}, nil
 }
 
-// streamSendBuffer is the send buffer of a streamed call's connection. The default (208 KiB on
-// Linux) has an upload's MiB writes wake the agent, and the daemon after it, five times a MiB; at
-// 4 MiB an upload of 1 GiB switches context about half as often in each of them, and costs the
-// daemon and the agent a tenth to a fifth less CPU (docs/performance.md, "The agent's socket").
+// streamSendBuffer is the send buffer of a streamed call's connection. With the default (208 KiB on
+// Linux) each MiB the daemon writes wakes the agent, and the daemon after it, five times; at 4 MiB
+// an upload of 1 GiB switches context about half as often on both sides, and costs them less CPU
+// (docs/performance.md, "Fresh memory, and the agent's socket").
 const streamSendBuffer = 4 << 20
 
 // streamBufs are the buffers of bigWrites.ReadFrom.
