@@ -52,9 +52,10 @@ func BenchmarkRawFiles(b *testing.B) {
 	known := sum.Sum(nil)
 	// Two uploads before the timed ones. Each upload writes a new file beside the one it replaces and
 	// frees that one's page cache as it renames, so an upload's pages are the ones the upload before
-	// it freed: new memory only for the first two. New memory costs this machine's guest many times
-	// what recycled pages cost (docs/performance.md, "Fresh memory"), and the floor's cat, which
-	// truncates the file it writes again, recycles its own from its second iteration on.
+	// it freed: new memory only for the first two. New memory costs a guest whose balloon gives free
+	// pages back to its host many times what recycled pages cost (docs/performance.md, "Fresh
+	// memory, and the agent's socket"), and the floor's cat, which truncates the file it writes
+	// again, recycles its own from its second iteration on.
 	for range 2 {
 		if _, err := e.C.Upload(ctx, e.SB.ID, e.SB.Generation, "up.bin", io.LimitReader(&pattern{block: block}, size), client.UploadOptions{Size: size, Digest: known}); err != nil {
 			b.Fatal(err)
