@@ -11,8 +11,11 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
+	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 
 	"github.com/sandboxd/sandbox"
@@ -168,5 +171,50 @@ func TestPutFileSendsTheDigestAsATrailer(t *testing.T) {
 	}
 	if s := <-seenc; s.err == nil {
 		t.Fatalf("the agent took a body whose trailer failed as whole: %+v", s)
+	}
+}
+
+// A streamed call's connection to the agent has a send buffer of 4 MiB (8 as the kernel counts it),
+// past net.core.wmem_max for a daemon that may (root); up to wmem_max otherwise.
+func TestStreamSendBuffer(t *testing.T) {
+	sock := serveUnix(t, &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		sum := sha256.Sum256(body)
+		json.NewEncoder(w).Encode(protocol.FileWritten{Path: "f", Size: int64(len(body)), Digest: hex.EncodeToString(sum[:])})
+	})})
+	conns := make(chan *net.UnixConn, 4)
+	var d net.Dialer
+	c := agentclient.New(func(ctx context.Context) (net.Conn, error) {
+		conn, err := d.DialContext(ctx, "unix", sock)
+		if err == nil {
+			conns <- conn.(*net.UnixConn)
+		}
+		return conn, err
+	})
+	t.Cleanup(func() { c.Close() })
+	data := []byte("some bytes")
+	if _, err := c.PutFile(bounded(t), sandbox.FilePut{Path: "f", Length: int64(len(data))}, bytes.NewReader(data)); err != nil {
+		t.Fatal(err)
+	}
+	raw, err := (<-conns).SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got int
+	raw.Control(func(fd uintptr) { got, err = syscall.GetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_SNDBUF) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := 8 << 20
+	if os.Geteuid() != 0 {
+		max, err := os.ReadFile("/proc/sys/net/core/wmem_max")
+		if err != nil {
+			t.Fatal(err)
+		}
+		n, _ := strconv.Atoi(strings.TrimSpace(string(max)))
+		want = 2 * min(n, 4<<20)
+	}
+	if got < want {
+		t.Fatalf("the stream's send buffer is %d bytes, want %d", got, want)
 	}
 }
