@@ -14,6 +14,11 @@ import (
 // journal keeps the last size bytes of a process's output in a file used as a ring: the byte at
 // offset o (counted from the process's first byte) is at o%size in the file. Offsets below end-size
 // are dropped. Appends and reads hold one lock, so a read never sees a region being overwritten.
+//
+// The newest bytes are kept in memory as well (recent, a ring of recentBytes): a reader that keeps up
+// with the output, as a terminal's stream or a waiting poll does, takes them from there, and reads
+// the file back only when it fell further behind or starts from an older offset. Every byte is
+// written to the file before any reader can see it.
 type journal struct {
 	f    *os.File
 	size int64
@@ -23,7 +28,11 @@ type journal struct {
 	done   bool          // no byte will follow end
 	failed error         // the file could not be written: nothing past end was kept
 	wake   chan struct{} // closed and replaced at each append and at close
+	recent []byte        // the byte at offset o is at o%len(recent), from end-len(recent) on; nil once done
 }
+
+// recentBytes is how much of the newest output a journal keeps in memory too.
+const recentBytes = 16 << 10
 
 // newJournal creates the journal's file on the file system of dir, without a name (O_TMPFILE), so that
 // nothing in the sandbox can reach it or see it, and it goes with the journal. Where the file system
@@ -64,8 +73,36 @@ func (j *journal) append(p []byte) {
 		j.signal()
 		return
 	}
+	j.remember(p)
 	j.end += int64(len(p))
 	j.signal()
+}
+
+// remember copies p, appended at j.end, into recent.
+func (j *journal) remember(p []byte) {
+	if j.recent == nil {
+		j.recent = make([]byte, min(recentBytes, j.size))
+	}
+	r := int64(len(j.recent))
+	at := j.end // the offset of p[0]
+	if int64(len(p)) > r {
+		at += int64(len(p)) - r
+		p = p[int64(len(p))-r:]
+	}
+	n := copy(j.recent[at%r:], p)
+	copy(j.recent, p[n:])
+}
+
+// fromRecent copies the bytes from offset start into data (at most len(recent) bytes, none past end),
+// when recent holds them all.
+func (j *journal) fromRecent(data []byte, start int64) bool {
+	r := int64(len(j.recent))
+	if r == 0 || start < j.end-r {
+		return false
+	}
+	n := copy(data, j.recent[start%r:])
+	copy(data[n:], j.recent)
+	return true
 }
 
 func (j *journal) signal() {
@@ -79,6 +116,7 @@ func (j *journal) close() {
 	defer j.mu.Unlock()
 	if !j.done {
 		j.done = true
+		j.recent = nil
 		j.signal()
 	}
 }
@@ -118,14 +156,14 @@ func (j *journal) read(ctx context.Context, after int64, max int) (start int64, 
 				n = int64(max)
 			}
 			data = make([]byte, n)
-			pos := start % j.size
-			first := n
-			if first > j.size-pos {
-				first = j.size - pos
-			}
-			_, rerr := j.f.ReadAt(data[:first], pos)
-			if rerr == nil && first < n {
-				_, rerr = j.f.ReadAt(data[first:], 0)
+			var rerr error
+			if !j.fromRecent(data, start) {
+				pos := start % j.size
+				first := min(n, j.size-pos)
+				_, rerr = j.f.ReadAt(data[:first], pos)
+				if rerr == nil && first < n {
+					_, rerr = j.f.ReadAt(data[first:], 0)
+				}
 			}
 			end, done = j.end, finished
 			j.mu.Unlock()

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -183,4 +184,36 @@ func TestProcessStdinKeepsItsOrder(t *testing.T) {
 			t.Fatalf("run %d: cat said %d bytes ending %q", i, len(got), got[max(0, len(got)-20):])
 		}
 	}
+}
+
+// TestProcessPTYEndsWhileAChildHoldsIt: a pty process whose child left its session and keeps the
+// terminal open ends all the same, its output whole, a little after it exited (drainGrace), while
+// the child still runs.
+func TestProcessPTYEndsWhileAChildHoldsIt(t *testing.T) {
+	a := start(t)
+	p, err := a.c.StartProcess(ctx(t), sandbox.ProcessSpec{
+		Argv: []string{"sh", "-c", "setsid sh -c 'echo child $$; exec sleep 60' & sleep 0.2; echo parent done"},
+		PTY:  &sandbox.TerminalSize{Rows: 24, Cols: 80},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done, err := a.c.Process(ctx(t), p.PID, 20*time.Second)
+	if err != nil || done.Running {
+		t.Fatalf("the process's output did not end while its child held the terminal: %+v, %v", done, err)
+	}
+	out, err := a.c.Output(ctx(t), p.PID, 0, protocol.MaxOutputChunk, 0)
+	if err != nil || !out.Done || !strings.Contains(string(out.Data), "parent done") {
+		t.Fatalf("output %q done %v, %v", out.Data, out.Done, err)
+	}
+	var child int
+	if i := strings.Index(string(out.Data), "child "); i < 0 {
+		t.Fatalf("no child's pid in %q", out.Data)
+	} else if _, err := fmt.Sscanf(string(out.Data[i:]), "child %d", &child); err != nil {
+		t.Fatalf("no child's pid in %q: %v", out.Data, err)
+	}
+	if err := syscall.Kill(child, 0); err != nil {
+		t.Fatalf("the child %d is gone already (%v): nothing held the terminal", child, err)
+	}
+	syscall.Kill(child, syscall.SIGKILL)
 }

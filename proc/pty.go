@@ -59,30 +59,28 @@ func openPTY(rows, cols int) (output, stdin, tty *os.File, err error) {
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	// pty.Open leaves the master blocking (it asks for its descriptor), which no deadline can cut:
-	// the copies made here are non-blocking, and so in the runtime's poller.
+	// pty.Open leaves the master blocking (it asks for its descriptor), which no deadline can cut: the
+	// copies made here are non-blocking, and so in the runtime's poller. O_NONBLOCK is a flag of the
+	// open file, which the copies share with the master, and each master.Fd() clears it again: the
+	// master's descriptor is asked for once, before the flag is set, and the copies are made after.
 	defer master.Close()
+	mfd := int(master.Fd())
+	err = unix.IoctlSetWinsize(mfd, unix.TIOCSWINSZ, &unix.Winsize{Row: uint16(rows), Col: uint16(cols)})
+	if err == nil {
+		err = unix.SetNonblock(mfd, true)
+	}
 	dup := func(name string) (*os.File, error) {
-		fd, err := unix.FcntlInt(master.Fd(), unix.F_DUPFD_CLOEXEC, 0)
+		fd, err := unix.FcntlInt(uintptr(mfd), unix.F_DUPFD_CLOEXEC, 0)
 		if err != nil {
-			return nil, err
-		}
-		if err := unix.SetNonblock(fd, true); err != nil {
-			unix.Close(fd)
 			return nil, err
 		}
 		return os.NewFile(uintptr(fd), name), nil
 	}
-	if output, err = dup("ptmx"); err == nil {
-		if stdin, err = dup("ptmx|stdin"); err != nil {
-			output.Close()
-		}
-	}
 	if err == nil {
-		err = unix.IoctlSetWinsize(int(master.Fd()), unix.TIOCSWINSZ, &unix.Winsize{Row: uint16(rows), Col: uint16(cols)})
-		if err != nil {
-			output.Close()
-			stdin.Close()
+		if output, err = dup("ptmx"); err == nil {
+			if stdin, err = dup("ptmx|stdin"); err != nil {
+				output.Close()
+			}
 		}
 	}
 	if err != nil {

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/sandboxd/sandbox"
 )
 
@@ -85,6 +87,38 @@ func TestSpawnPTY(t *testing.T) {
 	}
 	if _, err := r.SpawnPTY(t.TempDir(), []string{"true"}, nil, 0, 80); !errors.Is(err, sandbox.ErrInvalidRequest) {
 		t.Fatalf("a pty of 0 rows: %v", err)
+	}
+}
+
+// TestSpawnPTYDeadlines: the master's copies are non-blocking, so a deadline cuts a read of a
+// terminal that says nothing and a write to one whose process reads nothing (its input fills up).
+func TestSpawnPTYDeadlines(t *testing.T) {
+	r := &Runner{Env: baseEnv}
+	defer r.Close(t.Context())
+	sp, err := r.SpawnPTY(t.TempDir(), []string{"sleep", "60"}, nil, 24, 80)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sp.Output.Close()
+	defer sp.Stdin.Close()
+	for _, f := range []*os.File{sp.Output, sp.Stdin} {
+		sc, err := f.SyscallConn()
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = sc.Control(func(fd uintptr) {
+			if fl, err := unix.FcntlInt(fd, unix.F_GETFL, 0); err != nil || fl&unix.O_NONBLOCK == 0 {
+				t.Errorf("%s: flags %#o, %v: blocking", f.Name(), fl, err)
+			}
+		})
+	}
+	_ = sp.Output.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
+	if _, err := sp.Output.Read(make([]byte, 64)); !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("a read of a quiet terminal: %v", err)
+	}
+	_ = sp.Stdin.SetWriteDeadline(time.Now().Add(200 * time.Millisecond))
+	if _, err := sp.Stdin.Write(make([]byte, 4<<20)); !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("a write to a terminal nobody reads: %v", err)
 	}
 }
 
