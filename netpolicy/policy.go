@@ -165,13 +165,14 @@ func Parse(raw json.RawMessage, defaultEgress string) (Rules, error) {
 		}
 	}
 	rules, err := p.Rules(defaultEgress)
-	if err == nil {
+	if err == nil && len(raw) > 0 {
 		lastParsed.Store(&parsed{raw: string(raw), defaultEgress: defaultEgress, rules: rules.clone()})
 	}
 	return rules, err
 }
 
-// lastParsed is the last policy Parse read well. A client's creates tend to repeat one policy, and a
+// lastParsed is the last policy Parse read well (none is not kept: it costs nothing to read, and
+// creates with and without one come in turns). A client's creates tend to repeat one policy, and a
 // sandbox's is parsed twice (its spec checked, then its allocation): comparing the bytes costs a
 // fraction of a decode, whose code is cold between two creates (≈0.2 ms then, a warm pool's take
 // being ≈3 ms).
