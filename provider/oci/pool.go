@@ -342,10 +342,11 @@ func (p *Provider) warm(ctx context.Context, img *imageInfo) (poolEntry, error) 
 // is done.
 //
 // A sandbox under rules that need a network takes an entry with a link when one is idle (one whose
-// rules need none never does): its rules are put in effect on the link while the entry is made the
-// sandbox's (openLink), and opening, once claim has returned true, tells when they are, and whether
-// they could not be (then the caller releases the sandbox). Until they are, the link lets nothing
-// through. Otherwise opening stays nil.
+// rules need none never does): its rules are in effect on the link already when they are the
+// entry's, and are put in effect while the entry is made the sandbox's otherwise (openLink); opening,
+// once claim has returned true, tells when they are, and whether they could not be (then the caller
+// releases the sandbox). Until they are, the link has the entry's policy or none, while nothing of the
+// sandbox's runs yet. Otherwise opening stays nil.
 func (p *Provider) claim(ctx context.Context, b *box, res sandbox.Resources, img *imageInfo, held bool, rules netpolicy.Rules, opening *<-chan error) bool {
 	p.expectRules(rules)
 	for {
