@@ -107,8 +107,8 @@ func (p *Provider) Allocate(ctx context.Context, ref sandbox.Ref, spec sandbox.S
 	}
 	// A create, failed or not, may have taken a spare: replaced once this allocation is done.
 	defer p.refillSpares()
-	// A pool entry taken with its link made ahead has its policy put in effect while the sandbox gets
-	// ready (claim); until then its link lets nothing through.
+	// A pool entry taken with its link made ahead has the sandbox's policy in effect already, or put in
+	// effect while the sandbox gets ready (claim): opening tells when.
 	var opening <-chan error
 	pooled := false // b took a warm pool entry, whose agent claim has just heard answer
 	if fork != nil {
