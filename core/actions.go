@@ -53,12 +53,41 @@ func (r *Runtime) pauseResume(ctx context.Context, id sandbox.ID, gen sandbox.Ge
 
 // finishPauseResume asks the provider to carry out a recorded pause or resume and records the outcome.
 func (r *Runtime) finishPauseResume(ctx context.Context, ref sandbox.Ref, op pauseResumeOp) (*sandbox.Sandbox, error) {
+	done := r.markBusy(ref)
+	defer done()
+	unlock := r.lockFreezer(ref, false)
+	defer unlock()
+	return r.carryOut(ctx, ref, op)
+}
+
+// repairPauseResume carries out the pause or resume that sb, read before reconcile's observation,
+// says is under way, as nothing is carrying it out. Chosen on that read, the repair would be stale if
+// the move ended meanwhile (and another followed it), so it acts only when the record, read again
+// under the freezer's lock, still says the same; when another holds the lock, that one is carrying
+// it out.
+func (r *Runtime) repairPauseResume(ctx context.Context, sb *sandbox.Sandbox, op pauseResumeOp) (*sandbox.Sandbox, error) {
+	ref := sb.Ref()
+	done := r.markBusy(ref)
+	defer done()
+	unlock := r.lockFreezer(ref, true)
+	if unlock == nil {
+		return sb, nil
+	}
+	defer unlock()
+	now, err := r.store.Get(ctx, ref.ID)
+	if err != nil || now.Generation != ref.Generation || now.State != sb.State {
+		return now, err
+	}
+	return r.carryOut(ctx, ref, op)
+}
+
+// carryOut has the provider carry out op on ref and records the outcome; the caller holds the
+// generation's freezer lock.
+func (r *Runtime) carryOut(ctx context.Context, ref sandbox.Ref, op pauseResumeOp) (*sandbox.Sandbox, error) {
 	pr, ok := r.prov.(sandbox.PauseResumer)
 	if !ok {
 		return nil, fmt.Errorf("provider cannot %s: %w", op.name, sandbox.ErrUnsupportedCapability)
 	}
-	done := r.markBusy(ref)
-	defer done()
 	if err := r.call(ctx, op.name, func(ctx context.Context) error { return op.do(ctx, pr, ref) }); err != nil {
 		r.log.Warn(op.name+" failed", "sandbox", ref.ID, "generation", ref.Generation, "err", err)
 		r.failWith(ctx, ref, err)

@@ -52,6 +52,10 @@ func (r *Runtime) Checkpoint(ctx context.Context, id sandbox.ID, gen sandbox.Gen
 	ref := sb.Ref()
 	done := r.markBusy(ref)
 	defer done()
+	if !leaveRunning {
+		unlock := r.lockFreezer(ref, false) // a pause's like any other (finishPauseResume)
+		defer unlock()
+	}
 	var c sandbox.Checkpoint
 	err = r.call(ctx, "checkpoint", func(ctx context.Context) (err error) {
 		c, err = cp.Checkpoint(ctx, ref, leaveRunning)

@@ -644,3 +644,109 @@ func TestReconcileNeverAllocatesWhatWasTerminatedDuringItsObservation(t *testing
 		t.Fatalf("left behind: %v", held)
 	}
 }
+
+// recordMove moves sb's record to state to, with its state_changed event, as one step of an action
+// would: what a daemon that stopped between an action's two steps leaves, or what an action's second
+// step writes.
+func (e *env) recordMove(t *testing.T, sb *sandbox.Sandbox, to sandbox.State, reason string) {
+	t.Helper()
+	_, _, err := e.store.Update(context.Background(), sb.ID, func(cur *sandbox.Sandbox) (sandbox.Change, error) {
+		from := cur.State
+		now := time.Now().UTC()
+		cur.State, cur.UpdatedAt = to, now
+		return sandbox.Change{Events: []sandbox.Event{sandbox.NewEvent(sandbox.EventStateChanged, cur.Ref(), now,
+			sandbox.StateChangedData{From: from, To: to, Reason: reason})}}, nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestReconcileFinishesAnInterruptedPauseAndResume: a record left pausing (or resuming) with nothing
+// carrying the move out, as after a daemon stopped between the two steps, is carried to its end.
+func TestReconcileFinishesAnInterruptedPauseAndResume(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	sb := e.create(t, "interrupted")
+	e.recordMove(t, sb, sandbox.StatePausing, "pause requested")
+	if got, err := e.rt.Reconcile(ctx, sb.ID); err != nil || got.State != sandbox.StatePaused {
+		t.Fatalf("reconcile of a pause left pausing: %v %+v", err, got)
+	}
+	if obs, err := e.inner.Observe(ctx, sb.Ref()); err != nil || obs.State != sandbox.ObservedPaused {
+		t.Fatalf("the provider holds the sandbox %v (%v), its record says paused", obs.State, err)
+	}
+	e.recordMove(t, sb, sandbox.StateResuming, "resume requested")
+	if got, err := e.rt.Reconcile(ctx, sb.ID); err != nil || got.State != sandbox.StateReady {
+		t.Fatalf("reconcile of a resume left resuming: %v %+v", err, got)
+	}
+	if obs, err := e.inner.Observe(ctx, sb.Ref()); err != nil || obs.State != sandbox.ObservedReady {
+		t.Fatalf("the provider holds the sandbox %v (%v), its record says ready", obs.State, err)
+	}
+}
+
+// TestReconcileNeverRepeatsAPauseOrResumeThatEndedDuringItsObservation: a reconcile reads a sandbox
+// pausing whose pause nothing marks as under way (the client's call between its two steps), and waits
+// for the provider's observation; the pause ends meanwhile and a resume follows. The repair chosen on
+// the first read (pause it) must not be carried out: it would freeze a sandbox whose record says
+// ready. The same for a resume that ends and a pause that follows.
+func TestReconcileNeverRepeatsAPauseOrResumeThatEndedDuringItsObservation(t *testing.T) {
+	for _, tc := range []struct {
+		name              string
+		left, ended, then sandbox.State
+		carry             func(context.Context, *host.Provider, sandbox.Ref) error // the move's second step
+		follow            func(context.Context, *core.Runtime, *sandbox.Sandbox) (*sandbox.Sandbox, error)
+		repeated          string // the provider's method the stale repair would call
+		observed          sandbox.ObservedState
+	}{
+		{"pause", sandbox.StatePausing, sandbox.StatePaused, sandbox.StateReady,
+			func(ctx context.Context, p *host.Provider, ref sandbox.Ref) error { return p.Pause(ctx, ref) },
+			func(ctx context.Context, rt *core.Runtime, sb *sandbox.Sandbox) (*sandbox.Sandbox, error) {
+				return rt.Resume(ctx, sb.ID, sb.Generation)
+			}, "Pause", sandbox.ObservedReady},
+		{"resume", sandbox.StateResuming, sandbox.StateReady, sandbox.StatePaused,
+			func(ctx context.Context, p *host.Provider, ref sandbox.Ref) error { return p.Resume(ctx, ref) },
+			func(ctx context.Context, rt *core.Runtime, sb *sandbox.Sandbox) (*sandbox.Sandbox, error) {
+				return rt.Pause(ctx, sb.ID, sb.Generation)
+			}, "Resume", sandbox.ObservedPaused},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t)
+			ctx := context.Background()
+			sb := e.create(t, tc.name)
+			if tc.left == sandbox.StateResuming {
+				if _, err := e.rt.Pause(ctx, sb.ID, sb.Generation); err != nil {
+					t.Fatal(err)
+				}
+			}
+			e.recordMove(t, sb, tc.left, tc.name+" requested")
+			hold, entered, release := fault.Hold[sandbox.Observation]()
+			e.prov.SetHooks(func(p *fault.Provider) { p.OnObserve = hold })
+			reconciled := background(func() error {
+				_, err := e.rt.Reconcile(ctx, sb.ID)
+				return err
+			})
+			<-entered // the reconcile read the record and waits for its observation
+			if err := tc.carry(ctx, e.inner, sb.Ref()); err != nil {
+				t.Fatal(err)
+			}
+			e.recordMove(t, sb, tc.ended, tc.name+"d")
+			if got, err := tc.follow(ctx, e.rt, sb); err != nil || got.State != tc.then {
+				t.Fatalf("the action that follows: %v %+v", err, got)
+			}
+			calls := e.prov.Calls(tc.repeated)
+			release()
+			if err := reconciled(); err != nil {
+				t.Fatal(err)
+			}
+			if n := e.prov.Calls(tc.repeated); n != calls {
+				t.Fatalf("the reconcile called %s again (%d calls, %d before it)", tc.repeated, n, calls)
+			}
+			if obs, err := e.inner.Observe(ctx, sb.Ref()); err != nil || obs.State != tc.observed {
+				t.Fatalf("the provider holds the sandbox %v (%v), its record says %s", obs.State, err, tc.then)
+			}
+			if got, err := e.rt.Get(ctx, sb.ID); err != nil || got.State != tc.then {
+				t.Fatalf("the record: %v %+v", err, got)
+			}
+		})
+	}
+}

@@ -52,8 +52,9 @@ func (r *Runtime) reconcile(ctx context.Context, sb *sandbox.Sandbox) (*sandbox.
 			return sb, nil
 		}
 	}
-	// Nothing is in flight: a repair is chosen by the state read before the observation, and what is
-	// recorded, by apply, by the state the record holds when it is written.
+	// Nothing is in flight: a repair is chosen by the state read before the observation, and carried
+	// out only while the record still says so (allocate, repairPauseResume); what is recorded, by
+	// apply, by the state the record holds when it is written.
 	switch sandbox.React(sb.State, obs.State).Repair {
 	case sandbox.RepairAllocate:
 		return r.allocate(ctx, ref, sb.Spec)
@@ -63,9 +64,9 @@ func (r *Runtime) reconcile(ctx context.Context, sb *sandbox.Sandbox) (*sandbox.
 		}
 		return r.advance(ctx, ref, "released", nil, sandbox.ActionTerminated)
 	case sandbox.RepairPause:
-		return r.finishPauseResume(ctx, ref, pauseOp)
+		return r.repairPauseResume(ctx, sb, pauseOp)
 	case sandbox.RepairResume:
-		return r.finishPauseResume(ctx, ref, resumeOp)
+		return r.repairPauseResume(ctx, sb, resumeOp)
 	}
 	got, err := r.apply(ctx, ref, obs)
 	if err == nil && got.Generation == ref.Generation && got.State == sandbox.StateStarting {

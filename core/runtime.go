@@ -71,6 +71,7 @@ type Runtime struct {
 	busy      map[sandbox.Ref]int  // generations with a provider mutation or readiness wait in flight
 	watching  map[sandbox.Ref]bool // generations whose readiness is being watched
 	preparing map[sandbox.Ref]bool // generations being prepared (Preparer)
+	freezers  map[sandbox.Ref]*freezer
 
 	bg       context.Context // background work; cancelled by Close
 	stopBg   context.CancelFunc
@@ -121,6 +122,7 @@ func New(cfg Config) (*Runtime, error) {
 		busy:      make(map[sandbox.Ref]int),
 		watching:  make(map[sandbox.Ref]bool),
 		preparing: make(map[sandbox.Ref]bool),
+		freezers:  make(map[sandbox.Ref]*freezer),
 		bg:        bg,
 		stopBg:    stop,
 	}
@@ -322,6 +324,46 @@ func (r *Runtime) claimOnce(set map[sandbox.Ref]bool, ref sandbox.Ref) (func(), 
 		}
 		r.busyMu.Unlock()
 	}, true
+}
+
+// freezer is the lock of one generation's pause and resume (lockFreezer).
+type freezer struct {
+	mu   sync.Mutex
+	refs int // holders and waiters; the entry goes at 0
+}
+
+// lockFreezer holds ref's freezer lock and returns the function that lets it go. Under it, a pause or
+// resume (a checkpoint's included) has the provider carry out what the record says is under way and
+// records the outcome, so that reconcile's repair of an interrupted one, which reads the record again
+// under the lock, never acts on a move that ended meanwhile: a pause carried out after the resume that
+// followed it would leave a frozen sandbox behind a record that says ready. With try, it returns nil
+// at once when another holds the lock.
+func (r *Runtime) lockFreezer(ref sandbox.Ref, try bool) (unlock func()) {
+	r.busyMu.Lock()
+	f := r.freezers[ref]
+	if f == nil {
+		f = &freezer{}
+		r.freezers[ref] = f
+	}
+	f.refs++
+	r.busyMu.Unlock()
+	drop := func() {
+		r.busyMu.Lock()
+		if f.refs--; f.refs == 0 {
+			delete(r.freezers, ref)
+		}
+		r.busyMu.Unlock()
+	}
+	if !try {
+		f.mu.Lock()
+	} else if !f.mu.TryLock() {
+		drop()
+		return nil
+	}
+	return func() {
+		f.mu.Unlock()
+		drop()
+	}
 }
 
 func (r *Runtime) isBusy(ref sandbox.Ref) bool {
