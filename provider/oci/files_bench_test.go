@@ -70,6 +70,23 @@ func BenchmarkRawFiles(b *testing.B) {
 			}
 		}
 	})
+	// The uploads above run back to back, and on a guest whose balloon hands free pages back to its
+	// host that makes two steady speeds (docs/performance.md, "The upload's two speeds"): each upload
+	// lands on the pages the rename of the one before freed if it comes within about 2 s of it,
+	// and on pages the host took back if it does not. Here each upload comes 4 s after the one before,
+	// as one on its own does: its page cache is new memory whatever came before.
+	b.Run("upload-alone", func(b *testing.B) {
+		b.SetBytes(size)
+		defer cpuMetrics(b, pid)()
+		for b.Loop() {
+			b.StopTimer()
+			time.Sleep(4 * time.Second)
+			b.StartTimer()
+			if _, err := e.C.Upload(ctx, e.SB.ID, e.SB.Generation, "up.bin", io.LimitReader(&pattern{block: block}, size), client.UploadOptions{Size: size}); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 	b.Run("upload-known-digest", func(b *testing.B) {
 		b.SetBytes(size)
 		defer cpuMetrics(b, pid)()
