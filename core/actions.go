@@ -44,6 +44,10 @@ func (r *Runtime) pauseResume(ctx context.Context, id sandbox.ID, gen sandbox.Ge
 	if err := r.require(sandbox.CapPauseResume); err != nil {
 		return nil, err
 	}
+	// Marked from before its first step: a reconcile that reads the record this step writes leaves
+	// the move to this call.
+	done := r.markBusy(sandbox.Ref{ID: id, Generation: gen})
+	defer done()
 	sb, moved, err := r.begin(ctx, id, gen, op.start, reason)
 	if err != nil || !moved {
 		return sb, err

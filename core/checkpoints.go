@@ -41,6 +41,10 @@ func (r *Runtime) Checkpoint(ctx context.Context, id sandbox.ID, gen sandbox.Gen
 	if sb.State != sandbox.StateReady {
 		return nil, sandbox.Checkpoint{}, fmt.Errorf("checkpoint of sandbox %s: it is %s, not ready: %w", id, sb.State, sandbox.ErrInvalidState)
 	}
+	ref := sb.Ref()
+	// Marked from before its first step, as a pause (pauseResume).
+	done := r.markBusy(ref)
+	defer done()
 	if !leaveRunning {
 		if sb, _, err = r.begin(ctx, id, gen, sandbox.ActionPause, "checkpoint requested"); err != nil {
 			return nil, sandbox.Checkpoint{}, err
@@ -48,11 +52,6 @@ func (r *Runtime) Checkpoint(ctx context.Context, id sandbox.ID, gen sandbox.Gen
 		if sb.State != sandbox.StatePausing {
 			return nil, sandbox.Checkpoint{}, fmt.Errorf("checkpoint of sandbox %s: it is %s: %w", id, sb.State, sandbox.ErrInvalidState)
 		}
-	}
-	ref := sb.Ref()
-	done := r.markBusy(ref)
-	defer done()
-	if !leaveRunning {
 		unlock := r.lockFreezer(ref, false) // a pause's like any other (finishPauseResume)
 		defer unlock()
 	}
