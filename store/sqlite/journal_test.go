@@ -275,3 +275,49 @@ func FuzzJournalRecord(f *testing.F) {
 		}
 	})
 }
+
+// TestTailStartsAtTheCommittedHead: the tail starts at the head of the log as the file has committed
+// it, never at the one a write transaction under way on the write connection would leave. The
+// journal's flusher runs from before the tail starts, and on a full disk its move of what a crash
+// left in the journal rolls back: a tail started inside that transaction began past the events the
+// file holds, and a reader of the whole log stopped at the file's end (TestJournalFullDiskAtOpen
+// failed so about once in ten runs).
+func TestTailStartsAtTheCommittedHead(t *testing.T) {
+	ctx := context.Background()
+	s := openStore(t, filepath.Join(t.TempDir(), "s.db"))
+	if _, err := s.AppendEvents(ctx, []sandbox.Event{journalEvent(1)}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.flushJournal(ctx); err != nil {
+		t.Fatal(err)
+	}
+	inTx, undo := make(chan struct{}), make(chan struct{})
+	wrote := make(chan error, 1)
+	go func() {
+		wrote <- s.write(ctx, func() error {
+			if _, err := s.appendEvents(ctx, []sandbox.Event{journalEvent(2)}); err != nil {
+				return err
+			}
+			close(inTx)
+			<-undo
+			return fmt.Errorf("rolled back, as a commit on a full disk is")
+		}, nil)
+	}()
+	<-inTx
+	started := make(chan error, 1)
+	go func() { started <- s.startTail(ctx) }()
+	time.Sleep(100 * time.Millisecond) // room for a start that does not wait for the transaction
+	close(undo)
+	if err := <-wrote; err == nil {
+		t.Fatal("the write committed")
+	}
+	if err := <-started; err != nil {
+		t.Fatal(err)
+	}
+	if last, ok := s.tail.last(); !ok || last != 1 {
+		t.Fatalf("the tail starts after cursor %d (%v), the file holds 1", last, ok)
+	}
+	if got := allEvents(t, s); len(got) != 1 || got[0].Cursor != 1 {
+		t.Fatalf("the log read whole: %+v", got)
+	}
+}

@@ -151,11 +151,16 @@ func (t *tail) learn(id sandbox.ID, c int64) int64 {
 }
 
 // startTail reads the head of the log and starts the tail there; with Config.NoTail the tail stays
-// unstarted, so that every read goes to the file.
+// unstarted, so that every read goes to the file. It reads under the write lock: the journal's
+// flusher runs from before the tail starts, and a query on the write connection while the flusher's
+// transaction is open would read the head that transaction would leave, which it may roll back (a
+// move of a crash's events on a full disk), and start the tail past what the file holds.
 func (s *Store) startTail(ctx context.Context) error {
 	if s.noTail {
 		return nil
 	}
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
 	var pruned, last int64
 	if err := s.wc.QueryRowContext(ctx, qPruned).Scan(&pruned); err != nil {
 		return fmt.Errorf("event tail: %w", err)
@@ -163,12 +168,10 @@ func (s *Store) startTail(ctx context.Context) error {
 	if err := s.wc.QueryRowContext(ctx, qLastCursor).Scan(&last); err != nil {
 		return fmt.Errorf("event tail: %w", err)
 	}
-	s.wmu.Lock()
 	s.tail.reset(last, pruned)
 	if s.jn != nil && len(s.jn.pending) > 0 {
 		s.tail.commit(pending{evs: s.jn.pending}) // replayed, not yet in the file (journal.go)
 	}
-	s.wmu.Unlock()
 	return nil
 }
 
