@@ -36,7 +36,8 @@ func (r *Runtime) Resume(ctx context.Context, id sandbox.ID, gen sandbox.Generat
 	return r.pauseResume(ctx, id, gen, resumeOp, "resume requested")
 }
 
-// pauseResume records op's first step with reason, then has the provider carry it out.
+// pauseResume records op's first step with reason, then has the provider carry it out under the
+// generation's freezer lock.
 func (r *Runtime) pauseResume(ctx context.Context, id sandbox.ID, gen sandbox.Generation, op pauseResumeOp, reason string) (*sandbox.Sandbox, error) {
 	if _, err := r.store.Get(ctx, id); err != nil {
 		return nil, err
@@ -52,16 +53,9 @@ func (r *Runtime) pauseResume(ctx context.Context, id sandbox.ID, gen sandbox.Ge
 	if err != nil || !moved {
 		return sb, err
 	}
-	return r.finishPauseResume(ctx, sb.Ref(), op)
-}
-
-// finishPauseResume asks the provider to carry out a recorded pause or resume and records the outcome.
-func (r *Runtime) finishPauseResume(ctx context.Context, ref sandbox.Ref, op pauseResumeOp) (*sandbox.Sandbox, error) {
-	done := r.markBusy(ref)
-	defer done()
-	unlock := r.lockFreezer(ref, false)
+	unlock := r.lockFreezer(sb.Ref(), false)
 	defer unlock()
-	return r.carryOut(ctx, ref, op)
+	return r.carryOut(ctx, sb.Ref(), op)
 }
 
 // repairPauseResume carries out the pause or resume that sb, read before reconcile's observation,

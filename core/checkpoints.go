@@ -52,7 +52,7 @@ func (r *Runtime) Checkpoint(ctx context.Context, id sandbox.ID, gen sandbox.Gen
 		if sb.State != sandbox.StatePausing {
 			return nil, sandbox.Checkpoint{}, fmt.Errorf("checkpoint of sandbox %s: it is %s: %w", id, sb.State, sandbox.ErrInvalidState)
 		}
-		unlock := r.lockFreezer(ref, false) // a pause's like any other (finishPauseResume)
+		unlock := r.lockFreezer(ref, false) // a pause's like any other (pauseResume)
 		defer unlock()
 	}
 	var c sandbox.Checkpoint
