@@ -268,7 +268,8 @@ func resumePartial(d *fsroot.Dir, tmp string, offset int64, h hash.Hash) (*os.Fi
 // copyHashed copies body to file and into h; a failure to read body is a bodyError. It is a
 // pipeline of pooled buffers: this goroutine fills one from body while a second hashes the one
 // before and a third writes the one before that. Past wideAfter bytes, the agent (which runs on one
-// P, see Main) takes a second P for the rest of the copy, so that hashing runs beside reading.
+// P, see Main) takes a second P for the rest of the copy, so that hashing runs beside reading. The
+// writes are written behind (writeBehind): the page cache holds about a window of the file.
 func copyHashed(file *os.File, h hash.Hash, body io.Reader) (int64, error) {
 	var bufs [copyDepth]*[]byte
 	free := make(chan []byte, copyDepth)
@@ -293,6 +294,7 @@ func copyHashed(file *os.File, h hash.Hash, body io.Reader) (int64, error) {
 			toWrite <- b
 		}
 	}()
+	behind := newWriteBehind(file)
 	go func() {
 		defer close(written)
 		for b := range toWrite {
@@ -300,6 +302,8 @@ func copyHashed(file *os.File, h hash.Hash, body io.Reader) (int64, error) {
 				if _, err := file.Write(b); err != nil {
 					werr = err
 					close(failed)
+				} else {
+					behind.wrote(len(b))
 				}
 			}
 			free <- b[:cap(b)]

@@ -42,14 +42,16 @@ type hashWriter struct{ h hash.Hash }
 func (w hashWriter) Write(p []byte) (int, error) { return w.h.Write(p) }
 
 // TestFiles2GiB sends a file of 2 GiB in and out of a sandbox whose disk holds it, the digest checked
-// each way, and removes it.
+// each way, and removes it. The upload is written behind (agent/writebehind.go): the sandbox's memory
+// cgroup, of 512 MiB, never holds more than a small part of the file's page cache.
 func TestFiles2GiB(t *testing.T) {
 	if testing.Short() {
 		t.Skip("2 GiB each way")
 	}
 	testenv.NoLeaks(t)
 	const size = 2 << 30
-	e := filetest.New(t, newProvider(t), sandbox.Spec{Resources: &sandbox.Resources{DiskMiB: 2300}})
+	p := newProvider(t)
+	e := filetest.New(t, p, sandbox.Spec{Resources: &sandbox.Resources{DiskMiB: 2300, MemoryMiB: 512}})
 	ctx := context.Background()
 	src := &pattern{block: filetest.Random(1<<20+7, 9)}
 	sent := sha256.New()
@@ -60,6 +62,16 @@ func TestFiles2GiB(t *testing.T) {
 	}
 	if res.Size != size {
 		t.Fatalf("wrote %d bytes", res.Size)
+	}
+	u, err := p.Usage(ctx, sandbox.Ref{ID: e.SB.ID, Generation: e.SB.Generation})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// On gVisor the sandbox's memory is its kernel's, which keeps file pages of its own.
+	if peak := deref(u.MemoryPeakBytes); !onGVisor(t, p) && peak > 256<<20 {
+		t.Errorf("the sandbox's memory peaked at %d MiB during the upload, want at most 256 MiB (about a window of the file's page cache)", peak>>20)
+	} else {
+		t.Logf("the sandbox's memory peaked at %d MiB", peak>>20)
 	}
 	got := hashWriter{sha256.New()}
 	d, err := e.C.Download(ctx, e.SB.ID, e.SB.Generation, "big.bin", got, client.DownloadOptions{})
