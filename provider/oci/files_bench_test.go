@@ -38,7 +38,7 @@ import (
 func BenchmarkRawFiles(b *testing.B) {
 	const size = 1 << 30
 	p := newProvider(b)
-	e := filetest.New(b, p, sandbox.Spec{Resources: &sandbox.Resources{DiskMiB: 2300, MemoryMiB: 4096}})
+	e := filetest.New(b, p, sandbox.Spec{Resources: &sandbox.Resources{DiskMiB: 3400, MemoryMiB: 4096}})
 	pid, err := oci.InitPid(p, sandbox.Ref{ID: e.SB.ID, Generation: e.SB.Generation})
 	if err != nil {
 		b.Fatal(err)
@@ -106,6 +106,31 @@ func BenchmarkRawFiles(b *testing.B) {
 			}
 		}
 	})
+	// The floor as an upload writes: a new file beside the old one, renamed over it at the end, so
+	// that its page cache is what the rename before it freed (back to back) or new memory (alone, 4 s
+	// after the last, as upload-alone): the cat above truncates its file and writes the pages it
+	// freed at once, which no atomic write can.
+	for _, alone := range []bool{false, true} {
+		name := "floor-upload-cat-rename"
+		if alone {
+			name += "-alone"
+		}
+		b.Run(name, func(b *testing.B) {
+			b.SetBytes(size)
+			for b.Loop() {
+				if alone {
+					b.StopTimer()
+					time.Sleep(4 * time.Second)
+					b.StartTimer()
+				}
+				cmd := exec.Command("sh", "-c", "cat | cat > "+dir+"/.floor.tmp && mv "+dir+"/.floor.tmp "+dir+"/floor.bin")
+				cmd.Stdin = io.LimitReader(&pattern{block: block}, size)
+				if out, err := cmd.CombinedOutput(); err != nil {
+					b.Fatalf("%v: %s", err, out)
+				}
+			}
+		})
+	}
 	// The same floor with its cats in the sandbox's cgroups: on a loaded machine the sandbox (its
 	// agent's copy) gets one cgroup's share of the CPU, while the cats on the host get a share each,
 	// and the sandbox's memory cgroup bounds the dirty pages of the file it writes.
