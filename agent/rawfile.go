@@ -339,6 +339,7 @@ func copyHashed(file *os.File, h hash.Hash, body io.Reader) (int64, error) {
 	}
 	close(toHash)
 	<-written // the hash and the buffers are this goroutine's again
+	behind.close()
 	narrow()
 	if werr != nil {
 		return n, werr
@@ -481,7 +482,7 @@ func (f *Files) GetFile(root *fsroot.Root, path string, rng *sandbox.FileRange, 
 		file.Close()
 		return nil, fmt.Errorf("read %q: %w", path, err)
 	}
-	rd.ReadCloser = limitedFile{io.LimitReader(file, rd.Length), file}
+	rd.ReadCloser = limitedFile{newDropBehind(io.LimitReader(file, rd.Length), file, rd.Start, rd.Length), file}
 	return rd, nil
 }
 

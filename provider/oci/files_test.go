@@ -42,8 +42,9 @@ type hashWriter struct{ h hash.Hash }
 func (w hashWriter) Write(p []byte) (int, error) { return w.h.Write(p) }
 
 // TestFiles2GiB sends a file of 2 GiB in and out of a sandbox whose disk holds it, the digest checked
-// each way, and removes it. The upload is written behind (agent/writebehind.go): the sandbox's memory
-// cgroup, of 512 MiB, never holds more than a small part of the file's page cache.
+// each way, and removes it. The upload is written behind and the download read behind
+// (agent/pagecache.go): the sandbox's memory cgroup, of 512 MiB, never holds more than a small part
+// of the file's page cache.
 func TestFiles2GiB(t *testing.T) {
 	if testing.Short() {
 		t.Skip("2 GiB each way")
@@ -63,16 +64,20 @@ func TestFiles2GiB(t *testing.T) {
 	if res.Size != size {
 		t.Fatalf("wrote %d bytes", res.Size)
 	}
-	u, err := p.Usage(ctx, sandbox.Ref{ID: e.SB.ID, Generation: e.SB.Generation})
-	if err != nil {
-		t.Fatal(err)
+	checkPeak := func(during string) {
+		t.Helper()
+		u, err := p.Usage(ctx, sandbox.Ref{ID: e.SB.ID, Generation: e.SB.Generation})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// On gVisor the sandbox's memory is its kernel's, which keeps file pages of its own.
+		if peak := deref(u.MemoryPeakBytes); !onGVisor(t, p) && peak > 256<<20 {
+			t.Errorf("the sandbox's memory peaked at %d MiB by the end of the %s, want at most 256 MiB (about a window of the file's page cache)", peak>>20, during)
+		} else {
+			t.Logf("the sandbox's memory peaked at %d MiB by the end of the %s", peak>>20, during)
+		}
 	}
-	// On gVisor the sandbox's memory is its kernel's, which keeps file pages of its own.
-	if peak := deref(u.MemoryPeakBytes); !onGVisor(t, p) && peak > 256<<20 {
-		t.Errorf("the sandbox's memory peaked at %d MiB during the upload, want at most 256 MiB (about a window of the file's page cache)", peak>>20)
-	} else {
-		t.Logf("the sandbox's memory peaked at %d MiB", peak>>20)
-	}
+	checkPeak("upload")
 	got := hashWriter{sha256.New()}
 	d, err := e.C.Download(ctx, e.SB.ID, e.SB.Generation, "big.bin", got, client.DownloadOptions{})
 	if err != nil {
@@ -81,6 +86,7 @@ func TestFiles2GiB(t *testing.T) {
 	if d.Size != size || !bytes.Equal(d.Digest, sent.Sum(nil)) || !bytes.Equal(got.h.Sum(nil), sent.Sum(nil)) {
 		t.Fatalf("read %d bytes, digest %x, sent %x", d.Size, d.Digest, sent.Sum(nil))
 	}
+	checkPeak("download")
 	e.Sh("rm big.bin")
 }
 

@@ -109,3 +109,60 @@ func (r *repeat) Read(p []byte) (int, error) {
 	r.off = (r.off + n) % len(r.block)
 	return n, nil
 }
+
+// A read of a file that was not cached leaves about a window of it cached, and hands out every byte
+// in order; a read of a file that was cached leaves it cached.
+func TestReadDropsBehindWhatItBroughtIn(t *testing.T) {
+	const size = 256 << 20
+	block := make([]byte, 1<<20)
+	for i := range block {
+		block[i] = byte(i*13 + i/251)
+	}
+	file, err := os.Create(diskDir(t) + "/f")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer file.Close()
+	if _, err := copyHashed(file, sha256.New(), io.LimitReader(&repeat{block: block}, size)); err != nil {
+		t.Fatal(err)
+	}
+	want := sha256.New()
+	io.Copy(want, io.LimitReader(&repeat{block: block}, size))
+	read := func(start int64) ([]byte, int64) {
+		t.Helper()
+		if err := file.Sync(); err != nil { // written, so that all of it can be dropped
+			t.Fatal(err)
+		}
+		h := sha256.New()
+		buf := make([]byte, 1<<20)
+		if _, err := io.CopyBuffer(h, newDropBehind(io.NewSectionReader(file, start, size-start), file, start, size-start), buf); err != nil {
+			t.Fatal(err)
+		}
+		return h.Sum(nil), cachedBytes(t, file, size)
+	}
+	if err := unix.Fadvise(int(file.Fd()), 0, 0, unix.FADV_DONTNEED); err != nil {
+		t.Fatal(err)
+	}
+	sum, cached := read(0)
+	if !bytes.Equal(sum, want.Sum(nil)) {
+		t.Fatal("the read is not the file's bytes")
+	}
+	// The window, a chunk read past it, and the kernel's readahead (8 MiB on the disks here, twice
+	// that ahead at times, in folios of up to 2 MiB).
+	const limit = 128 << 20
+	if cached > limit {
+		t.Errorf("%d MiB of the %d MiB file cached after a read of it, uncached before; want at most %d MiB", cached>>20, size>>20, limit>>20)
+	} else {
+		t.Logf("%d MiB of the %d MiB file cached after a read of it", cached>>20, size>>20)
+	}
+	// From an offset that is no chunk's, the same.
+	unix.Fadvise(int(file.Fd()), 0, 0, unix.FADV_DONTNEED)
+	if _, cached := read(3<<20 + 5); cached > limit {
+		t.Errorf("%d MiB cached after a read from an offset", cached>>20)
+	}
+	// Cached before: left so.
+	io.Copy(io.Discard, io.NewSectionReader(file, 0, size))
+	if _, cached := read(0); cached < size-writeBehindChunk {
+		t.Errorf("%d MiB of %d MiB cached after a read of a file that was all cached", cached>>20, size>>20)
+	}
+}
